@@ -1,0 +1,40 @@
+/**
+ * The `sinkflex` command line: builds the command tree and runs it.
+ *
+ * Each command group lives in its own file under `commands/` and adds itself to the program here.
+ * Errors a user can fix are printed as one clear line (with what to do next) and exit code 1 or 2;
+ * they never print a stack trace unless SINKFLEX_DEBUG=1.
+ */
+import { Command, CommanderError } from "commander";
+
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+export function buildProgram(): Command {
+  const program = new Command("sinkflex")
+    .description("Reinforcement learning for tool-using LLM agents on long multi-step tasks.")
+    .version("0.1.0")
+    .showHelpAfterError("(run with --help for usage)");
+  // Command groups register here.
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  program.exitOverride();
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return typeof process.exitCode === "number" ? process.exitCode : 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      return err.exitCode;
+    }
+    if (process.env.SINKFLEX_DEBUG === "1") console.error(err);
+    else console.error(`sinkflex: ${err instanceof Error ? err.message : String(err)}`);
+    return err instanceof UsageError ? 2 : 1;
+  }
+}

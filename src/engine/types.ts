@@ -1,0 +1,88 @@
+/**
+ * The engine primitives: the only way the rest of sinkflex talks to a model.
+ *
+ * Everything here is plain token ids and numbers, so the algorithm never depends on where compute
+ * runs: the embedded CPU engine implements this interface, and so can a GPU backend or a remote server.
+ * This file declares types only; implementations live beside it.
+ */
+
+export interface SampleParams {
+  /** 0 means greedy. Default 1. */
+  temperature?: number;
+  /** Nucleus sampling mass in (0, 1]. Default 1. */
+  topP?: number;
+  /** Keep only the k most likely tokens; 0 = off. Default 0. */
+  topK?: number;
+  /** Seeds this call's sampling; the same seed and state give the same tokens. */
+  seed?: number;
+  /** Stop after this many new tokens. */
+  maxTokens: number;
+  /** Stop (inclusive) when one of these token ids is sampled. */
+  stopTokens?: number[];
+}
+
+export interface SampleResult {
+  /** The sampled token ids, appended to the session. */
+  tokens: number[];
+  /** log p(token) under the sampling distribution (after temperature / top-p / top-k), one per token. */
+  logprobs: number[];
+  finishReason: "stop" | "length";
+}
+
+/** A KV-cache session: a token sequence whose keys and values are kept between calls. */
+export interface EngineSession {
+  /** Number of tokens in the session. */
+  readonly length: number;
+  /** The session's token ids. */
+  tokens(): number[];
+  /** Appends tokens (prefill): only these new tokens are computed. */
+  append(tokens: number[]): Promise<void>;
+  /** Samples new tokens and appends them. */
+  sample(params: SampleParams): Promise<SampleResult>;
+  /** A child sharing this session's prefix (not copied); both may grow independently. */
+  fork(): EngineSession;
+  /** Drops tokens after the first n. */
+  truncate(n: number): void;
+  /** Releases the session's cache. */
+  close(): void;
+}
+
+/** Per-token loss over teacher-forced log-probs; returns the gradient with respect to those log-probs. */
+export type TokenLoss = (logprobs: Float32Array[]) => {
+  loss: number;
+  /** dLoss/dLogprobs, same shapes as `logprobs`. */
+  dLogprobs: Float32Array[];
+  metrics?: Record<string, number>;
+};
+
+export interface OptimHparams {
+  lr: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weightDecay?: number;
+  /** Clip the global gradient norm to this value; 0 = off. */
+  maxGradNorm?: number;
+}
+
+export interface Engine {
+  /** Incremented by every `optimStep` (and set by `load`). */
+  readonly policyVersion: number;
+  /** A new session, prefilled with `prefix`. */
+  session(prefix?: number[]): Promise<EngineSession>;
+  /** Samples from many sessions in one batched decode; results in the same order. */
+  sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]>;
+  /**
+   * Teacher-forced log-probs: for each sequence of length L, L-1 values, log p(seq[t] | seq[<t]) for
+   * t = 1..L-1, at temperature 1.
+   */
+  logprobs(sequences: number[][]): Promise<Float32Array[]>;
+  /** Forward, loss, backward; gradients accumulate until `optimStep`. */
+  forwardBackward(sequences: number[][], loss: TokenLoss): Promise<{ loss: number; metrics: Record<string, number> }>;
+  /** AdamW step on the accumulated gradients, then zeroes them. Returns the pre-clip gradient norm. */
+  optimStep(hparams: OptimHparams): Promise<{ gradNorm: number }>;
+  /** Writes a Hugging Face checkpoint folder. */
+  save(dir: string): Promise<void>;
+  /** Frees all sessions and buffers. */
+  dispose(): void;
+}

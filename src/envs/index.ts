@@ -1,0 +1,11 @@
+/**
+ * The bundled environment suites. `registerBundledEnvs()` registers every suite's env ids with the
+ * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
+ */
+let registered = false;
+
+export function registerBundledEnvs(): void {
+  if (registered) return;
+  registered = true;
+  // Suites register here, one line each.
+}
