@@ -51,3 +51,12 @@ export class EnvContractError extends Error {
     this.name = "EnvContractError";
   }
 }
+
+/** Follows a wrapper stack (each wrapper exposes its inner env as `env`) down to the base env. */
+export function unwrap(env: Env<any, any>): Env<any, any> {
+  let current: Env<any, any> = env;
+  for (let inner = (current as { env?: Env<any, any> }).env; inner; inner = (current as { env?: Env<any, any> }).env) {
+    current = inner;
+  }
+  return current;
+}

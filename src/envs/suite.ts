@@ -1,0 +1,126 @@
+/**
+ * A suite: a family of bundled environments (retail, sql, bash, ...) with its scripted expert.
+ *
+ * Every bundled env is a `ToolEnv`. A suite registers its env ids with the gym registry and itself
+ * here, so that generic commands (`envs replay`, SFT export, the demo) can play any suite's expert
+ * without knowing the suite. The expert acts only through the agent's own tools and messages.
+ */
+import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../gym/chat.js";
+import { unwrap, type Env, type Info } from "../gym/env.js";
+import { ToolEnv } from "../tools/tool-env.js";
+
+/** A scripted expert for one episode: sees the observations, returns assistant turns. */
+export interface Expert {
+  act(obs: ChatObservation): AgentTurn | Promise<AgentTurn>;
+}
+
+export interface ReplayOptions {
+  /** Replay the benchmark's gold actions / gold SQL where the suite has them, else the scripted expert. */
+  gold: boolean;
+  /** A task file in the suite's format, instead of the bundled one. */
+  tasks?: string;
+  /** A folder of databases (sql: `DIR/<db>.sqlite`). */
+  dbDir?: string;
+  /** A folder of games (household). */
+  games?: string;
+  /** Only the first n tasks. */
+  limit?: number;
+  onProgress?: (done: number, total: number) => void;
+}
+
+export interface ReplayReport {
+  total: number;
+  succeeded: number;
+  /** The success rate the suite promises for this replay (exit 0 only when reached). */
+  expectedRate: number;
+  failures: { task: string; reason: string }[];
+}
+
+export interface Suite {
+  name: string;
+  envIds: string[];
+  /** A fresh expert for the episode whose task is `task` (the env's own task object). */
+  createExpert(envId: string, task: unknown): Expert;
+  /** `envs replay`: the suite's own replay (gold actions, gold SQL, gt trajectories, or the expert). */
+  replay?(envId: string, options: ReplayOptions): Promise<ReplayReport>;
+}
+
+const suites = new Map<string, Suite>();
+
+export function registerSuite(suite: Suite): void {
+  if (suites.has(suite.name)) throw new Error(`suite "${suite.name}" is already registered`);
+  suites.set(suite.name, suite);
+}
+
+export function allSuites(): Suite[] {
+  return [...suites.values()];
+}
+
+export function suiteForEnv(envId: string): Suite {
+  for (const s of suites.values()) if (s.envIds.includes(envId)) return s;
+  throw new Error(`no suite owns env id "${envId}"; run \`sinkflex envs list\` to see the bundled envs`);
+}
+
+export interface ExpertEpisode {
+  envId: string;
+  taskIndex: number;
+  seed: number;
+  tools: ToolSpec[];
+  /** The whole conversation: opening messages, assistant turns, tool results, user replies. */
+  messages: ChatMessage[];
+  reward: number;
+  terminated: boolean;
+  truncated: boolean;
+  turns: number;
+  info: Info;
+}
+
+/** Plays one episode of an already-made env with the suite's scripted expert. */
+export async function runExpertEpisode(
+  env: Env<ChatObservation, AgentTurn>,
+  envId: string,
+  options: { taskIndex: number; seed?: number; maxTurns?: number },
+): Promise<ExpertEpisode> {
+  const seed = options.seed ?? options.taskIndex;
+  const [first, resetInfo] = await env.reset({ seed, options: { taskIndex: options.taskIndex } });
+  const base = unwrap(env);
+  if (!(base instanceof ToolEnv) || !base.current) throw new Error(`${env}: the expert needs a ToolEnv-based env`);
+  const expert = suiteForEnv(envId).createExpert(envId, base.current.task);
+  const messages: ChatMessage[] = [...first.messages];
+  const tools = first.tools ?? [];
+  let obs = first;
+  let reward = 0;
+  let terminated = false;
+  let truncated = false;
+  let info: Info = resetInfo;
+  let turns = 0;
+  const maxTurns = options.maxTurns ?? 100;
+  while (!terminated && !truncated && turns < maxTurns) {
+    const turn = await expert.act(obs);
+    messages.push({ role: "assistant", content: turn.content, ...(turn.toolCalls.length ? { toolCalls: turn.toolCalls } : {}) });
+    [obs, reward, terminated, truncated, info] = await env.step(turn);
+    messages.push(...obs.messages);
+    turns++;
+  }
+  return { envId, taskIndex: options.taskIndex, seed, tools, messages, reward, terminated, truncated, turns, info };
+}
+
+/** One SFT example in OpenAI chat format (`messages` with `tool_calls`, and `tools`). */
+export function toOpenAIChatRecord(messages: ChatMessage[], tools: ToolSpec[]): Record<string, unknown> {
+  return {
+    messages: messages.map((m) => {
+      if (m.role === "assistant") {
+        return {
+          role: "assistant",
+          content: m.content,
+          ...(m.toolCalls?.length
+            ? { tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) }
+            : {}),
+        };
+      }
+      if (m.role === "tool") return { role: "tool", tool_call_id: m.toolCallId, name: m.name, content: m.content };
+      return { role: m.role, content: m.content };
+    }),
+    tools: tools.map((t) => ({ type: "function", function: t })),
+  };
+}
