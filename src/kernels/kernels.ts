@@ -1,0 +1,235 @@
+/**
+ * The kernel interface: every numeric routine the model's forward and backward passes call.
+ *
+ * Two implementations sit behind it: the plain TypeScript reference (src/kernels/reference.ts, the oracle
+ * in tests) and the native C++ addon (src/kernels/native.ts, the default). `src/kernels/index.ts` picks one.
+ * This file declares types and shapes only; it computes nothing, and it knows nothing of models or engines.
+ *
+ * Conventions (apply to every method):
+ * - Tensors are row-major `Float32Array`s (subarray views are fine: the view's offset is honoured).
+ * - Shapes are written in brackets with these names: N rows (tokens), C channels, F MLP width, V vocabulary,
+ *   B batch, T sequence length, H query heads, KVH key/value heads (H % KVH === 0), D head size.
+ *   `[B, T, H, D]` means element (b, t, h, d) is at ((b * T + t) * H + h) * D + d.
+ * - Calls are synchronous; native work is split across a thread pool inside the call.
+ * - Outputs are overwritten unless the parameter says "accumulated" (then the result is added to what
+ *   is there, which is how gradients of parameters are gathered across a batch).
+ * - Gradients are named dX for the gradient of the loss with respect to X.
+ * - Unless a method says so, an output must not alias an input.
+ */
+
+/** false = as stored, true = transposed (BLAS 'N' / 'T'). */
+export type Trans = boolean;
+
+/**
+ * Which kv positions a query may attend to: the canonical sink mask.
+ * keep(q, kv) = kv <= q  AND  doc(q) == doc(kv)  AND  (kv is a sink slot OR kv is pinned OR q - kv < window)
+ * Positions q, kv are indices along T within one batch row.
+ */
+export interface AttentionMask {
+  /** Sliding window W: kv is kept when q - kv < W. 0 (or Infinity) = no window (full causal). */
+  window: number;
+  /**
+   * K: the first `sinks` positions of each document are sink slots (kept by every later query of that
+   * document whatever the window). 0 = none.
+   */
+  sinks: number;
+  /** [B, T] document id of each position; null = each batch row is one document. */
+  docIds: Int32Array | null;
+  /** [B, T] 1 = this kv position is pinned (kept like a sink slot), 0 = not; null = none pinned. */
+  pinned: Uint8Array | null;
+}
+
+/** Shapes of a training-time (full-sequence) attention call. */
+export interface AttentionShape {
+  B: number;
+  T: number;
+  H: number;
+  KVH: number;
+  D: number;
+  /** Softmax scale applied to q.k, normally 1 / sqrt(D). */
+  scale: number;
+}
+
+/** Shapes of an attention call against a paged KV cache (decoding, or appending tokens to a session). */
+export interface CachedAttentionShape {
+  /** Number of sequences in the call. */
+  B: number;
+  /** New query tokens per sequence (1 when decoding). */
+  Tq: number;
+  H: number;
+  KVH: number;
+  D: number;
+  scale: number;
+  /** Tokens per cache block. */
+  blockSize: number;
+  /** Columns of `blockTable` (the most blocks one sequence may use). */
+  maxBlocks: number;
+}
+
+export interface Kernels {
+  /** "reference" or "native". */
+  readonly name: "reference" | "native";
+  /** One line for logs, e.g. "native (avx512, 2 threads)". */
+  describe(): string;
+
+  // ---------------------------------------------------------------- BLAS
+
+  /**
+   * C = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
+   * op(A) is [M, K], op(B) is [K, N], C is [M, N] with row stride ldc.
+   * A is stored [M, K] with row stride lda (transA false) or [K, M] (transA true); same for B
+   * ([K, N] or [N, K] with row stride ldb). beta = 0 means C is not read (NaNs in C are overwritten).
+   * Typical use with Hugging Face weights W [out, in]: y = x @ W^T is sgemm(false, true, ...);
+   * dX = dY @ W is sgemm(false, false, ...); dW += dY^T @ X is sgemm(true, false, ..., beta = 1, ...).
+   */
+  sgemm(
+    transA: Trans, transB: Trans, M: number, N: number, K: number,
+    alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
+    beta: number, C: Float32Array, ldc: number,
+  ): void;
+
+  /**
+   * y = alpha * op(A) @ x + beta * y, A stored [M, N] with row stride lda.
+   * trans false: x is [N], y is [M]. trans true: x is [M], y is [N]. beta = 0 means y is not read.
+   */
+  sgemv(
+    trans: Trans, M: number, N: number, alpha: number, A: Float32Array, lda: number,
+    x: Float32Array, beta: number, y: Float32Array,
+  ): void;
+
+  // ------------------------------------------------------- elementwise and rows
+
+  /** y[i] += alpha * x[i] for i < n. */
+  axpy(n: number, alpha: number, x: Float32Array, y: Float32Array): void;
+  /** x[i] *= alpha for i < n (in place). */
+  scale(n: number, alpha: number, x: Float32Array): void;
+  /** out[i] = a[i] + b[i] for i < n; out may alias a or b. */
+  add(n: number, a: Float32Array, b: Float32Array, out: Float32Array): void;
+  /** Sum of x[i]^2 for i < n, accumulated in double precision. */
+  sumSquares(n: number, x: Float32Array): number;
+
+  /** x [N, C] += bias [C] on every row (in place). */
+  addBias(N: number, C: number, x: Float32Array, bias: Float32Array): void;
+  /** dBias [C] (accumulated) += sum over rows of dY [N, C]. */
+  biasBackward(N: number, C: number, dY: Float32Array, dBias: Float32Array): void;
+
+  /** out [N, C] = table[ids[n], :], table [V, C]. Throws on an id outside [0, V). */
+  embeddingForward(N: number, C: number, V: number, ids: Int32Array, table: Float32Array, out: Float32Array): void;
+  /** dTable [V, C] (accumulated): dTable[ids[n], :] += dOut[n, :]. */
+  embeddingBackward(N: number, C: number, V: number, ids: Int32Array, dOut: Float32Array, dTable: Float32Array): void;
+
+  /**
+   * RMSNorm: out [N, C] = x / sqrt(mean(x^2) + eps) * weight [C]; rstd [N] receives 1 / sqrt(mean(x^2) + eps)
+   * (kept for the backward pass).
+   */
+  rmsnormForward(
+    N: number, C: number, eps: number, x: Float32Array, weight: Float32Array, out: Float32Array, rstd: Float32Array,
+  ): void;
+  /** dX [N, C] (overwritten) and dWeight [C] (accumulated) from dOut [N, C], x, weight and the saved rstd [N]. */
+  rmsnormBackward(
+    N: number, C: number, dOut: Float32Array, x: Float32Array, weight: Float32Array, rstd: Float32Array,
+    dX: Float32Array, dWeight: Float32Array,
+  ): void;
+
+  /**
+   * Rotary embedding, in place on x [N, H, D] (Hugging Face "rotate_half" layout: pairs (i, i + D/2)):
+   *   x1' = x1 * cos - x2 * sin,  x2' = x2 * cos + x1 * sin,  with cos/sin = table[positions[n], i].
+   * cos, sin: [P, D/2] tables built by the caller (so any RoPE scaling is the caller's choice);
+   * positions [N] index their rows. Apply to q with H heads and to k with KVH heads.
+   */
+  ropeForward(
+    N: number, H: number, D: number, positions: Int32Array, cos: Float32Array, sin: Float32Array, x: Float32Array,
+  ): void;
+  /** The backward of ropeForward, in place on dX [N, H, D] (rotation by -angle). */
+  ropeBackward(
+    N: number, H: number, D: number, positions: Int32Array, cos: Float32Array, sin: Float32Array, dX: Float32Array,
+  ): void;
+
+  /** SwiGLU: out[i] = silu(gate[i]) * up[i] for i < n (n = N * F), silu(g) = g / (1 + exp(-g)). */
+  swigluForward(n: number, gate: Float32Array, up: Float32Array, out: Float32Array): void;
+  /** dGate, dUp (overwritten) from dOut and the forward inputs gate, up. dGate may alias gate, dUp may alias up. */
+  swigluBackward(
+    n: number, dOut: Float32Array, gate: Float32Array, up: Float32Array, dGate: Float32Array, dUp: Float32Array,
+  ): void;
+
+  /** out [N, V] = softmax(x [N, V] / temperature) per row; out may alias x. temperature > 0. */
+  softmaxRows(N: number, V: number, temperature: number, x: Float32Array, out: Float32Array): void;
+  /** out [N, V] = log_softmax(x [N, V] / temperature) per row; out may alias x. temperature > 0. */
+  logSoftmaxRows(N: number, V: number, temperature: number, x: Float32Array, out: Float32Array): void;
+
+  /**
+   * Teacher-forced log-probs of target tokens (cross-entropy = -logprob):
+   * logprob[n] = logits[n, targets[n]] - logsumexp(logits[n, :]); lse [N] receives logsumexp (for the backward).
+   * logits [N, V]. A target < 0 means "no target": logprob[n] = 0 (lse is still written).
+   */
+  logprobsForward(
+    N: number, V: number, logits: Float32Array, targets: Int32Array, logprob: Float32Array, lse: Float32Array,
+  ): void;
+  /**
+   * dLogits [N, V] (overwritten) = dLogprob[n] * (onehot(targets[n]) - softmax(logits[n, :])), using the
+   * saved lse [N]. Rows with target < 0 or dLogprob[n] = 0 get zeros. dLogits may alias logits (in place,
+   * so the [N, V] logits buffer is reused for its gradient).
+   */
+  logprobsBackward(
+    N: number, V: number, logits: Float32Array, targets: Int32Array, lse: Float32Array, dLogprob: Float32Array,
+    dLogits: Float32Array,
+  ): void;
+
+  /**
+   * One AdamW step on n parameters, in place on param, m, v (decoupled weight decay, PyTorch's AdamW):
+   *   g = grad * gradScale (gradScale carries gradient clipping and accumulation averaging)
+   *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+   *   param -= lr * (weightDecay * param + (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps))
+   * step counts from 1.
+   */
+  adamwUpdate(
+    n: number, param: Float32Array, grad: Float32Array, m: Float32Array, v: Float32Array,
+    lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, gradScale: number,
+  ): void;
+
+  // ------------------------------------------------------------ attention
+
+  /**
+   * Causal grouped-query attention with the canonical sink mask, over whole sequences (training, scoring).
+   * q [B, T, H, D]; k, v [B, T, KVH, D] (query head h reads kv head floor(h / (H / KVH))).
+   * out [B, T, H, D]; lse [B, T, H] receives each row's log-sum-exp of the scaled, masked scores (including
+   * the sink logit), kept for the backward pass.
+   * sinkLogit [H] or null: a learnable per-head logit added to each softmax denominator (it attends to
+   * nothing: p_j = exp(s_j) / (exp(sinkLogit[h]) + sum_k exp(s_k))). A query row with no kept kv (cannot
+   * happen with kv = q always kept) would get out = 0.
+   */
+  attentionForward(
+    shape: AttentionShape, mask: AttentionMask, q: Float32Array, k: Float32Array, v: Float32Array,
+    sinkLogit: Float32Array | null, out: Float32Array, lse: Float32Array,
+  ): void;
+
+  /**
+   * The backward of attentionForward. Inputs: the forward's q, k, v, out, lse and dOut [B, T, H, D].
+   * dQ [B, T, H, D], dK, dV [B, T, KVH, D] are overwritten; dSinkLogit [H] is accumulated (pass null when
+   * sinkLogit is null).
+   */
+  attentionBackward(
+    shape: AttentionShape, mask: AttentionMask, q: Float32Array, k: Float32Array, v: Float32Array,
+    sinkLogit: Float32Array | null, out: Float32Array, lse: Float32Array, dOut: Float32Array,
+    dQ: Float32Array, dK: Float32Array, dV: Float32Array, dSinkLogit: Float32Array | null,
+  ): void;
+
+  /**
+   * Attention of new query tokens against a paged KV cache (decoding and session prefill).
+   * q [B, Tq, H, D]; out [B, Tq, H, D].
+   * kCache, vCache: [numBlocks, blockSize, KVH, D]. Sequence b's cache entry j (its j-th kept token) lives in
+   * block blockTable[b * maxBlocks + floor(j / blockSize)], row j % blockSize. blockTable [B, maxBlocks].
+   * seqLens [B]: cached entries of sequence b, INCLUDING its Tq new tokens, which the caller has already
+   * written at entries seqLens[b] - Tq .. seqLens[b] - 1.
+   * New token i of sequence b is at entry e = seqLens[b] - Tq + i and attends entries j <= e with
+   *   j < sinks  OR  e - j < window   (window 0 = no window),
+   * so with an append-only cache this is the canonical mask of one document. A cache from which the caller
+   * evicts entries passes window 0 and keeps only what should be seen.
+   * sinkLogit [H] or null, as in attentionForward.
+   */
+  attentionCached(
+    shape: CachedAttentionShape, window: number, sinks: number, q: Float32Array,
+    kCache: Float32Array, vCache: Float32Array, blockTable: Int32Array, seqLens: Int32Array,
+    sinkLogit: Float32Array | null, out: Float32Array,
+  ): void;
+}
