@@ -1,0 +1,435 @@
+/**
+ * The reference kernels: a plain TypeScript implementation of the `Kernels` interface (src/kernels/kernels.ts).
+ *
+ * It is the oracle the native kernels are tested against and the fallback when the native addon is not
+ * built, so it favours being obviously right over being fast (sums are accumulated in double precision).
+ * It is not tuned: no blocking, no SIMD, no threads.
+ */
+import type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, Trans } from "./kernels.js";
+
+function windowOf(w: number): number {
+  return w > 0 && Number.isFinite(w) ? w : 0;
+}
+
+/**
+ * For each position of each batch row, the index (along T) where its document starts.
+ * Documents are runs of equal docIds; null docIds = one document per row.
+ */
+export function documentStarts(B: number, T: number, docIds: Int32Array | null): Int32Array {
+  const start = new Int32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let s = 0;
+    for (let t = 0; t < T; t++) {
+      if (docIds && t > 0 && docIds[b * T + t] !== docIds[b * T + t - 1]) s = t;
+      start[b * T + t] = s;
+    }
+  }
+  return start;
+}
+
+/** keep(q, kv) of the canonical sink mask for batch row b (see AttentionMask). */
+export function maskKeeps(
+  mask: AttentionMask, T: number, docStart: Int32Array, b: number, q: number, kv: number,
+): boolean {
+  if (kv > q) return false;
+  const { docIds, pinned } = mask;
+  if (docIds && docIds[b * T + q] !== docIds[b * T + kv]) return false;
+  const w = windowOf(mask.window);
+  if (w === 0 || q - kv < w) return true;
+  if (kv - docStart[b * T + kv] < mask.sinks) return true;
+  return pinned !== null && pinned[b * T + kv] !== 0;
+}
+
+function sgemm(
+  transA: Trans, transB: Trans, M: number, N: number, K: number,
+  alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
+  beta: number, C: Float32Array, ldc: number,
+): void {
+  const acc = new Float64Array(N);
+  for (let i = 0; i < M; i++) {
+    acc.fill(0);
+    if (transB) {
+      // op(B)[p, j] = B[j, p]: a dot product per output.
+      for (let j = 0; j < N; j++) {
+        let s = 0;
+        const bRow = j * ldb;
+        if (!transA) {
+          const aRow = i * lda;
+          for (let p = 0; p < K; p++) s += A[aRow + p] * B[bRow + p];
+        } else {
+          for (let p = 0; p < K; p++) s += A[p * lda + i] * B[bRow + p];
+        }
+        acc[j] = s;
+      }
+    } else {
+      for (let p = 0; p < K; p++) {
+        const a = transA ? A[p * lda + i] : A[i * lda + p];
+        if (a === 0) continue;
+        const bRow = p * ldb;
+        for (let j = 0; j < N; j++) acc[j] += a * B[bRow + j];
+      }
+    }
+    const cRow = i * ldc;
+    for (let j = 0; j < N; j++) {
+      C[cRow + j] = beta === 0 ? alpha * acc[j] : alpha * acc[j] + beta * C[cRow + j];
+    }
+  }
+}
+
+function sgemv(
+  trans: Trans, M: number, N: number, alpha: number, A: Float32Array, lda: number,
+  x: Float32Array, beta: number, y: Float32Array,
+): void {
+  if (!trans) {
+    for (let i = 0; i < M; i++) {
+      let s = 0;
+      const row = i * lda;
+      for (let j = 0; j < N; j++) s += A[row + j] * x[j];
+      y[i] = beta === 0 ? alpha * s : alpha * s + beta * y[i];
+    }
+  } else {
+    const acc = new Float64Array(N);
+    for (let i = 0; i < M; i++) {
+      const xi = x[i];
+      const row = i * lda;
+      for (let j = 0; j < N; j++) acc[j] += A[row + j] * xi;
+    }
+    for (let j = 0; j < N; j++) y[j] = beta === 0 ? alpha * acc[j] : alpha * acc[j] + beta * y[j];
+  }
+}
+
+function softmaxInto(N: number, V: number, temperature: number, x: Float32Array, out: Float32Array, log: boolean): void {
+  const invT = 1 / temperature;
+  for (let n = 0; n < N; n++) {
+    const o = n * V;
+    let mx = -Infinity;
+    for (let j = 0; j < V; j++) mx = Math.max(mx, x[o + j] * invT);
+    let sum = 0;
+    for (let j = 0; j < V; j++) sum += Math.exp(x[o + j] * invT - mx);
+    if (log) {
+      const lse = mx + Math.log(sum);
+      for (let j = 0; j < V; j++) out[o + j] = x[o + j] * invT - lse;
+    } else {
+      for (let j = 0; j < V; j++) out[o + j] = Math.exp(x[o + j] * invT - mx) / sum;
+    }
+  }
+}
+
+function attentionForward(
+  shape: AttentionShape, mask: AttentionMask, q: Float32Array, k: Float32Array, v: Float32Array,
+  sinkLogit: Float32Array | null, out: Float32Array, lse: Float32Array,
+): void {
+  const { B, T, H, KVH, D, scale } = shape;
+  const group = H / KVH;
+  const docStart = documentStarts(B, T, mask.docIds);
+  const s = new Float64Array(T);
+  const acc = new Float64Array(D);
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < T; t++) {
+      for (let h = 0; h < H; h++) {
+        const kvh = Math.floor(h / group);
+        const qo = ((b * T + t) * H + h) * D;
+        let mx = sinkLogit ? sinkLogit[h] : -Infinity;
+        for (let j = 0; j <= t; j++) {
+          if (!maskKeeps(mask, T, docStart, b, t, j)) {
+            s[j] = -Infinity;
+            continue;
+          }
+          const ko = ((b * T + j) * KVH + kvh) * D;
+          let dot = 0;
+          for (let d = 0; d < D; d++) dot += q[qo + d] * k[ko + d];
+          s[j] = dot * scale;
+          mx = Math.max(mx, s[j]);
+        }
+        acc.fill(0);
+        let sum = sinkLogit && mx > -Infinity ? Math.exp(sinkLogit[h] - mx) : 0;
+        for (let j = 0; j <= t; j++) {
+          if (s[j] === -Infinity) continue;
+          const p = Math.exp(s[j] - mx);
+          sum += p;
+          const vo = ((b * T + j) * KVH + kvh) * D;
+          for (let d = 0; d < D; d++) acc[d] += p * v[vo + d];
+        }
+        for (let d = 0; d < D; d++) out[qo + d] = sum > 0 ? acc[d] / sum : 0;
+        lse[(b * T + t) * H + h] = sum > 0 ? mx + Math.log(sum) : -Infinity;
+      }
+    }
+  }
+}
+
+function attentionBackward(
+  shape: AttentionShape, mask: AttentionMask, q: Float32Array, k: Float32Array, v: Float32Array,
+  sinkLogit: Float32Array | null, out: Float32Array, lse: Float32Array, dOut: Float32Array,
+  dQ: Float32Array, dK: Float32Array, dV: Float32Array, dSinkLogit: Float32Array | null,
+): void {
+  const { B, T, H, KVH, D, scale } = shape;
+  const group = H / KVH;
+  const docStart = documentStarts(B, T, mask.docIds);
+  const dKacc = new Float64Array(B * T * KVH * D);
+  const dVacc = new Float64Array(B * T * KVH * D);
+  const dq = new Float64Array(D);
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < T; t++) {
+      for (let h = 0; h < H; h++) {
+        const kvh = Math.floor(h / group);
+        const qo = ((b * T + t) * H + h) * D;
+        const l = lse[(b * T + t) * H + h];
+        if (l === -Infinity) {
+          for (let d = 0; d < D; d++) dQ[qo + d] = 0;
+          continue;
+        }
+        let delta = 0;
+        for (let d = 0; d < D; d++) delta += dOut[qo + d] * out[qo + d];
+        if (sinkLogit && dSinkLogit) dSinkLogit[h] -= Math.exp(sinkLogit[h] - l) * delta;
+        dq.fill(0);
+        for (let j = 0; j <= t; j++) {
+          if (!maskKeeps(mask, T, docStart, b, t, j)) continue;
+          const ko = ((b * T + j) * KVH + kvh) * D;
+          let dot = 0;
+          let dp = 0;
+          for (let d = 0; d < D; d++) {
+            dot += q[qo + d] * k[ko + d];
+            dp += dOut[qo + d] * v[ko + d];
+          }
+          const p = Math.exp(dot * scale - l);
+          const ds = p * (dp - delta) * scale;
+          for (let d = 0; d < D; d++) {
+            dq[d] += ds * k[ko + d];
+            dKacc[ko + d] += ds * q[qo + d];
+            dVacc[ko + d] += p * dOut[qo + d];
+          }
+        }
+        for (let d = 0; d < D; d++) dQ[qo + d] = dq[d];
+      }
+    }
+  }
+  for (let i = 0; i < dKacc.length; i++) {
+    dK[i] = dKacc[i];
+    dV[i] = dVacc[i];
+  }
+}
+
+function attentionCached(
+  shape: CachedAttentionShape, window: number, sinks: number, q: Float32Array,
+  kCache: Float32Array, vCache: Float32Array, blockTable: Int32Array, seqLens: Int32Array,
+  sinkLogit: Float32Array | null, out: Float32Array,
+): void {
+  const { B, Tq, H, KVH, D, scale, blockSize, maxBlocks } = shape;
+  const group = H / KVH;
+  const w = windowOf(window);
+  const acc = new Float64Array(D);
+  for (let b = 0; b < B; b++) {
+    const len = seqLens[b];
+    const s = new Float64Array(len);
+    const addr = new Int32Array(len);
+    for (let j = 0; j < len; j++) {
+      const blk = blockTable[b * maxBlocks + Math.floor(j / blockSize)];
+      addr[j] = (blk * blockSize + (j % blockSize)) * KVH * D;
+    }
+    for (let i = 0; i < Tq; i++) {
+      const e = len - Tq + i;
+      for (let h = 0; h < H; h++) {
+        const kvh = Math.floor(h / group);
+        const qo = ((b * Tq + i) * H + h) * D;
+        let mx = sinkLogit ? sinkLogit[h] : -Infinity;
+        for (let j = 0; j <= e; j++) {
+          if (!(w === 0 || e - j < w || j < sinks)) {
+            s[j] = -Infinity;
+            continue;
+          }
+          const ko = addr[j] + kvh * D;
+          let dot = 0;
+          for (let d = 0; d < D; d++) dot += q[qo + d] * kCache[ko + d];
+          s[j] = dot * scale;
+          mx = Math.max(mx, s[j]);
+        }
+        acc.fill(0);
+        let sum = sinkLogit && mx > -Infinity ? Math.exp(sinkLogit[h] - mx) : 0;
+        for (let j = 0; j <= e; j++) {
+          if (s[j] === -Infinity) continue;
+          const p = Math.exp(s[j] - mx);
+          sum += p;
+          const vo = addr[j] + kvh * D;
+          for (let d = 0; d < D; d++) acc[d] += p * vCache[vo + d];
+        }
+        for (let d = 0; d < D; d++) out[qo + d] = sum > 0 ? acc[d] / sum : 0;
+      }
+    }
+  }
+}
+
+/** The reference implementation of every kernel. */
+export const referenceKernels: Kernels = {
+  name: "reference",
+  describe: () => "reference (TypeScript, 1 thread)",
+  sgemm,
+  sgemv,
+
+  axpy(n, alpha, x, y) {
+    for (let i = 0; i < n; i++) y[i] += alpha * x[i];
+  },
+  scale(n, alpha, x) {
+    for (let i = 0; i < n; i++) x[i] *= alpha;
+  },
+  add(n, a, b, out) {
+    for (let i = 0; i < n; i++) out[i] = a[i] + b[i];
+  },
+  sumSquares(n, x) {
+    let s = 0;
+    for (let i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+  },
+
+  addBias(N, C, x, bias) {
+    for (let r = 0; r < N; r++) for (let c = 0; c < C; c++) x[r * C + c] += bias[c];
+  },
+  biasBackward(N, C, dY, dBias) {
+    const acc = new Float64Array(C);
+    for (let r = 0; r < N; r++) for (let c = 0; c < C; c++) acc[c] += dY[r * C + c];
+    for (let c = 0; c < C; c++) dBias[c] += acc[c];
+  },
+
+  embeddingForward(N, C, V, ids, table, out) {
+    for (let n = 0; n < N; n++) {
+      const id = ids[n];
+      if (id < 0 || id >= V) throw new RangeError(`embeddingForward: token id ${id} at row ${n} is outside [0, ${V}); check the tokenizer and vocabulary size.`);
+      out.set(table.subarray(id * C, id * C + C), n * C);
+    }
+  },
+  embeddingBackward(N, C, V, ids, dOut, dTable) {
+    for (let n = 0; n < N; n++) {
+      const id = ids[n];
+      if (id < 0 || id >= V) throw new RangeError(`embeddingBackward: token id ${id} at row ${n} is outside [0, ${V}).`);
+      for (let c = 0; c < C; c++) dTable[id * C + c] += dOut[n * C + c];
+    }
+  },
+
+  rmsnormForward(N, C, eps, x, weight, out, rstd) {
+    for (let n = 0; n < N; n++) {
+      const o = n * C;
+      let ss = 0;
+      for (let c = 0; c < C; c++) ss += x[o + c] * x[o + c];
+      const r = 1 / Math.sqrt(ss / C + eps);
+      rstd[n] = r;
+      for (let c = 0; c < C; c++) out[o + c] = x[o + c] * r * weight[c];
+    }
+  },
+  rmsnormBackward(N, C, dOut, x, weight, rstd, dX, dWeight) {
+    const dw = new Float64Array(C);
+    for (let n = 0; n < N; n++) {
+      const o = n * C;
+      const r = rstd[n];
+      let dot = 0;
+      for (let c = 0; c < C; c++) dot += dOut[o + c] * weight[c] * x[o + c];
+      const k = (r * r * r * dot) / C;
+      for (let c = 0; c < C; c++) {
+        dw[c] += dOut[o + c] * x[o + c] * r;
+        dX[o + c] = r * weight[c] * dOut[o + c] - k * x[o + c];
+      }
+    }
+    for (let c = 0; c < C; c++) dWeight[c] += dw[c];
+  },
+
+  ropeForward(N, H, D, positions, cos, sin, x) {
+    const half = D / 2;
+    for (let n = 0; n < N; n++) {
+      const t = positions[n] * half;
+      for (let h = 0; h < H; h++) {
+        const o = (n * H + h) * D;
+        for (let i = 0; i < half; i++) {
+          const c = cos[t + i];
+          const s = sin[t + i];
+          const x1 = x[o + i];
+          const x2 = x[o + i + half];
+          x[o + i] = x1 * c - x2 * s;
+          x[o + i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  },
+  ropeBackward(N, H, D, positions, cos, sin, dX) {
+    const half = D / 2;
+    for (let n = 0; n < N; n++) {
+      const t = positions[n] * half;
+      for (let h = 0; h < H; h++) {
+        const o = (n * H + h) * D;
+        for (let i = 0; i < half; i++) {
+          const c = cos[t + i];
+          const s = sin[t + i];
+          const d1 = dX[o + i];
+          const d2 = dX[o + i + half];
+          dX[o + i] = d1 * c + d2 * s;
+          dX[o + i + half] = d2 * c - d1 * s;
+        }
+      }
+    }
+  },
+
+  swigluForward(n, gate, up, out) {
+    for (let i = 0; i < n; i++) {
+      const g = gate[i];
+      out[i] = (g / (1 + Math.exp(-g))) * up[i];
+    }
+  },
+  swigluBackward(n, dOut, gate, up, dGate, dUp) {
+    for (let i = 0; i < n; i++) {
+      const g = gate[i];
+      const u = up[i];
+      const sig = 1 / (1 + Math.exp(-g));
+      const d = dOut[i];
+      dUp[i] = d * g * sig;
+      dGate[i] = d * u * sig * (1 + g * (1 - sig));
+    }
+  },
+
+  softmaxRows(N, V, temperature, x, out) {
+    softmaxInto(N, V, temperature, x, out, false);
+  },
+  logSoftmaxRows(N, V, temperature, x, out) {
+    softmaxInto(N, V, temperature, x, out, true);
+  },
+
+  logprobsForward(N, V, logits, targets, logprob, lse) {
+    for (let n = 0; n < N; n++) {
+      const o = n * V;
+      let mx = -Infinity;
+      for (let j = 0; j < V; j++) mx = Math.max(mx, logits[o + j]);
+      let sum = 0;
+      for (let j = 0; j < V; j++) sum += Math.exp(logits[o + j] - mx);
+      const l = mx + Math.log(sum);
+      lse[n] = l;
+      const t = targets[n];
+      logprob[n] = t >= 0 ? logits[o + t] - l : 0;
+    }
+  },
+  logprobsBackward(N, V, logits, targets, lse, dLogprob, dLogits) {
+    for (let n = 0; n < N; n++) {
+      const o = n * V;
+      const t = targets[n];
+      const g = t >= 0 ? dLogprob[n] : 0;
+      if (g === 0) {
+        dLogits.fill(0, o, o + V);
+        continue;
+      }
+      const l = lse[n];
+      for (let j = 0; j < V; j++) dLogits[o + j] = -g * Math.exp(logits[o + j] - l);
+      dLogits[o + t] += g;
+    }
+  },
+
+  adamwUpdate(n, param, grad, m, v, lr, beta1, beta2, eps, weightDecay, step, gradScale) {
+    const bc1 = 1 - Math.pow(beta1, step);
+    const bc2 = 1 - Math.pow(beta2, step);
+    for (let i = 0; i < n; i++) {
+      const g = grad[i] * gradScale;
+      m[i] = beta1 * m[i] + (1 - beta1) * g;
+      v[i] = beta2 * v[i] + (1 - beta2) * g * g;
+      const upd = m[i] / bc1 / (Math.sqrt(v[i] / bc2) + eps);
+      param[i] -= lr * (weightDecay * param[i] + upd);
+    }
+  },
+
+  attentionForward,
+  attentionBackward,
+  attentionCached,
+};
