@@ -1,0 +1,191 @@
+/**
+ * The training configuration: one validated file (YAML or JSON) for the SFT -> GRPO -> evaluation
+ * pipeline. Unknown fields and unsupported combinations are errors that name the field and the allowed
+ * values; nothing is silently ignored.
+ *
+ * Named configs: "reference" (the paper's defaults for real models: lr 5e-6, batch 32 tasks, group 8,
+ * KL 0.04, 3 epochs) and "demo" (a small model that trains on 2 CPU cores).
+ */
+import { readFileSync } from "node:fs";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { ADVANTAGE_ESTIMATORS } from "./advantages.js";
+
+const positiveInt = z.number().int().positive();
+
+const SuiteEntry = z
+  .object({
+    env: z.string().regex(/^[a-z0-9][a-z0-9_.-]*\/[a-z0-9][a-z0-9_.-]*-v\d+$/, "an env id like sinkflex/arith-v0"),
+    /** Options passed to `make` (task set, difficulty, ...). */
+    options: z.record(z.string(), z.unknown()).default({}),
+    /** Options for the held-out evaluation tasks (defaults to `options`). */
+    evalOptions: z.record(z.string(), z.unknown()).optional(),
+    weight: z.number().positive().default(1),
+  })
+  .strict();
+
+const ModelSection = z
+  .object({
+    /** A Hugging Face checkpoint folder to start from. */
+    checkpoint: z.string().optional(),
+    /** Or a fresh random model of this shape (a trimmed-vocabulary model is built from the suites' text). */
+    init: z
+      .object({
+        family: z.enum(["qwen2", "llama"]).default("qwen2"),
+        hiddenSize: positiveInt.default(128),
+        layers: positiveInt.default(4),
+        heads: positiveInt.default(4),
+        kvHeads: positiveInt.default(2),
+        intermediateSize: positiveInt.default(384),
+        maxPositions: positiveInt.default(4096),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict()
+  .refine((m) => (m.checkpoint ? !m.init : !!m.init), { message: "set exactly one of model.checkpoint or model.init" });
+
+const AttentionSection = z
+  .object({
+    mode: z.enum(["full", "sink-window"]).default("full"),
+    sinks: z.number().int().min(0).default(4),
+    window: positiveInt.default(1024),
+  })
+  .strict();
+
+const SftSection = z
+  .object({
+    enabled: z.boolean().default(true),
+    /** Expert episodes generated per suite as training data. */
+    expertEpisodes: z.number().int().min(0).default(64),
+    /** Extra OpenAI-chat JSONL files (with tools and tool_calls). */
+    data: z.array(z.string()).default([]),
+    epochs: positiveInt.default(2),
+    lr: z.number().positive().default(1e-3),
+    batchSize: positiveInt.default(8),
+    weightDecay: z.number().min(0).default(0.0),
+  })
+  .strict();
+
+const GrpoSection = z
+  .object({
+    enabled: z.boolean().default(true),
+    steps: z.number().int().min(0).default(10),
+    batchTasks: positiveInt.default(32),
+    groupSize: positiveInt.default(8),
+    lr: z.number().positive().default(5e-6),
+    epochs: positiveInt.default(3),
+    klCoef: z.number().min(0).default(0.04),
+    klEstimator: z.enum(["k3"]).default("k3"),
+    estimator: z.enum(ADVANTAGE_ESTIMATORS as unknown as ["grpo", "dr-grpo", "rloo"]).default("grpo"),
+    clipLow: z.number().min(0).max(1).default(0.2),
+    clipHigh: z.number().min(0).default(0.28),
+    aggregation: z.enum(["token", "sequence"]).default("token"),
+    /** Cap of the truncated importance weight against the behaviour policy; 0 disables the correction. */
+    tisCap: z.number().min(0).default(2),
+    filterDegenerateGroups: z.boolean().default(true),
+    maxStaleness: z.number().int().min(0).default(0),
+    maxGradNorm: z.number().min(0).default(1),
+    weightDecay: z.number().min(0).default(0),
+    temperature: z.number().positive().default(1),
+    topP: z.number().gt(0).max(1).default(1),
+    maxTurns: positiveInt.default(20),
+    maxTokensPerTurn: positiveInt.default(256),
+    maxContextTokens: positiveInt.default(8192),
+    /** Trajectories in flight at once. */
+    concurrency: positiveInt.default(16),
+  })
+  .strict();
+
+const EvalSection = z
+  .object({
+    tasksPerSuite: positiveInt.default(50),
+    /** Samples per task for pass@k (k <= samples). */
+    samples: positiveInt.default(1),
+    temperature: z.number().min(0).default(0),
+  })
+  .strict();
+
+export const TrainConfigSchema = z
+  .object({
+    name: z.string().default("run"),
+    seed: z.number().int().default(0),
+    runsDir: z.string().default("runs"),
+    suites: z.array(SuiteEntry).min(1, "list at least one suite"),
+    model: ModelSection,
+    attention: AttentionSection.default({ mode: "full", sinks: 4, window: 1024 }),
+    sft: SftSection.default({ enabled: true, expertEpisodes: 64, data: [], epochs: 2, lr: 1e-3, batchSize: 8, weightDecay: 0 }),
+    grpo: GrpoSection.prefault({}),
+    eval: EvalSection.prefault({}),
+    /** Save a checkpoint every N GRPO steps (and at the end of each stage). */
+    checkpointEvery: positiveInt.default(5),
+    /** Keep the last N checkpoints. */
+    keepCheckpoints: positiveInt.default(2),
+  })
+  .strict()
+  .superRefine((cfg, ctx) => {
+    const g = cfg.grpo;
+    if (g.enabled && g.groupSize < 2) {
+      ctx.addIssue({ code: "custom", path: ["grpo", "groupSize"], message: "group-relative advantages need groupSize >= 2" });
+    }
+    if (g.estimator === "dr-grpo" && g.aggregation === "sequence") {
+      ctx.addIssue({
+        code: "custom",
+        path: ["grpo", "aggregation"],
+        message: 'Dr. GRPO removes the per-sequence length normalization: use aggregation "token" with estimator "dr-grpo"',
+      });
+    }
+    if (cfg.eval.samples > 1 && cfg.eval.temperature === 0) {
+      ctx.addIssue({ code: "custom", path: ["eval", "temperature"], message: "pass@k with samples > 1 needs temperature > 0 (greedy samples are identical)" });
+    }
+    if (cfg.attention.mode === "sink-window" && cfg.attention.window <= cfg.attention.sinks) {
+      ctx.addIssue({ code: "custom", path: ["attention", "window"], message: "the window must be larger than the number of sink slots" });
+    }
+    if (!g.enabled && !cfg.sft.enabled) {
+      ctx.addIssue({ code: "custom", path: ["grpo", "enabled"], message: "both sft and grpo are disabled: nothing to train" });
+    }
+  });
+
+export type TrainConfig = z.infer<typeof TrainConfigSchema>;
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** Validates a parsed config object; errors list every problem with its field path. */
+export function validateConfig(raw: unknown, source = "config"): TrainConfig {
+  const result = TrainConfigSchema.safeParse(raw);
+  if (result.success) return result.data;
+  const lines = result.error.issues.map((issue) => {
+    const path = issue.path.length ? issue.path.join(".") : "(top level)";
+    let message = issue.message;
+    if (issue.code === "invalid_value" && "values" in issue) message = `must be one of ${(issue.values as unknown[]).map((v) => JSON.stringify(v)).join(", ")}`;
+    if (issue.code === "unrecognized_keys") message = `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
+    return `  ${path}: ${message}`;
+  });
+  throw new ConfigError(`${source} is not a valid training config:\n${lines.join("\n")}`);
+}
+
+export function loadConfigFile(path: string): TrainConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigError(`cannot read the config file ${path}: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = /\.json$/i.test(path) ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`${path} is not valid ${/\.json$/i.test(path) ? "JSON" : "YAML"}: ${(err as Error).message}`);
+  }
+  return validateConfig(raw, path);
+}
+
+/** The paper's reference hyperparameters, for real (>= 0.5B) models; suites and model are the user's. */
+export function referenceGrpo(): Partial<TrainConfig["grpo"]> {
+  return { lr: 5e-6, batchTasks: 32, groupSize: 8, klCoef: 0.04, epochs: 3 };
+}
