@@ -1,0 +1,134 @@
+/**
+ * One GRPO update, top to bottom: group advantages -> old and reference log-probs -> E epochs of
+ * PPO-clip steps on the engine. Read it like a cleanrl script: every step is here, in order.
+ *
+ * Input is plain data (token ids, loss masks, behaviour log-probs, rewards) grouped by task; the
+ * engine does the forward/backward through the `Engine` primitives. This file knows no environment.
+ */
+import type { Engine } from "../engine/types.js";
+import { computeAdvantages, type AdvantageEstimator } from "./advantages.js";
+import { countMask, policyLoss, type LossAggregation, type LossSequence } from "./policy-loss.js";
+
+/** One sampled sequence, as the trainer needs it. */
+export interface TrainSequence {
+  /** Every token of the trajectory (prompt, sampled, environment). */
+  tokens: number[];
+  /** One entry per token: 1 where the policy sampled the token. */
+  lossMask: Uint8Array;
+  /** One entry per token: the sampler's log-prob of that token (0 where lossMask is 0). */
+  behaviourLogprobs: Float32Array;
+  reward: number;
+  /** The policy version that sampled it (for staleness metrics). */
+  policyVersion: number;
+}
+
+export interface GrpoHparams {
+  estimator: AdvantageEstimator;
+  clipLow: number;
+  clipHigh: number;
+  aggregation: LossAggregation;
+  klCoef: number;
+  tisCap: number;
+  epochs: number;
+  lr: number;
+  weightDecay: number;
+  maxGradNorm: number;
+  filterDegenerateGroups: boolean;
+  /** Sequences per forward/backward call (gradients accumulate across calls of one step). */
+  microBatch: number;
+}
+
+export interface GrpoStepMetrics {
+  loss: number;
+  kl: number;
+  clipFraction: number;
+  ratioMean: number;
+  importanceWeightMean: number;
+  entropyEstimate: number;
+  gradNorm: number;
+  trainedTokens: number;
+  sequences: number;
+  degenerateGroups: number;
+  groups: number;
+  /** Mean (current version - sampling version) over the batch. */
+  staleness: number;
+  advantageAbsMean: number;
+}
+
+/** Shifts per-token arrays to the engine's log-prob positions: entry t predicts token t+1. */
+function shiftToPredictions(seq: TrainSequence): { mask: Uint8Array; behaviour: Float32Array } {
+  const L = seq.tokens.length;
+  if (seq.lossMask.length !== L || seq.behaviourLogprobs.length !== L) {
+    throw new Error(`grpo: a sequence has ${L} tokens but a mask of ${seq.lossMask.length} and ${seq.behaviourLogprobs.length} behaviour log-probs`);
+  }
+  if (seq.lossMask[0]) throw new Error("grpo: the first token cannot be a sampled token (nothing predicts it)");
+  return { mask: seq.lossMask.subarray(1), behaviour: seq.behaviourLogprobs.subarray(1) };
+}
+
+export async function grpoUpdate(
+  engine: Engine,
+  reference: Engine | undefined,
+  groups: TrainSequence[][],
+  hp: GrpoHparams,
+): Promise<GrpoStepMetrics> {
+  if (hp.klCoef > 0 && !reference) throw new Error("grpo: klCoef > 0 needs a reference engine");
+
+  // 1. Advantages, one per sequence, relative to its group.
+  const adv = computeAdvantages(
+    groups.map((g) => g.map((s) => s.reward)),
+    hp.estimator,
+    { filterDegenerate: hp.filterDegenerateGroups },
+  );
+  const sequences: TrainSequence[] = [];
+  const advantages: number[] = [];
+  for (const g of adv.kept) {
+    groups[g]!.forEach((s, i) => {
+      sequences.push(s);
+      advantages.push(adv.advantages[g]![i]!);
+    });
+  }
+  const version = engine.policyVersion;
+  const base = {
+    degenerateGroups: adv.degenerateGroups,
+    groups: groups.length,
+    sequences: sequences.length,
+    staleness: groups.flat().reduce((a, s) => a + (version - s.policyVersion), 0) / Math.max(groups.flat().length, 1),
+    advantageAbsMean: advantages.reduce((a, x) => a + Math.abs(x), 0) / Math.max(advantages.length, 1),
+  };
+  if (sequences.length === 0) {
+    return { ...base, loss: 0, kl: 0, clipFraction: 0, ratioMean: 1, importanceWeightMean: 1, entropyEstimate: 0, gradNorm: 0, trainedTokens: 0 };
+  }
+
+  // 2. Log-probs of the policy at the start of this update (the PPO "old" policy) and of the reference.
+  const tokenLists = sequences.map((s) => s.tokens);
+  const oldLogprobs = await engine.logprobs(tokenLists);
+  const refLogprobs = hp.klCoef > 0 ? await reference!.logprobs(tokenLists) : undefined;
+  const lossSequences: LossSequence[] = sequences.map((s, i) => {
+    const { mask, behaviour } = shiftToPredictions(s);
+    return { mask, advantage: advantages[i]!, oldLogprobs: oldLogprobs[i]!, behaviourLogprobs: behaviour, refLogprobs: refLogprobs?.[i] };
+  });
+  const totalTokens = lossSequences.reduce((n, s) => n + countMask(s.mask), 0);
+
+  // 3. E epochs; each is one optimizer step over the whole batch, accumulated over micro-batches.
+  let last: Omit<GrpoStepMetrics, keyof typeof base> | undefined;
+  for (let epoch = 0; epoch < hp.epochs; epoch++) {
+    let loss = 0;
+    const sums = { kl: 0, clipFraction: 0, ratioMean: 0, importanceWeightMean: 0, entropyEstimate: 0 };
+    for (let start = 0; start < lossSequences.length; start += hp.microBatch) {
+      const micro = lossSequences.slice(start, start + hp.microBatch);
+      const microTokens = micro.reduce((n, s) => n + countMask(s.mask), 0);
+      const microSeqs = micro.filter((s) => countMask(s.mask) > 0).length;
+      // Scale so that the micro-batch losses add up to the loss of the whole batch.
+      const scale = hp.aggregation === "token" ? microTokens / Math.max(totalTokens, 1) : microSeqs / Math.max(lossSequences.filter((s) => countMask(s.mask) > 0).length, 1);
+      const result = await engine.forwardBackward(tokenLists.slice(start, start + hp.microBatch), (lp) => {
+        const r = policyLoss(lp, micro, hp);
+        return { loss: r.loss * scale, dLogprobs: r.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: r.metrics };
+      });
+      loss += result.loss;
+      for (const key of Object.keys(sums) as (keyof typeof sums)[]) sums[key] += (result.metrics[key] ?? 0) * (microTokens / Math.max(totalTokens, 1));
+    }
+    const { gradNorm } = await engine.optimStep({ lr: hp.lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
+    last = { loss, ...sums, gradNorm, trainedTokens: totalTokens };
+  }
+  return { ...base, ...last! };
+}
