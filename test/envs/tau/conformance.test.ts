@@ -1,0 +1,64 @@
+// Conformance of the retail and airline tools: every public task's gold replay gives exactly the
+// expected output strings and changed records; and the Python-compatible JSON layer prints like Python.
+import { describe, expect, it } from "vitest";
+import { calculate } from "../../../src/envs/tau/calculate.js";
+import { conform } from "../../../src/envs/tau/conform.js";
+import { expectedFile, taskFile } from "../../../src/envs/tau/tasks.js";
+import { pyClone, pyDumps, pyFloat, pyParse, pyRound } from "../../../src/envs/tau/pyjson.js";
+
+describe("tau-bench conformance", () => {
+  for (const [domain, set, count] of [
+    ["retail", "train", 500],
+    ["retail", "dev", 20],
+    ["airline", "dev", 25],
+  ] as const) {
+    it(`${domain} ${set}: all ${count} gold replays match the expected outputs and records`, () => {
+      const report = conform(taskFile(domain, set), expectedFile(domain, set));
+      expect(report.mismatches.map((m) => `task ${m.task}: ${m.detail}`)).toEqual([]);
+      expect(report.total).toBe(count);
+      expect(report.matched).toBe(count);
+    });
+  }
+
+  it("detects a wrong expected output", async () => {
+    const { mkdtempSync, writeFileSync, readFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "tau-conform-"));
+    const tasks = JSON.parse(readFileSync(taskFile("retail", "dev"), "utf8")).slice(0, 3);
+    const expected = JSON.parse(readFileSync(expectedFile("retail", "dev"), "utf8"));
+    expected.tasks = expected.tasks.slice(0, 3);
+    expected.tasks[1].action_outputs[0] = "Error: order not found";
+    writeFileSync(join(dir, "tasks.json"), JSON.stringify(tasks));
+    writeFileSync(join(dir, "expected.json"), JSON.stringify(expected));
+    const report = conform(join(dir, "tasks.json"), join(dir, "expected.json"));
+    expect(report.matched).toBe(2);
+    expect(report.mismatches[0]!.task).toBe(1);
+  });
+});
+
+describe("Python-compatible JSON", () => {
+  it("keeps integral floats and index-like key order through parse, clone and dump", () => {
+    const text = '{"b": 10.0, "a": 10, "variants": {"9": 1, "10": 2.5, "1": -0.5}, "s": "caf\\u00e9 \\"x\\""}';
+    const v = pyParse(text);
+    expect(pyDumps(v)).toBe(text);
+    expect(pyDumps(pyClone(v))).toBe(text);
+    expect(pyDumps({ x: [1e-5, pyFloat(1e16), 1e16, 0.1 + 0.2] })).toBe('{"x": [1e-05, 1e+16, 10000000000000000, 0.30000000000000004]}');
+  });
+
+  it("rounds like Python's round(x, 2)", () => {
+    expect(pyDumps(pyRound(2.675, 2))).toBe("2.67");
+    expect(pyDumps(pyRound(pyFloat(0.125), 2))).toBe("0.12");
+    expect(pyDumps(pyRound(pyFloat(0.375), 2))).toBe("0.38");
+    expect(pyDumps(pyRound(100.0 + 0.001, 2))).toBe("100.0");
+    expect(pyDumps(pyRound(7, 2))).toBe("7");
+  });
+
+  it("calculates like the benchmark's calculate tool", () => {
+    expect(calculate("2 * ((350 - 122) + (499 - 127))")).toBe("1200.0");
+    expect(calculate("10 / 4")).toBe("2.5");
+    expect(calculate("1 / 3")).toBe("0.33");
+    expect(calculate("1 / 0")).toBe("Error: division by zero");
+    expect(calculate("import os")).toBe("Error: invalid characters in expression");
+  });
+});
