@@ -2,10 +2,13 @@
  * The bundled environment suites. `registerBundledEnvs()` registers every suite's env ids with the
  * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
  */
+import { registerArith } from "./arith/index.js";
+
 let registered = false;
 
 export function registerBundledEnvs(): void {
   if (registered) return;
   registered = true;
   // Suites register here, one line each.
+  registerArith();
 }

@@ -1,0 +1,48 @@
+/**
+ * The arith suite: registers `sinkflex/arith-v0` with the gym registry and the suite (its scripted
+ * expert and replay) with the suite list. Called once from src/envs/index.ts.
+ */
+import { make, register } from "../../gym/registry.js";
+import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
+import { createArithEnv } from "./env.js";
+import { ArithExpert } from "./expert.js";
+import type { ArithTask } from "./tasks.js";
+
+export const ARITH_ENV_ID = "sinkflex/arith-v0";
+const DEFAULT_COUNT = 300;
+
+export function registerArith(): void {
+  register(ARITH_ENV_ID, (options) => createArithEnv(options), {
+    suite: "arith",
+    description: "Arithmetic word problems (3 levels): calculate, then submit_answer; reward 1 for the exact answer.",
+    taskCount: DEFAULT_COUNT,
+    maxEpisodeSteps: 10,
+    options: { count: DEFAULT_COUNT, taskSeed: 7 },
+  });
+  registerSuite({
+    name: "arith",
+    envIds: [ARITH_ENV_ID],
+    createExpert: (_envId, task) => new ArithExpert(task as ArithTask),
+    replay: replayArith,
+  });
+}
+
+/** Plays the scripted expert over the tasks (there are no gold trajectories); every task must be solved. */
+async function replayArith(envId: string, options: ReplayOptions): Promise<ReplayReport> {
+  if (options.tasks || options.dbDir || options.games) {
+    throw new Error("arith: replay takes no --tasks, --db-dir or --games; its tasks are generated");
+  }
+  const env = await make(envId);
+  const total = Math.min(options.limit ?? DEFAULT_COUNT, env.metadata.taskCount ?? DEFAULT_COUNT);
+  const failures: ReplayReport["failures"] = [];
+  try {
+    for (let taskIndex = 0; taskIndex < total; taskIndex++) {
+      const episode = await runExpertEpisode(env, envId, { taskIndex });
+      if (episode.reward !== 1) failures.push({ task: String(taskIndex), reason: JSON.stringify(episode.info.evidence ?? episode.info) });
+      options.onProgress?.(taskIndex + 1, total);
+    }
+  } finally {
+    await env.close();
+  }
+  return { total, succeeded: total - failures.length, expectedRate: 1, failures };
+}
