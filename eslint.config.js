@@ -17,6 +17,12 @@ export default tseslint.config(
     },
   },
   {
+    files: ["src/dashboard/static/**/*.js"],
+    languageOptions: {
+      globals: { document: "readonly", window: "readonly", fetch: "readonly", location: "readonly", setInterval: "readonly", console: "readonly" },
+    },
+  },
+  {
     files: ["**/*.mjs", "**/*.js"],
     languageOptions: { globals: { process: "readonly", console: "readonly", URL: "readonly" } },
   },

@@ -6,6 +6,7 @@
  * they never print a stack trace unless SINKFLEX_DEBUG=1.
  */
 import { Command, CommanderError } from "commander";
+import { registerDashboardCommands } from "./commands/dashboard.js";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
     .version("0.1.0")
     .showHelpAfterError("(run with --help for usage)");
   // Command groups register here.
+  registerDashboardCommands(program);
   return program;
 }
 

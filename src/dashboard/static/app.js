@@ -1,0 +1,153 @@
+// The dashboard app: picks a run, polls its metrics, draws the curves, the per-suite table and the
+// trajectory viewer. Talks only to this server's read-only /api.
+import { lineChart, escapeHtml } from "./charts.js";
+import { renderGroup } from "./viewer.js";
+
+const $ = (id) => document.getElementById(id);
+const state = { run: null, compare: null, metrics: {}, next: {}, trajectories: null, trajFile: null };
+
+async function api(path) {
+  const res = await fetch(path);
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+async function loadRuns() {
+  const runs = await api("/api/runs");
+  const runSel = $("run-select");
+  const cmpSel = $("compare-select");
+  const current = state.run;
+  runSel.innerHTML = runs.map((r) => `<option value="${escapeHtml(r.name)}">${escapeHtml(r.name)}${r.status ? ` (${escapeHtml(r.status.state)})` : ""}</option>`).join("");
+  cmpSel.innerHTML = `<option value="">(none)</option>` + runs.map((r) => `<option value="${escapeHtml(r.name)}">${escapeHtml(r.name)}</option>`).join("");
+  const fromHash = decodeURIComponent(location.hash.slice(1));
+  state.run = current || (runs.some((r) => r.name === fromHash) ? fromHash : runs[0]?.name ?? null);
+  if (state.run) runSel.value = state.run;
+  if (state.compare) cmpSel.value = state.compare;
+  if (!state.run) $("summary").innerHTML = `<div class="empty">no runs yet in this folder: start one with <code>sinkflex train</code> or <code>sinkflex demo</code></div>`;
+}
+
+async function pollMetrics(run) {
+  const from = state.next[run] ?? 0;
+  const { records, next } = await api(`/api/runs/${encodeURIComponent(run)}/metrics?from=${from}`);
+  state.metrics[run] = (state.metrics[run] || []).concat(records);
+  state.next[run] = next;
+}
+
+function seriesFor(run, key, stage, xKey = "step") {
+  const pts = [];
+  for (const m of state.metrics[run] || []) {
+    if (stage && m.stage !== stage) continue;
+    const v = key.split(".").reduce((o, k) => (o == null ? undefined : o[k]), m);
+    if (typeof v === "number") pts.push([m[xKey], v]);
+  }
+  return pts;
+}
+
+function drawCharts() {
+  const charts = $("charts");
+  charts.innerHTML = "";
+  const alpha = Number($("smoothing").value);
+  const runs = [state.run, state.compare].filter(Boolean);
+  const suites = new Set();
+  for (const r of runs) for (const m of state.metrics[r] || []) for (const s of Object.keys(m.reward || {})) suites.add(s);
+  const series = (key, stage, xKey) => runs.map((r) => ({ label: runs.length > 1 ? r : key, points: seriesFor(r, key, stage, xKey) }));
+  // Reward per suite (GRPO), one chart with one line per suite (and per run when comparing).
+  const rewardSeries = [];
+  for (const r of runs) for (const s of suites) rewardSeries.push({ label: runs.length > 1 ? `${r}: ${s}` : s, points: seriesFor(r, `reward.${s}`, "grpo") });
+  charts.append(lineChart("reward per suite (GRPO)", rewardSeries, alpha));
+  charts.append(lineChart("SFT loss", series("loss", "sft"), alpha));
+  charts.append(lineChart("GRPO loss", series("loss", "grpo"), alpha));
+  charts.append(lineChart("KL to reference", series("kl", "grpo"), alpha));
+  charts.append(lineChart("clip fraction", series("clipFraction", "grpo"), alpha));
+  charts.append(lineChart("entropy (estimate)", series("entropy", "grpo"), alpha));
+  charts.append(lineChart("tokens per second (x: seconds)", series("tokensPerSec", undefined, "time"), alpha));
+  charts.append(lineChart("staleness (policy versions)", series("staleness", "grpo"), alpha));
+}
+
+async function drawEval() {
+  const ev = await api(`/api/runs/${encodeURIComponent(state.run)}/eval`);
+  const before = ev.stages?.["before-rl"] || {};
+  const after = ev.stages?.["after-rl"] || {};
+  const suites = [...new Set([...Object.keys(before), ...Object.keys(after)])];
+  if (suites.length === 0) {
+    $("eval-table").innerHTML = `<div class="empty">no evaluation yet</div>`;
+    return;
+  }
+  const pct = (x) => (x == null ? "–" : `${(100 * x.rate).toFixed(1)}% <small>[${(100 * x.ciLow).toFixed(0)}–${(100 * x.ciHigh).toFixed(0)}]</small>`);
+  const rows = suites.map((s) => {
+    const b = before[s], a = after[s];
+    const d = a && b ? 100 * (a.rate - b.rate) : null;
+    const cls = d == null ? "" : d > 0 ? "up" : d < 0 ? "down" : "";
+    return `<tr><td>${escapeHtml(s)}</td><td>${pct(b)}</td><td>${pct(a)}</td><td class="${cls}">${d == null ? "–" : `${d > 0 ? "+" : ""}${d.toFixed(1)}`}</td><td>${a ? a.avgReward.toFixed(3) : "–"}</td><td>${a ? a.trials : b ? b.trials : "–"}</td></tr>`;
+  });
+  $("eval-table").innerHTML = `<table><thead><tr><th>suite</th><th>before RL</th><th>after RL</th><th>Δ points</th><th>avg reward</th><th>tasks</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+}
+
+async function loadTrajectoryFiles() {
+  const files = await api(`/api/runs/${encodeURIComponent(state.run)}/trajectories`);
+  const sel = $("traj-file");
+  const keep = state.trajFile && files.includes(state.trajFile) ? state.trajFile : files[files.length - 1];
+  sel.innerHTML = files.map((f) => `<option>${escapeHtml(f)}</option>`).join("");
+  if (keep && keep !== state.trajFile) {
+    sel.value = keep;
+    await loadTrajectories(keep);
+  } else if (!keep) {
+    $("viewer").innerHTML = `<div class="empty">no trajectories saved yet</div>`;
+  }
+}
+
+async function loadTrajectories(file) {
+  state.trajFile = file;
+  const { records } = await api(`/api/runs/${encodeURIComponent(state.run)}/trajectories/${encodeURIComponent(file)}`);
+  state.trajectories = records;
+  const suites = [...new Set(records.map((r) => r.suite))];
+  $("traj-suite").innerHTML = suites.map((s) => `<option>${escapeHtml(s)}</option>`).join("");
+  fillTasks();
+}
+
+function fillTasks() {
+  const suite = $("traj-suite").value;
+  const groups = [...new Set((state.trajectories || []).filter((r) => r.suite === suite).map((r) => r.group))];
+  $("traj-task").innerHTML = groups
+    .map((g) => {
+      const r = state.trajectories.find((x) => x.suite === suite && x.group === g);
+      return `<option value="${g}">group ${g} · task ${r.taskIndex}</option>`;
+    })
+    .join("");
+  showGroup();
+}
+
+function showGroup() {
+  const suite = $("traj-suite").value;
+  const group = Number($("traj-task").value);
+  renderGroup($("viewer"), (state.trajectories || []).filter((r) => r.suite === suite && r.group === group));
+}
+
+async function refresh() {
+  if (!state.run) return;
+  try {
+    await Promise.all([state.run, state.compare].filter(Boolean).map(pollMetrics));
+    const status = await api(`/api/runs/${encodeURIComponent(state.run)}/status`);
+    $("run-status").textContent = status ? `${status.state} · ${status.stage} step ${status.step}/${status.totalSteps}` : "";
+    const last = (state.metrics[state.run] || []).slice(-1)[0];
+    $("summary").innerHTML = last ? `<b>${escapeHtml(state.run)}</b> · last record: stage ${escapeHtml(last.stage)}, step ${last.step}, ${Math.round(last.time ?? 0)} s` : `<b>${escapeHtml(state.run)}</b>`;
+    drawCharts();
+    await drawEval();
+    await loadTrajectoryFiles();
+  } catch (err) {
+    $("run-status").textContent = `error: ${err.message}`;
+  }
+}
+
+$("run-select").addEventListener("change", (e) => { state.run = e.target.value; state.trajFile = null; location.hash = state.run; refresh(); });
+$("compare-select").addEventListener("change", (e) => { state.compare = e.target.value || null; refresh(); });
+$("smoothing").addEventListener("input", drawCharts);
+$("traj-file").addEventListener("change", (e) => loadTrajectories(e.target.value));
+$("traj-suite").addEventListener("change", fillTasks);
+$("traj-task").addEventListener("change", showGroup);
+
+await loadRuns();
+await refresh();
+document.body.dataset.ready = "1";
+setInterval(refresh, 2000);
