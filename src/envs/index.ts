@@ -3,6 +3,7 @@
  * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
  */
 import { registerArith } from "./arith/index.js";
+import { registerSqlSuite } from "./sql/index.js";
 
 let registered = false;
 
@@ -11,4 +12,5 @@ export function registerBundledEnvs(): void {
   registered = true;
   // Suites register here, one line each.
   registerArith();
+  registerSqlSuite();
 }
