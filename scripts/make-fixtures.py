@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Fixtures that pin sinkflex's model code to Hugging Face transformers.
+
+Run by hand (never at test time); needs `pip install torch transformers safetensors numpy`.
+
+  python scripts/make-fixtures.py build [--out test/fixtures/models]
+      Builds tiny random Qwen2 and Llama models and writes, per model, test/fixtures/models/<name>/:
+        checkpoint/            the Hugging Face checkpoint folder (config.json, model.safetensors,
+                               generation_config.json)
+        expected.safetensors   input_ids [B, T] (as float), logits [B, T, V], grad.<param name> for every
+                               parameter (the gradient of the mean next-token cross-entropy)
+        expected.json          loss, the AdamW hyper-parameters, the losses of 10 AdamW steps on the same
+                               batch (loss before each step, then the loss after the last), and per-tensor
+                               sum / sum of squares of the final weights
+
+  python scripts/make-fixtures.py check <checkpoint-dir> <ids.json> <logits.safetensors>
+      Loads a checkpoint written by sinkflex with transformers, runs it on the token ids in ids.json
+      ([[...], ...], equal lengths) and compares with the logits sinkflex wrote (tensor "logits" [B, T, V]).
+      Prints the max abs difference and exits 1 if it exceeds 1e-4.
+
+It is not a test runner and it is not used by sinkflex at run time.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+B, T = 2, 12
+ADAMW = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weightDecay": 0.1, "maxGradNorm": 1.0, "steps": 10}
+
+
+def tiny_models():
+    common = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        vocab_size=256,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        attn_implementation="eager",
+    )
+    qwen = Qwen2Config(**common, tie_word_embeddings=True, rope_theta=10000.0)
+    llama = LlamaConfig(
+        **common,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    )
+    return [("qwen2-tiny", Qwen2ForCausalLM, qwen), ("llama-tiny", LlamaForCausalLM, llama)]
+
+
+def perturb(model, gen):
+    """Random biases and norm weights too, so every parameter's gradient path is exercised."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+            elif "norm" in name:
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.08)
+
+
+def mean_ce(model, ids):
+    logits = model(input_ids=ids).logits
+    lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    tok = torch.gather(lp, 2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return logits, -tok.mean()
+
+
+def build(out_root):
+    torch.manual_seed(0)
+    for name, cls, cfg in tiny_models():
+        gen = torch.Generator().manual_seed(1234)
+        model = cls(cfg).float()
+        perturb(model, gen)
+        model.eval()
+        out = os.path.join(out_root, name)
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        ckpt = os.path.join(out, "checkpoint")
+        model.save_pretrained(ckpt, safe_serialization=True)
+        ids = torch.randint(0, cfg.vocab_size, (B, T), generator=gen)
+
+        logits, loss = mean_ce(model, ids)
+        model.zero_grad()
+        loss.backward()
+        expected = {"input_ids": ids.float().contiguous(), "logits": logits.detach().contiguous()}
+        for pname, p in model.named_parameters():
+            expected["grad." + pname] = p.grad.detach().contiguous().clone()
+        save_file(expected, os.path.join(out, "expected.safetensors"))
+
+        opt = torch.optim.AdamW(
+            model.parameters(),
+            lr=ADAMW["lr"],
+            betas=(ADAMW["beta1"], ADAMW["beta2"]),
+            eps=ADAMW["eps"],
+            weight_decay=ADAMW["weightDecay"],
+        )
+        losses, grad_norms = [], []
+        for _ in range(ADAMW["steps"]):
+            opt.zero_grad()
+            _, l = mean_ce(model, ids)
+            l.backward()
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW["maxGradNorm"])
+            opt.step()
+            losses.append(l.item())
+            grad_norms.append(gn.item())
+        with torch.no_grad():
+            _, final_loss = mean_ce(model, ids)
+        checksums = {
+            pname: {"sum": p.detach().double().sum().item(), "sumsq": (p.detach().double() ** 2).sum().item()}
+            for pname, p in model.named_parameters()
+        }
+        with open(os.path.join(out, "expected.json"), "w") as f:
+            json.dump(
+                {
+                    "model": name,
+                    "transformers": __import__("transformers").__version__,
+                    "torch": torch.__version__,
+                    "batch": [B, T],
+                    "loss": loss.item(),
+                    "adamw": ADAMW,
+                    "adamwLosses": losses,
+                    "adamwGradNorms": grad_norms,
+                    "adamwFinalLoss": final_loss.item(),
+                    "finalWeights": checksums,
+                },
+                f,
+                indent=1,
+            )
+        print(f"{name}: loss {loss.item():.6f}, after {ADAMW['steps']} AdamW steps {final_loss.item():.6f} -> {out}")
+
+
+def check(ckpt, ids_path, logits_path):
+    with open(ids_path) as f:
+        ids = torch.tensor(json.load(f), dtype=torch.long)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    ours = load_file(logits_path)["logits"].reshape(logits.shape)
+    diff = (logits - ours).abs().max().item()
+    print(f"transformers {__import__('transformers').__version__} loaded {ckpt} ({type(model).__name__}); "
+          f"logits {tuple(logits.shape)}, max |transformers - sinkflex| = {diff:.3e}")
+    sys.exit(0 if diff <= 1e-4 else 1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write the fixtures")
+    b.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "models"))
+    c = sub.add_parser("check", help="check a sinkflex-written checkpoint against transformers")
+    c.add_argument("checkpoint")
+    c.add_argument("ids")
+    c.add_argument("logits")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    if a.cmd == "build":
+        build(os.path.normpath(a.out))
+    else:
+        check(a.checkpoint, a.ids, a.logits)
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=6)
+    main()

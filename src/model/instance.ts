@@ -1,0 +1,42 @@
+/**
+ * Assembling a runnable `Model` (config + parameter views + kernels + RoPE tables + mask settings) from
+ * a loaded checkpoint or a fresh random initialization.
+ *
+ * This file holds no compute (transformer.ts) and no file formats (checkpoint.ts).
+ */
+import type { Kernels } from "../kernels/kernels.js";
+import { validateConfig, type ModelConfig } from "./config.js";
+import { bindParams, initParams, paramLayout, type ParamEntry } from "./params.js";
+import { RopeTable } from "./rope.js";
+import type { AttentionSettings, Model } from "./transformer.js";
+
+export interface ModelWeights {
+  cfg: ModelConfig;
+  entries: ParamEntry[];
+  /** Flat parameters in the layout of `entries`. */
+  data: Float32Array;
+}
+
+export const FULL_ATTENTION: AttentionSettings = { window: 0, sinks: 0 };
+
+/** A runnable model over `weights.data` (shared, not copied). */
+export function buildModel(weights: ModelWeights, kernels: Kernels, attention: AttentionSettings = FULL_ATTENTION): Model {
+  return {
+    cfg: weights.cfg,
+    params: bindParams(weights.cfg, weights.entries, weights.data),
+    kernels,
+    rope: new RopeTable(weights.cfg),
+    attention: { ...attention },
+  };
+}
+
+/** Fresh random weights for a config (N(0, std) matrices, unit norms, zero biases), deterministic in `seed`. */
+export function randomWeights(
+  cfg: ModelConfig, seed: number, opts: { std?: number; sinkLogits?: boolean } = {},
+): ModelWeights {
+  const valid = validateConfig(cfg);
+  const { entries, total } = paramLayout(valid, { sinkLogits: opts.sinkLogits });
+  const data = new Float32Array(total);
+  initParams(entries, data, seed, opts.std ?? 0.02);
+  return { cfg: valid, entries, data };
+}

@@ -1,0 +1,459 @@
+/**
+ * The Qwen2 / Llama decoder, forward and backward written out layer by layer (as in llm.c): embedding,
+ * RMSNorm, attention with RoPE and grouped-query heads, SwiGLU MLP, LM head with log-softmax.
+ *
+ * Two passes live here:
+ * - `trainForward` / `trainBackward`: whole packed sequences (training and teacher-forced scoring), with
+ *   every activation the backward needs kept in a preallocated `TrainWorkspace`;
+ * - `cachedForward`: new tokens of several sequences against a paged KV cache (prefill and decoding).
+ *
+ * Every number is computed by a `Kernels` implementation, so native and reference kernels are
+ * interchangeable. This file is not the optimizer (optimizer.ts), not the KV-cache bookkeeping (the
+ * engine's), and not a general autograd: each forward step has its backward step written beside it.
+ *
+ * Shapes: N packed tokens, C hidden, H query heads, KVH kv heads, D head size, Q = H*D, KV = KVH*D,
+ * F MLP width, V vocabulary, L layers.
+ */
+import type { AttentionMask, Kernels } from "../kernels/kernels.js";
+import type { ModelConfig } from "./config.js";
+import type { ModelParams } from "./params.js";
+import { RopeTable } from "./rope.js";
+
+/** The canonical attention mask settings shared by every sequence of a model (see attention/). */
+export interface AttentionSettings {
+  /** Sliding window W; 0 = full causal attention. */
+  window: number;
+  /** K sink slots at the start of each document; 0 = none. */
+  sinks: number;
+}
+
+/** A model ready to run: config, parameters, kernels, RoPE tables and mask settings. */
+export interface Model {
+  cfg: ModelConfig;
+  params: ModelParams;
+  kernels: Kernels;
+  rope: RopeTable;
+  attention: AttentionSettings;
+}
+
+/** Several sequences packed one after another into N rows. */
+export interface PackedBatch {
+  /** [N] token ids. */
+  ids: Int32Array;
+  /** [N] positions (restarting at 0 for each sequence). */
+  positions: Int32Array;
+  /** [N] the next token of each row, -1 at the end of a sequence. */
+  targets: Int32Array;
+  /** Start row and length of each sequence. */
+  starts: number[];
+  lengths: number[];
+  /** [N] document ids / pinned flags for the canonical mask, or null. */
+  docIds: Int32Array | null;
+  pinned: Uint8Array | null;
+}
+
+/** Packs token sequences (each of length >= 1) into one batch. */
+export function packSequences(seqs: number[][], docIds?: Int32Array[] | null, pinned?: Uint8Array[] | null): PackedBatch {
+  const N = seqs.reduce((a, s) => a + s.length, 0);
+  const ids = new Int32Array(N);
+  const positions = new Int32Array(N);
+  const targets = new Int32Array(N);
+  const d = docIds ? new Int32Array(N) : null;
+  const p = pinned ? new Uint8Array(N) : null;
+  const starts: number[] = [];
+  const lengths: number[] = [];
+  let o = 0;
+  seqs.forEach((s, i) => {
+    if (s.length === 0) throw new RangeError(`sequence ${i} is empty; every sequence needs at least one token`);
+    starts.push(o);
+    lengths.push(s.length);
+    for (let t = 0; t < s.length; t++) {
+      ids[o + t] = s[t]!;
+      positions[o + t] = t;
+      targets[o + t] = t + 1 < s.length ? s[t + 1]! : -1;
+    }
+    if (d) d.set(docIds![i]!, o);
+    if (p) p.set(pinned![i]!, o);
+    o += s.length;
+  });
+  return { ids, positions, targets, starts, lengths, docIds: d, pinned: p };
+}
+
+/** Runs of consecutive sequences of equal length: each is one [B, T] attention call. */
+function attentionGroups(b: PackedBatch): { start: number; B: number; T: number }[] {
+  const groups: { start: number; B: number; T: number }[] = [];
+  for (let i = 0; i < b.lengths.length; i++) {
+    const last = groups[groups.length - 1];
+    if (last && last.T === b.lengths[i]) last.B++;
+    else groups.push({ start: b.starts[i]!, B: 1, T: b.lengths[i]! });
+  }
+  return groups;
+}
+
+/** The largest logits block kept at once ([rows, V] floats); longer batches recompute the LM head in chunks. */
+const LOGITS_BUDGET = 1 << 25;
+
+interface LayerActs {
+  /** [N, C] */ ln1: Float32Array;
+  /** [N] */ rstd1: Float32Array;
+  /** [N, Q] after RoPE */ q: Float32Array;
+  /** [N, KV] after RoPE */ k: Float32Array;
+  /** [N, KV] */ v: Float32Array;
+  /** [N, Q] */ att: Float32Array;
+  /** [N, H] */ lse: Float32Array;
+  /** [N, C] */ residMid: Float32Array;
+  /** [N, C] */ ln2: Float32Array;
+  /** [N] */ rstd2: Float32Array;
+  /** [N, F] */ gate: Float32Array;
+  /** [N, F] */ up: Float32Array;
+  /** [N, F] */ act: Float32Array;
+}
+
+/** Preallocated activations and gradient scratch for packed batches of up to `capacity` tokens. */
+export class TrainWorkspace {
+  capacity = 0;
+  /** resid[l] [N, C] is layer l's input; resid[L] the last layer's output. */
+  resid: Float32Array[] = [];
+  layers: LayerActs[] = [];
+  /** [N, C] */ lnf = new Float32Array(0);
+  /** [N] */ rstdf = new Float32Array(0);
+  /** [R, V], R = logitRows */ logits = new Float32Array(0);
+  logitRows = 0;
+  /** [N] log p(target) per row (0 where no target). */ logprob = new Float32Array(0);
+  /** [N] */ lse = new Float32Array(0);
+  // backward scratch
+  dResid = new Float32Array(0);
+  dTmp = new Float32Array(0);
+  dLn = new Float32Array(0);
+  dAtt = new Float32Array(0);
+  dQ = new Float32Array(0);
+  dK = new Float32Array(0);
+  dV = new Float32Array(0);
+  dAct = new Float32Array(0);
+  /** Whether `logits` holds all rows of the last forward (no recompute needed in backward). */
+  logitsComplete = false;
+
+  constructor(private readonly cfg: ModelConfig) {}
+
+  /** Grows (never shrinks) the buffers to hold N tokens. */
+  ensure(N: number, withBackward: boolean): void {
+    const { hiddenSize: C, numLayers: L, numHeads: H, intermediateSize: F, vocabSize: V } = this.cfg;
+    const Q = H * this.cfg.headDim;
+    const KV = this.cfg.numKvHeads * this.cfg.headDim;
+    if (N > this.capacity) {
+      const cap = Math.max(N, Math.ceil(this.capacity * 1.25));
+      this.capacity = cap;
+      this.resid = Array.from({ length: L + 1 }, () => new Float32Array(cap * C));
+      this.layers = Array.from({ length: L }, () => ({
+        ln1: new Float32Array(cap * C),
+        rstd1: new Float32Array(cap),
+        q: new Float32Array(cap * Q),
+        k: new Float32Array(cap * KV),
+        v: new Float32Array(cap * KV),
+        att: new Float32Array(cap * Q),
+        lse: new Float32Array(cap * H),
+        residMid: new Float32Array(cap * C),
+        ln2: new Float32Array(cap * C),
+        rstd2: new Float32Array(cap),
+        gate: new Float32Array(cap * F),
+        up: new Float32Array(cap * F),
+        act: new Float32Array(cap * F),
+      }));
+      this.lnf = new Float32Array(cap * C);
+      this.rstdf = new Float32Array(cap);
+      this.logprob = new Float32Array(cap);
+      this.lse = new Float32Array(cap);
+      this.logitRows = Math.max(1, Math.min(cap, Math.floor(LOGITS_BUDGET / V)));
+      this.logits = new Float32Array(this.logitRows * V);
+      this.dResid = new Float32Array(0);
+    }
+    if (withBackward && this.dResid.length < this.capacity * C) {
+      const cap = this.capacity;
+      this.dResid = new Float32Array(cap * C);
+      this.dTmp = new Float32Array(cap * C);
+      this.dLn = new Float32Array(cap * C);
+      this.dAtt = new Float32Array(cap * Q);
+      this.dQ = new Float32Array(cap * Q);
+      this.dK = new Float32Array(cap * KV);
+      this.dV = new Float32Array(cap * KV);
+      this.dAct = new Float32Array(cap * F);
+    }
+  }
+}
+
+function maskFor(m: Model, b: PackedBatch, start: number, n: number): AttentionMask {
+  return {
+    window: m.attention.window,
+    sinks: m.attention.sinks,
+    docIds: b.docIds ? b.docIds.subarray(start, start + n) : null,
+    pinned: b.pinned ? b.pinned.subarray(start, start + n) : null,
+  };
+}
+
+/** y [N, out] = x [N, in] @ W^T (W [out, in], Hugging Face layout) (+ bias). */
+function linear(k: Kernels, N: number, outDim: number, inDim: number, x: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array): void {
+  k.sgemm(false, true, N, outDim, inDim, 1, x, inDim, W, inDim, 0, y, outDim);
+  if (bias) k.addBias(N, outDim, y, bias);
+}
+
+/** LM head over rows [r0, r0 + R): logits [R, V] = lnf @ lmHead^T. */
+function lmHeadRows(m: Model, ws: TrainWorkspace, r0: number, R: number): void {
+  const { hiddenSize: C, vocabSize: V } = m.cfg;
+  m.kernels.sgemm(false, true, R, V, C, 1, ws.lnf.subarray(r0 * C), C, m.params.lmHead, C, 0, ws.logits, V);
+}
+
+/**
+ * Forward over a packed batch: fills ws.logprob[n] = log p(targets[n] | tokens <= n) (0 where target -1)
+ * and keeps every activation for `trainBackward`.
+ */
+export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withBackward = true): void {
+  const { cfg, params: P, kernels: k } = m;
+  const N = b.ids.length;
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
+  const Q = H * D;
+  const KV = KVH * D;
+  ws.ensure(N, withBackward);
+  let maxPos = 0;
+  for (let i = 0; i < b.lengths.length; i++) maxPos = Math.max(maxPos, b.lengths[i]!);
+  m.rope.ensure(maxPos);
+  const { cos, sin } = m.rope;
+  const groups = attentionGroups(b);
+  const scale = 1 / Math.sqrt(D);
+
+  k.embeddingForward(N, C, V, b.ids, P.embed, ws.resid[0]!);
+  for (let l = 0; l < cfg.numLayers; l++) {
+    const W = P.layers[l]!;
+    const a = ws.layers[l]!;
+    const x = ws.resid[l]!;
+    k.rmsnormForward(N, C, cfg.rmsNormEps, x, W.inputNorm, a.ln1, a.rstd1);
+    linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.q);
+    linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.k);
+    linear(k, N, KV, C, a.ln1, W.v, W.vBias, a.v);
+    k.ropeForward(N, H, D, b.positions, cos, sin, a.q);
+    k.ropeForward(N, KVH, D, b.positions, cos, sin, a.k);
+    for (const g of groups) {
+      const n = g.B * g.T;
+      k.attentionForward(
+        { B: g.B, T: g.T, H, KVH, D, scale }, maskFor(m, b, g.start, n),
+        a.q.subarray(g.start * Q), a.k.subarray(g.start * KV), a.v.subarray(g.start * KV), W.sinks,
+        a.att.subarray(g.start * Q), a.lse.subarray(g.start * H),
+      );
+    }
+    a.residMid.set(x.subarray(0, N * C));
+    k.sgemm(false, true, N, C, Q, 1, a.att, Q, W.o, Q, 1, a.residMid, C);
+    k.rmsnormForward(N, C, cfg.rmsNormEps, a.residMid, W.postNorm, a.ln2, a.rstd2);
+    linear(k, N, F, C, a.ln2, W.gate, null, a.gate);
+    linear(k, N, F, C, a.ln2, W.up, null, a.up);
+    k.swigluForward(N * F, a.gate, a.up, a.act);
+    const y = ws.resid[l + 1]!;
+    y.set(a.residMid.subarray(0, N * C));
+    k.sgemm(false, true, N, C, F, 1, a.act, F, W.down, F, 1, y, C);
+  }
+  k.rmsnormForward(N, C, cfg.rmsNormEps, ws.resid[cfg.numLayers]!, P.finalNorm, ws.lnf, ws.rstdf);
+  const R = ws.logitRows;
+  for (let r0 = 0; r0 < N; r0 += R) {
+    const rows = Math.min(R, N - r0);
+    lmHeadRows(m, ws, r0, rows);
+    k.logprobsForward(rows, V, ws.logits, b.targets.subarray(r0), ws.logprob.subarray(r0), ws.lse.subarray(r0));
+  }
+  ws.logitsComplete = N <= R;
+}
+
+/**
+ * Backward of `trainForward` for dLoss/dLogprob [N]; parameter gradients are accumulated into `G`
+ * (same layout as the parameters).
+ */
+export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLogprob: Float32Array, G: ModelParams): void {
+  const { cfg, params: P, kernels: k } = m;
+  const N = b.ids.length;
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
+  const Q = H * D;
+  const KV = KVH * D;
+  const { cos, sin } = m.rope;
+  const groups = attentionGroups(b);
+  const scale = 1 / Math.sqrt(D);
+  const dLn = ws.dLn;
+
+  // LM head and log-softmax: dLnf [N, C] (in ws.dLn), dLmHead accumulated.
+  const R = ws.logitRows;
+  for (let r0 = 0; r0 < N; r0 += R) {
+    const rows = Math.min(R, N - r0);
+    if (!ws.logitsComplete) lmHeadRows(m, ws, r0, rows);
+    k.logprobsBackward(rows, V, ws.logits, b.targets.subarray(r0), ws.lse.subarray(r0), dLogprob.subarray(r0), ws.logits);
+    k.sgemm(false, false, rows, C, V, 1, ws.logits, V, P.lmHead, C, 0, dLn.subarray(r0 * C), C);
+    k.sgemm(true, false, V, C, rows, 1, ws.logits, V, ws.lnf.subarray(r0 * C), C, 1, G.lmHead, C);
+  }
+  ws.logitsComplete = false; // the logits buffer now holds gradients
+  k.rmsnormBackward(N, C, dLn, ws.resid[cfg.numLayers]!, P.finalNorm, ws.rstdf, ws.dResid, G.finalNorm);
+
+  const dResid = ws.dResid;
+  for (let l = cfg.numLayers - 1; l >= 0; l--) {
+    const W = P.layers[l]!;
+    const dW = G.layers[l]!;
+    const a = ws.layers[l]!;
+    // MLP: y = residMid + act @ Wd^T, act = silu(gate) * up, gate/up = ln2 @ Wg^T / Wu^T
+    k.sgemm(false, false, N, F, C, 1, dResid, C, W.down, F, 0, ws.dAct, F);
+    k.sgemm(true, false, C, F, N, 1, dResid, C, a.act, F, 1, dW.down, F);
+    k.swigluBackward(N * F, ws.dAct, a.gate, a.up, a.gate, a.up); // a.gate/a.up now hold dGate/dUp
+    k.sgemm(false, false, N, C, F, 1, a.gate, F, W.gate, C, 0, dLn, C);
+    k.sgemm(false, false, N, C, F, 1, a.up, F, W.up, C, 1, dLn, C);
+    k.sgemm(true, false, F, C, N, 1, a.gate, F, a.ln2, C, 1, dW.gate, C);
+    k.sgemm(true, false, F, C, N, 1, a.up, F, a.ln2, C, 1, dW.up, C);
+    k.rmsnormBackward(N, C, dLn, a.residMid, W.postNorm, a.rstd2, ws.dTmp, dW.postNorm);
+    k.add(N * C, dResid, ws.dTmp, dResid);
+    // Attention: residMid = x + att @ Wo^T
+    k.sgemm(false, false, N, Q, C, 1, dResid, C, W.o, Q, 0, ws.dAtt, Q);
+    k.sgemm(true, false, C, Q, N, 1, dResid, C, a.att, Q, 1, dW.o, Q);
+    for (const g of groups) {
+      const n = g.B * g.T;
+      k.attentionBackward(
+        { B: g.B, T: g.T, H, KVH, D, scale }, maskFor(m, b, g.start, n),
+        a.q.subarray(g.start * Q), a.k.subarray(g.start * KV), a.v.subarray(g.start * KV), W.sinks,
+        a.att.subarray(g.start * Q), a.lse.subarray(g.start * H), ws.dAtt.subarray(g.start * Q),
+        ws.dQ.subarray(g.start * Q), ws.dK.subarray(g.start * KV), ws.dV.subarray(g.start * KV), dW.sinks,
+      );
+    }
+    k.ropeBackward(N, H, D, b.positions, cos, sin, ws.dQ);
+    k.ropeBackward(N, KVH, D, b.positions, cos, sin, ws.dK);
+    if (dW.qBias) k.biasBackward(N, Q, ws.dQ, dW.qBias);
+    if (dW.kBias) k.biasBackward(N, KV, ws.dK, dW.kBias);
+    if (dW.vBias) k.biasBackward(N, KV, ws.dV, dW.vBias);
+    k.sgemm(false, false, N, C, Q, 1, ws.dQ, Q, W.q, C, 0, dLn, C);
+    k.sgemm(false, false, N, C, KV, 1, ws.dK, KV, W.k, C, 1, dLn, C);
+    k.sgemm(false, false, N, C, KV, 1, ws.dV, KV, W.v, C, 1, dLn, C);
+    k.sgemm(true, false, Q, C, N, 1, ws.dQ, Q, a.ln1, C, 1, dW.q, C);
+    k.sgemm(true, false, KV, C, N, 1, ws.dK, KV, a.ln1, C, 1, dW.k, C);
+    k.sgemm(true, false, KV, C, N, 1, ws.dV, KV, a.ln1, C, 1, dW.v, C);
+    k.rmsnormBackward(N, C, dLn, ws.resid[l]!, W.inputNorm, a.rstd1, ws.dTmp, dW.inputNorm);
+    k.add(N * C, dResid, ws.dTmp, dResid);
+  }
+  k.embeddingBackward(N, C, V, b.ids, dResid, G.embed);
+}
+
+// ---- incremental forward against a paged KV cache ------------------------------------------------------
+
+/** Per-layer paged KV storage: kCache[l], vCache[l] are [numBlocks, blockSize, KVH, D]. */
+export interface KvStorage {
+  blockSize: number;
+  kCache: Float32Array[];
+  vCache: Float32Array[];
+}
+
+/** Preallocated buffers of `cachedForward` for up to `capacity` new tokens. */
+export class CachedWorkspace {
+  capacity = 0;
+  x = new Float32Array(0);
+  ln = new Float32Array(0);
+  q = new Float32Array(0);
+  k = new Float32Array(0);
+  v = new Float32Array(0);
+  att = new Float32Array(0);
+  gate = new Float32Array(0);
+  up = new Float32Array(0);
+  act = new Float32Array(0);
+  rstd = new Float32Array(0);
+  rows = new Float32Array(0);
+
+  constructor(private readonly cfg: ModelConfig) {}
+
+  ensure(M: number): void {
+    if (M <= this.capacity) return;
+    const { hiddenSize: C, intermediateSize: F } = this.cfg;
+    const Q = this.cfg.numHeads * this.cfg.headDim;
+    const KV = this.cfg.numKvHeads * this.cfg.headDim;
+    const cap = Math.max(M, Math.ceil(this.capacity * 1.5));
+    this.capacity = cap;
+    this.x = new Float32Array(cap * C);
+    this.ln = new Float32Array(cap * C);
+    this.q = new Float32Array(cap * Q);
+    this.k = new Float32Array(cap * KV);
+    this.v = new Float32Array(cap * KV);
+    this.att = new Float32Array(cap * Q);
+    this.gate = new Float32Array(cap * F);
+    this.up = new Float32Array(cap * F);
+    this.act = new Float32Array(cap * F);
+    this.rstd = new Float32Array(cap);
+    this.rows = new Float32Array(cap * C);
+  }
+}
+
+/** One `cachedForward` call: B sequences, each with Tq new tokens (rows b*Tq .. b*Tq+Tq-1). */
+export interface CachedStep {
+  B: number;
+  Tq: number;
+  /** [B*Tq] new token ids. */
+  ids: Int32Array;
+  /** [B*Tq] their positions. */
+  positions: Int32Array;
+  /** [B, maxBlocks] block ids of each sequence. */
+  blockTable: Int32Array;
+  maxBlocks: number;
+  /** [B] cache entries of each sequence including the Tq new ones. */
+  seqLens: Int32Array;
+  /** Rows (indices into the B*Tq new tokens) whose logits are wanted, in order. */
+  logitRows: Int32Array;
+  /** [logitRows.length, V] receives those rows' logits. */
+  logits: Float32Array;
+}
+
+/**
+ * Runs the new tokens of B sequences through the model, writing their keys and values into the cache
+ * (at entries seqLens[b]-Tq .. seqLens[b]-1) and the requested rows' logits into `step.logits`.
+ */
+export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step: CachedStep): void {
+  const { cfg, params: P, kernels: k } = m;
+  const { B, Tq } = step;
+  const M = B * Tq;
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
+  const Q = H * D;
+  const KVD = KVH * D;
+  ws.ensure(M);
+  let maxPos = 0;
+  for (let i = 0; i < M; i++) maxPos = Math.max(maxPos, step.positions[i]! + 1);
+  m.rope.ensure(maxPos);
+  const { cos, sin } = m.rope;
+  const bs = kv.blockSize;
+  const scale = 1 / Math.sqrt(D);
+  const x = ws.x;
+  k.embeddingForward(M, C, V, step.ids, P.embed, x);
+  for (let l = 0; l < cfg.numLayers; l++) {
+    const W = P.layers[l]!;
+    k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.inputNorm, ws.ln, ws.rstd);
+    linear(k, M, Q, C, ws.ln, W.q, W.qBias, ws.q);
+    linear(k, M, KVD, C, ws.ln, W.k, W.kBias, ws.k);
+    linear(k, M, KVD, C, ws.ln, W.v, W.vBias, ws.v);
+    k.ropeForward(M, H, D, step.positions, cos, sin, ws.q);
+    k.ropeForward(M, KVH, D, step.positions, cos, sin, ws.k);
+    const kc = kv.kCache[l]!;
+    const vc = kv.vCache[l]!;
+    for (let b = 0; b < B; b++) {
+      const first = step.seqLens[b]! - Tq;
+      for (let i = 0; i < Tq; i++) {
+        const e = first + i;
+        const block = step.blockTable[b * step.maxBlocks + Math.floor(e / bs)]!;
+        const dst = (block * bs + (e % bs)) * KVD;
+        const src = (b * Tq + i) * KVD;
+        kc.set(ws.k.subarray(src, src + KVD), dst);
+        vc.set(ws.v.subarray(src, src + KVD), dst);
+      }
+    }
+    k.attentionCached(
+      { B, Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },
+      m.attention.window, m.attention.sinks, ws.q, kc, vc, step.blockTable, step.seqLens, W.sinks, ws.att,
+    );
+    k.sgemm(false, true, M, C, Q, 1, ws.att, Q, W.o, Q, 1, x, C);
+    k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
+    linear(k, M, F, C, ws.ln, W.gate, null, ws.gate);
+    linear(k, M, F, C, ws.ln, W.up, null, ws.up);
+    k.swigluForward(M * F, ws.gate, ws.up, ws.act);
+    k.sgemm(false, true, M, C, F, 1, ws.act, F, W.down, F, 1, x, C);
+  }
+  const R = step.logitRows.length;
+  if (R === 0) return;
+  for (let r = 0; r < R; r++) {
+    const row = step.logitRows[r]!;
+    ws.rows.set(x.subarray(row * C, row * C + C), r * C);
+  }
+  k.rmsnormForward(R, C, cfg.rmsNormEps, ws.rows, P.finalNorm, ws.ln, ws.rstd);
+  k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
+}

@@ -1,0 +1,52 @@
+/**
+ * Test helpers: the committed transformers fixtures (test/fixtures/models/<name>/) and the kernel sets
+ * every model test runs on.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Kernels } from "../../src/kernels/kernels.js";
+import { referenceKernels } from "../../src/kernels/reference.js";
+import { readSafetensors, type TensorMap } from "../../src/model/safetensors.js";
+
+export const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), "..", "fixtures", "models");
+export const FIXTURE_MODELS = ["qwen2-tiny", "llama-tiny"];
+
+export interface Fixture {
+  name: string;
+  checkpoint: string;
+  expected: TensorMap;
+  meta: {
+    batch: [number, number];
+    loss: number;
+    adamw: { lr: number; beta1: number; beta2: number; eps: number; weightDecay: number; maxGradNorm: number; steps: number };
+    adamwLosses: number[];
+    adamwGradNorms: number[];
+    adamwFinalLoss: number;
+    finalWeights: Record<string, { sum: number; sumsq: number }>;
+  };
+  inputIds: number[][];
+}
+
+export function loadFixture(name: string): Fixture {
+  const dir = join(FIXTURES, name);
+  const expected = readSafetensors(join(dir, "expected.safetensors"));
+  const meta = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8"));
+  const ids = expected.get("input_ids")!;
+  const [B, T] = ids.shape as [number, number];
+  const inputIds = Array.from({ length: B }, (_, b) => Array.from(ids.data.subarray(b * T, b * T + T), (x) => Math.round(x)));
+  return { name, checkpoint: join(dir, "checkpoint"), expected, meta, inputIds };
+}
+
+/** The kernel sets to test: the reference always, the native one when it loads. */
+export async function kernelSets(): Promise<Kernels[]> {
+  const sets: Kernels[] = [referenceKernels];
+  const indexPath = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "src", "kernels", "index.ts");
+  if (existsSync(indexPath)) {
+    const mod = (await import(indexPath)) as Record<string, unknown>;
+    const loadNative = mod.loadNativeKernels as (() => Kernels | null) | undefined;
+    const native = loadNative ? loadNative() : null;
+    if (native) sets.push(native);
+  }
+  return sets;
+}

@@ -1,0 +1,51 @@
+// The decoder's forward and backward against transformers fixtures, on every kernel set:
+// logits within 1e-4 absolute, loss within 1e-4, every parameter gradient within 1e-4 relative to the
+// tensor's largest gradient (plus 1e-7 absolute).
+import { describe, expect, it } from "vitest";
+import { loadCheckpoint } from "../../src/model/checkpoint.js";
+import { bindParams } from "../../src/model/params.js";
+import { buildModel } from "../../src/model/instance.js";
+import { packSequences, trainBackward, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
+import { FIXTURE_MODELS, kernelSets, loadFixture } from "./fixtures.js";
+
+const kernels = await kernelSets();
+
+describe.each(kernels.map((k) => [k.name, k] as const))("decoder vs transformers on %s kernels", (_n, k) => {
+  it.each(FIXTURE_MODELS)("%s: logits, loss and every gradient match", (name) => {
+    const fx = loadFixture(name);
+    const ck = loadCheckpoint(fx.checkpoint);
+    const model = buildModel(ck, k);
+    const ws = new TrainWorkspace(ck.cfg);
+    const batch = packSequences(fx.inputIds);
+    trainForward(model, ws, batch);
+    const V = ck.cfg.vocabSize;
+    const N = batch.ids.length;
+    const want = fx.expected.get("logits")!.data;
+    expect(want.length).toBe(N * V);
+    let maxDiff = 0;
+    for (let i = 0; i < N * V; i++) maxDiff = Math.max(maxDiff, Math.abs(ws.logits[i]! - want[i]!));
+    expect(maxDiff).toBeLessThan(1e-4);
+
+    let count = 0;
+    let sum = 0;
+    for (let n = 0; n < N; n++) if (batch.targets[n]! >= 0) { count++; sum += ws.logprob[n]!; }
+    expect(Math.abs(-sum / count - fx.meta.loss)).toBeLessThan(1e-4);
+
+    const dLogprob = new Float32Array(N);
+    for (let n = 0; n < N; n++) dLogprob[n] = batch.targets[n]! >= 0 ? -1 / count : 0;
+    const grads = new Float32Array(ck.data.length);
+    trainBackward(model, ws, batch, dLogprob, bindParams(ck.cfg, ck.entries, grads));
+    for (const e of ck.entries) {
+      const g = fx.expected.get(`grad.${e.name}`);
+      expect(g, e.name).toBeDefined();
+      const ours = grads.subarray(e.offset, e.offset + e.size);
+      let scale = 0;
+      let diff = 0;
+      for (let i = 0; i < e.size; i++) {
+        scale = Math.max(scale, Math.abs(g!.data[i]!));
+        diff = Math.max(diff, Math.abs(ours[i]! - g!.data[i]!));
+      }
+      expect(diff, `${e.name}: max |diff| ${diff} vs max |grad| ${scale}`).toBeLessThanOrEqual(1e-4 * scale + 1e-7);
+    }
+  });
+});
