@@ -15,7 +15,7 @@ import { EnvContractError, type Env, type EnvMetadata, type Info, type ResetArgs
 import { Rng } from "../gym/rng.js";
 import { ChatSpace, ToolCallSpace } from "../gym/spaces.js";
 import { toolSpec, type Tool } from "./tool.js";
-import { validateArguments } from "./validate.js";
+import { signature, validateArguments } from "./validate.js";
 
 export interface TaskSet<Task> {
   readonly size: number;
@@ -179,13 +179,13 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
     try {
       args = rawArgs.trim() === "" ? {} : JSON.parse(rawArgs);
     } catch (err) {
-      return fail("malformed_json", `the arguments of "${name}" are not valid JSON (${(err as Error).message}). Send a JSON object matching the tool's parameters.`);
+      return fail("malformed_json", `the arguments of "${name}" are not valid JSON (${(err as Error).message}). Send a JSON object matching the tool's parameters: ${signature(name, tool.parameters)}.`);
     }
     if (typeof args !== "object" || args === null || Array.isArray(args)) {
-      return fail("invalid_arguments", `the arguments of "${name}" must be a JSON object, got ${Array.isArray(args) ? "an array" : typeof args}.`);
+      return fail("invalid_arguments", `the arguments of "${name}" must be a JSON object, got ${args === null ? "null" : Array.isArray(args) ? "an array" : typeof args}. Expected: ${signature(name, tool.parameters)}.`);
     }
     const valid = validateArguments(tool.parameters, args);
-    if (!valid.ok) return fail("invalid_arguments", `invalid arguments for "${name}": ${valid.message}.`);
+    if (!valid.ok) return fail("invalid_arguments", `invalid arguments for "${name}": ${valid.message}. Expected: ${signature(name, tool.parameters)}.`);
 
     const timeoutMs = tool.timeoutMs ?? this.hooks.toolTimeoutMs ?? 10_000;
     const controller = new AbortController();

@@ -50,6 +50,11 @@ export function functionTool<Shape extends z.ZodRawShape, State = unknown>(def: 
     description: def.description,
     parameters: schema,
     timeoutMs: def.timeoutMs,
-    execute: (args, ctx) => def.execute(def.parameters.parse(args), ctx),
+    execute: (args, ctx) => {
+      // The JSON Schema was checked already; this catches what it cannot express (refinements, transforms).
+      const parsed = def.parameters.safeParse(args);
+      if (!parsed.success) throw new Error(`invalid arguments: ${z.prettifyError(parsed.error).replace(/\n/g, "; ")}`);
+      return def.execute(parsed.data, ctx);
+    },
   };
 }

@@ -1,22 +1,28 @@
 /**
- * Argument validation against a tool's JSON Schema, with messages an agent can act on.
- * Validators are compiled once per schema and cached.
+ * Argument validation against a tool's JSON Schema, with messages an agent can act on, and a short
+ * call signature (`listPets({status: "available" | "sold", limit?: integer})`) to say what is expected.
+ * Validators are compiled once per schema and cached. A schema the validator cannot compile (an odd
+ * keyword from a foreign source) is not checked here: the tool itself still rejects bad arguments.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type { JsonSchema } from "../gym/chat.js";
 
 const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false });
-const cache = new WeakMap<JsonSchema, ValidateFunction>();
+const cache = new WeakMap<JsonSchema, ValidateFunction | "unchecked">();
 
 export type ValidationResult = { ok: true } | { ok: false; message: string };
 
 export function validateArguments(schema: JsonSchema, args: unknown): ValidationResult {
   let validate = cache.get(schema);
   if (!validate) {
-    validate = ajv.compile(schema);
+    try {
+      validate = ajv.compile(schema);
+    } catch {
+      validate = "unchecked";
+    }
     cache.set(schema, validate);
   }
-  if (validate(args)) return { ok: true };
+  if (validate === "unchecked" || validate(args)) return { ok: true };
   return { ok: false, message: describeErrors(validate.errors ?? []) };
 }
 
@@ -32,4 +38,24 @@ function describeErrors(errors: ErrorObject[]): string {
       return `${where}: ${e.message ?? e.keyword}`;
     })
     .join("; ");
+}
+
+/** A one-line call signature of a tool, for error messages: `name({a: string, b?: integer})`, at most ~300 characters. */
+export function signature(name: string, schema: JsonSchema): string {
+  const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
+  const required = new Set(Array.isArray(schema.required) ? (schema.required as string[]) : []);
+  const parts = Object.entries(props).map(([k, s]) => `${k}${required.has(k) ? "" : "?"}: ${typeText(s)}`);
+  const text = `${name}({${parts.join(", ")}})`;
+  return text.length <= 300 ? text : `${text.slice(0, 297)}...`;
+}
+
+function typeText(s: JsonSchema | undefined): string {
+  if (!s || typeof s !== "object") return "any";
+  if (Array.isArray(s.enum)) return s.enum.map((v) => JSON.stringify(v)).join(" | ");
+  if (s.const !== undefined) return JSON.stringify(s.const);
+  if (Array.isArray(s.type)) return s.type.join(" | ");
+  if (s.type === "array") return `${typeText(s.items as JsonSchema)}[]`;
+  if (typeof s.type === "string") return s.type;
+  for (const k of ["anyOf", "oneOf"]) if (Array.isArray(s[k])) return (s[k] as JsonSchema[]).map(typeText).join(" | ");
+  return "any";
 }

@@ -133,7 +133,7 @@ describe("OpenAPI requests that fail", () => {
       ],
     });
     expect(obs.messages.map((m) => m.content)).toEqual([
-      'Error: invalid arguments for "listPets": argument status: must be one of ["available","pending","sold"].',
+      'Error: invalid arguments for "listPets": argument status: must be one of ["available","pending","sold"]. Expected: listPets({status: "available" | "pending" | "sold", limit?: integer}).',
       expect.stringMatching(/^Error: "getPet" failed: GET \/pets\/42 answered HTTP 404/),
       '[{"id":2,"name":"Tom","status":"sold","tag":"cat"}]',
     ]);
