@@ -3,7 +3,9 @@
  * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
  */
 import { registerArith } from "./arith/index.js";
+import { registerHousehold } from "./household/index.js";
 import { registerSqlSuite } from "./sql/index.js";
+import { registerTau } from "./tau/index.js";
 
 let registered = false;
 
@@ -12,5 +14,7 @@ export function registerBundledEnvs(): void {
   registered = true;
   // Suites register here, one line each.
   registerArith();
+  registerHousehold();
   registerSqlSuite();
+  registerTau();
 }
