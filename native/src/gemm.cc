@@ -1,0 +1,447 @@
+// Packed single-precision GEMM and GEMV.
+//
+// Goto/BLIS structure: C is split into one rectangle per task; each task walks its rectangle in
+// NC-column x KC-depth blocks, packs the B block (kc x nc, stays in L2) and MR-row slivers of A (stay in
+// L1), and a register-blocked micro-kernel computes MR x NR tiles of C. alpha is folded into packed A;
+// beta is applied by the micro-kernel on the first depth block only. Three micro-kernels: AVX-512
+// (MR=8, NR=32), AVX2+FMA (MR=6, NR=16) and portable C++ (MR=4, NR=16), chosen once from cpuid.
+// This file is not the elementwise ops or attention (ops.cc, attention.cc).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define SFX_X86 1
+#endif
+
+namespace sfx {
+
+// ------------------------------------------------------------------------------------------- cpu
+
+static Simd detectSimd() {
+  Simd best = Simd::Portable;
+#ifdef SFX_X86
+  unsigned a, b, c, d;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12);
+    if (osxsave && avx) {
+      unsigned xlo, xhi;
+      __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+      bool ymmOs = (xlo & 0x6) == 0x6;
+      bool zmmOs = (xlo & 0xe6) == 0xe6;
+      if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        bool avx2 = b & (1u << 5), avx512f = b & (1u << 16);
+        if (ymmOs && avx2 && fma) best = Simd::Avx2;
+        if (zmmOs && avx512f && best == Simd::Avx2) best = Simd::Avx512;
+      }
+    }
+  }
+#endif
+  const char* env = std::getenv("SINKFLEX_SIMD");
+  if (env) {
+    Simd want = best;
+    if (!std::strcmp(env, "portable")) want = Simd::Portable;
+    if (!std::strcmp(env, "avx2")) want = Simd::Avx2;
+    if (!std::strcmp(env, "avx512")) want = Simd::Avx512;
+    if (static_cast<int>(want) < static_cast<int>(best)) best = want;
+  }
+  return best;
+}
+
+Simd simdLevel() {
+  static Simd s = detectSimd();
+  return s;
+}
+
+const char* simdName(Simd s) {
+  switch (s) {
+    case Simd::Avx512: return "avx512";
+    case Simd::Avx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+// ------------------------------------------------------------------------------- micro-kernels
+
+// Every micro-kernel computes C[0:mr, 0:nr] = beta * C + Ap^T Bp over kc, where Ap is an MR x kc sliver
+// stored k-major (Ap[k * MR + i]) and Bp a kc x NR sliver (Bp[k * NR + j]). mr < MR or nr < NR marks an edge
+// tile: the full tile is computed into a scratch buffer and only the valid part is written.
+using MicroKernel = void (*)(int kc, const float* Ap, const float* Bp, float* C, int ldc, float beta, int mr, int nr);
+
+template <int MR, int NR>
+static inline void storeTile(const float* tile, float* C, int ldc, float beta, int mr, int nr) {
+  for (int i = 0; i < mr; i++) {
+    float* c = C + static_cast<size_t>(i) * ldc;
+    const float* t = tile + i * NR;
+    if (beta == 0.f) {
+      for (int j = 0; j < nr; j++) c[j] = t[j];
+    } else if (beta == 1.f) {
+      for (int j = 0; j < nr; j++) c[j] += t[j];
+    } else {
+      for (int j = 0; j < nr; j++) c[j] = beta * c[j] + t[j];
+    }
+  }
+}
+
+constexpr int kPortMR = 4, kPortNR = 16;
+static void microPortable(int kc, const float* Ap, const float* Bp, float* C, int ldc, float beta, int mr, int nr) {
+  float acc[kPortMR][kPortNR] = {};
+  for (int k = 0; k < kc; k++) {
+    const float* b = Bp + k * kPortNR;
+    for (int i = 0; i < kPortMR; i++) {
+      float a = Ap[k * kPortMR + i];
+#pragma omp simd
+      for (int j = 0; j < kPortNR; j++) acc[i][j] += a * b[j];
+    }
+  }
+  storeTile<kPortMR, kPortNR>(&acc[0][0], C, ldc, beta, mr, nr);
+}
+
+#ifdef SFX_X86
+constexpr int kAvx2MR = 6, kAvx2NR = 16;
+__attribute__((target("avx2,fma"))) static void microAvx2(int kc, const float* Ap, const float* Bp, float* C, int ldc,
+                                                         float beta, int mr, int nr) {
+  __m256 c[kAvx2MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kAvx2MR; i++) c[i][0] = c[i][1] = _mm256_setzero_ps();
+  for (int k = 0; k < kc; k++) {
+    __m256 b0 = _mm256_loadu_ps(Bp + k * kAvx2NR);
+    __m256 b1 = _mm256_loadu_ps(Bp + k * kAvx2NR + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kAvx2MR; i++) {
+      __m256 a = _mm256_broadcast_ss(Ap + k * kAvx2MR + i);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+  }
+  if (mr == kAvx2MR && nr == kAvx2NR) {
+    __m256 vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+    for (int i = 0; i < kAvx2MR; i++) {
+      float* ci = C + static_cast<size_t>(i) * ldc;
+      if (beta == 0.f) {
+        _mm256_storeu_ps(ci, c[i][0]);
+        _mm256_storeu_ps(ci + 8, c[i][1]);
+      } else if (beta == 1.f) {
+        _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), c[i][0]));
+        _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), c[i][1]));
+      } else {
+        _mm256_storeu_ps(ci, _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), c[i][0]));
+        _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), c[i][1]));
+      }
+    }
+    return;
+  }
+  alignas(32) float tile[kAvx2MR * kAvx2NR];
+  for (int i = 0; i < kAvx2MR; i++) {
+    _mm256_store_ps(tile + i * kAvx2NR, c[i][0]);
+    _mm256_store_ps(tile + i * kAvx2NR + 8, c[i][1]);
+  }
+  storeTile<kAvx2MR, kAvx2NR>(tile, C, ldc, beta, mr, nr);
+}
+
+constexpr int kAvx512MR = 8, kAvx512NR = 32;
+__attribute__((target("avx512f"))) static void microAvx512(int kc, const float* Ap, const float* Bp, float* C,
+                                                          int ldc, float beta, int mr, int nr) {
+  __m512 c[kAvx512MR][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kAvx512MR; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
+  for (int k = 0; k < kc; k++) {
+    __m512 b0 = _mm512_loadu_ps(Bp + k * kAvx512NR);
+    __m512 b1 = _mm512_loadu_ps(Bp + k * kAvx512NR + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < kAvx512MR; i++) {
+      __m512 a = _mm512_set1_ps(Ap[k * kAvx512MR + i]);
+      c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+    }
+  }
+  if (mr == kAvx512MR && nr == kAvx512NR) {
+    __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int i = 0; i < kAvx512MR; i++) {
+      float* ci = C + static_cast<size_t>(i) * ldc;
+      if (beta == 0.f) {
+        _mm512_storeu_ps(ci, c[i][0]);
+        _mm512_storeu_ps(ci + 16, c[i][1]);
+      } else if (beta == 1.f) {
+        _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), c[i][0]));
+        _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), c[i][1]));
+      } else {
+        _mm512_storeu_ps(ci, _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), c[i][0]));
+        _mm512_storeu_ps(ci + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci + 16), c[i][1]));
+      }
+    }
+    return;
+  }
+  alignas(64) float tile[kAvx512MR * kAvx512NR];
+  for (int i = 0; i < kAvx512MR; i++) {
+    _mm512_store_ps(tile + i * kAvx512NR, c[i][0]);
+    _mm512_store_ps(tile + i * kAvx512NR + 16, c[i][1]);
+  }
+  storeTile<kAvx512MR, kAvx512NR>(tile, C, ldc, beta, mr, nr);
+}
+#endif
+
+struct KernelInfo {
+  MicroKernel fn;
+  int MR, NR;
+};
+
+static KernelInfo pickKernel() {
+#ifdef SFX_X86
+  switch (simdLevel()) {
+    case Simd::Avx512: return {microAvx512, kAvx512MR, kAvx512NR};
+    case Simd::Avx2: return {microAvx2, kAvx2MR, kAvx2NR};
+    default: break;
+  }
+#endif
+  return {microPortable, kPortMR, kPortNR};
+}
+
+// ---------------------------------------------------------------------------------------- packing
+
+struct GemmArgs {
+  bool ta, tb;
+  int M, N, K;
+  float alpha;
+  const float* A;
+  int lda;
+  const float* B;
+  int ldb;
+  float beta;
+  float* C;
+  int ldc;
+};
+
+// Packs op(A)[i0:i0+mc, p0:p0+kc] * alpha into MR-row slivers, zero-padded to a multiple of MR.
+static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, float* Ap) {
+  for (int s = 0; s < mc; s += MR) {
+    int mr = std::min(MR, mc - s);
+    float* dst = Ap + static_cast<size_t>(s) * kc;
+    if (!g.ta) {
+      for (int i = 0; i < mr; i++) {
+        const float* src = g.A + static_cast<size_t>(i0 + s + i) * g.lda + p0;
+        for (int p = 0; p < kc; p++) dst[p * MR + i] = g.alpha * src[p];
+      }
+    } else {
+      for (int p = 0; p < kc; p++) {
+        const float* src = g.A + static_cast<size_t>(p0 + p) * g.lda + i0 + s;
+        for (int i = 0; i < mr; i++) dst[p * MR + i] = g.alpha * src[i];
+      }
+    }
+    if (mr < MR)
+      for (int p = 0; p < kc; p++)
+        for (int i = mr; i < MR; i++) dst[p * MR + i] = 0.f;
+  }
+}
+
+// Packs op(B)[p0:p0+kc, j0:j0+nc] into NR-column slivers, zero-padded to a multiple of NR.
+static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, float* Bp) {
+  for (int s = 0; s < nc; s += NR) {
+    int nr = std::min(NR, nc - s);
+    float* dst = Bp + static_cast<size_t>(s) * kc;
+    if (!g.tb) {
+      for (int p = 0; p < kc; p++) {
+        const float* src = g.B + static_cast<size_t>(p0 + p) * g.ldb + j0 + s;
+        float* d = dst + p * NR;
+        std::memcpy(d, src, sizeof(float) * nr);
+        for (int j = nr; j < NR; j++) d[j] = 0.f;
+      }
+    } else {
+      if (nr < NR)
+        for (int p = 0; p < kc; p++)
+          for (int j = nr; j < NR; j++) dst[p * NR + j] = 0.f;
+      // Read rows of the stored [N, K] matrix contiguously, 4 at a time.
+      int j = 0;
+      for (; j + 4 <= nr; j += 4) {
+        const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
+        const float* s1 = s0 + g.ldb;
+        const float* s2 = s1 + g.ldb;
+        const float* s3 = s2 + g.ldb;
+        for (int p = 0; p < kc; p++) {
+          float* d = dst + p * NR + j;
+          d[0] = s0[p];
+          d[1] = s1[p];
+          d[2] = s2[p];
+          d[3] = s3[p];
+        }
+      }
+      for (; j < nr; j++) {
+        const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
+        for (int p = 0; p < kc; p++) dst[p * NR + j] = s0[p];
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------ the driver
+
+static int envInt(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : dflt;
+}
+static const int kKC = envInt("SFX_KC", 256);
+static const int kMC = envInt("SFX_MC", 96);
+static const int kNC = envInt("SFX_NC", 512);
+
+struct Buffers {
+  std::vector<float> a, b;
+  float* ensureA(size_t n) {
+    if (a.size() < n) a.assign(n + 64, 0.f);
+    return a.data();
+  }
+  float* ensureB(size_t n) {
+    if (b.size() < n) b.assign(n + 64, 0.f);
+    return b.data();
+  }
+};
+static thread_local Buffers tBuffers;
+
+// One task's rectangle C[m0:m1, n0:n1].
+static void gemmRect(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, int n0, int n1) {
+  const int MR = kern.MR, NR = kern.NR;
+  const int mcMax = std::max(MR, (kMC / MR) * MR);
+  for (int jc = n0; jc < n1; jc += kNC) {
+    int nc = std::min(kNC, n1 - jc);
+    int ncPad = (nc + NR - 1) / NR * NR;
+    for (int pc = 0; pc < g.K; pc += kKC) {
+      int kc = std::min(kKC, g.K - pc);
+      float beta = pc == 0 ? g.beta : 1.f;
+      float* Bp = tBuffers.ensureB(static_cast<size_t>(ncPad) * kc);
+      packB(g, pc, kc, jc, nc, NR, Bp);
+      for (int ic = m0; ic < m1; ic += mcMax) {
+        int mc = std::min(mcMax, m1 - ic);
+        int mcPad = (mc + MR - 1) / MR * MR;
+        float* Ap = tBuffers.ensureA(static_cast<size_t>(mcPad) * kc);
+        packA(g, ic, mc, pc, kc, MR, Ap);
+        for (int ir = 0; ir < mc; ir += MR) {
+          const float* a = Ap + static_cast<size_t>(ir) * kc;
+          float* cRow = g.C + static_cast<size_t>(ic + ir) * g.ldc + jc;
+          int mr = std::min(MR, mc - ir);
+          for (int jr = 0; jr < nc; jr += NR) {
+            kern.fn(kc, a, Bp + static_cast<size_t>(jr) * kc, cRow + jr, g.ldc, beta, mr, std::min(NR, nc - jr));
+          }
+        }
+      }
+    }
+  }
+}
+
+// C = beta * C for the K = 0 (or alpha = 0) case.
+static void scaleC(const GemmArgs& g) {
+  for (int i = 0; i < g.M; i++) {
+    float* c = g.C + static_cast<size_t>(i) * g.ldc;
+    for (int j = 0; j < g.N; j++) c[j] = g.beta == 0.f ? 0.f : g.beta * c[j];
+  }
+}
+
+void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  GemmArgs g{transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  if (K <= 0 || alpha == 0.f) {
+    scaleC(g);
+    return;
+  }
+  static const KernelInfo kern = pickKernel();
+  const int MR = kern.MR, NR = kern.NR;
+  // Split C into a tm x tn grid of rectangles, one per task, keeping every rectangle wide enough for the
+  // micro-kernel. Small problems run on the calling thread.
+  int threads = poolThreads();
+  double flops = 2.0 * M * N * static_cast<double>(K);
+  int tasks = flops < 2.0e6 ? 1 : threads;
+  int nStrips = (N + NR - 1) / NR, mStrips = (M + MR - 1) / MR;
+  int tm = 1, tn = 1;
+  // Pick the grid that gives the most balanced work: prefer splitting N (no duplicated B packing per task
+  // beyond its own columns), then M.
+  double bestCost = 1e300;
+  for (int a = 1; a <= tasks; a++) {
+    if (tasks % a) continue;
+    int b = tasks / a;  // a along M, b along N
+    if (a > mStrips || b > nStrips) continue;
+    double perM = std::ceil(static_cast<double>(mStrips) / a) * MR;
+    double perN = std::ceil(static_cast<double>(nStrips) / b) * NR;
+    // work of the largest rectangle plus packing overhead (A packed once per task per N block, B per task)
+    double cost = perM * perN * K + (perM * K) * 0.5 + (perN * K) * 0.5;
+    if (cost < bestCost) {
+      bestCost = cost;
+      tm = a;
+      tn = b;
+    }
+  }
+  if (tm * tn == 1) {
+    gemmRect(g, kern, 0, M, 0, N);
+    return;
+  }
+  parallelFor(tm * tn, [&](int t) {
+    int a = t / tn, b = t % tn;
+    int ms0 = static_cast<int>(static_cast<long>(mStrips) * a / tm), ms1 = static_cast<int>(static_cast<long>(mStrips) * (a + 1) / tm);
+    int ns0 = static_cast<int>(static_cast<long>(nStrips) * b / tn), ns1 = static_cast<int>(static_cast<long>(nStrips) * (b + 1) / tn);
+    int m0 = ms0 * MR, m1 = std::min(M, ms1 * MR);
+    int n0 = ns0 * NR, n1 = std::min(N, ns1 * NR);
+    if (m0 < m1 && n0 < n1) gemmRect(g, kern, m0, m1, n0, n1);
+  });
+}
+
+// ------------------------------------------------------------------------------------------ gemv
+
+__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvRows(
+    int i0, int i1, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
+  for (int i = i0; i < i1; i++) {
+    const float* a = A + static_cast<size_t>(i) * lda;
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < N; j++) s += a[j] * x[j];
+    y[i] = beta == 0.f ? alpha * s : alpha * s + beta * y[i];
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvCols(
+    int M, int j0, int j1, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
+  float* acc = y + j0;
+  int n = j1 - j0;
+  std::vector<float> tmp(static_cast<size_t>(n), 0.f);
+  float* t = tmp.data();
+  for (int i = 0; i < M; i++) {
+    const float* a = A + static_cast<size_t>(i) * lda + j0;
+    float xi = x[i];
+#pragma omp simd
+    for (int j = 0; j < n; j++) t[j] += a[j] * xi;
+  }
+  for (int j = 0; j < n; j++) acc[j] = beta == 0.f ? alpha * t[j] : alpha * t[j] + beta * acc[j];
+}
+
+void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
+  if (M <= 0 || N <= 0) {
+    int n = trans ? N : M;
+    for (int i = 0; i < n; i++) y[i] = beta == 0.f ? 0.f : beta * y[i];
+    return;
+  }
+  double work = static_cast<double>(M) * N;
+  int tasks = work < 65536 ? 1 : poolThreads() * 4;
+  if (!trans) {
+    tasks = std::min(tasks, M);
+    parallelFor(tasks, [&](int t) {
+      int i0 = static_cast<int>(static_cast<long>(M) * t / tasks), i1 = static_cast<int>(static_cast<long>(M) * (t + 1) / tasks);
+      gemvRows(i0, i1, N, alpha, A, lda, x, beta, y);
+    });
+  } else {
+    tasks = std::min(tasks, std::max(1, N / 64));
+    parallelFor(tasks, [&](int t) {
+      int j0 = static_cast<int>(static_cast<long>(N) * t / tasks), j1 = static_cast<int>(static_cast<long>(N) * (t + 1) / tasks);
+      gemvCols(M, j0, j1, alpha, A, lda, x, beta, y);
+    });
+  }
+}
+
+}  // namespace sfx

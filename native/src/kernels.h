@@ -1,0 +1,61 @@
+// Declarations of the native kernels (gemm.cc, ops.cc, attention.cc). Shapes and semantics are those of
+// src/kernels/kernels.ts; this header only lists the C++ entry points the addon bindings call.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace sfx {
+
+void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc);
+void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y);
+
+void axpy(size_t n, float alpha, const float* x, float* y);
+void scale(size_t n, float alpha, float* x);
+void add(size_t n, const float* a, const float* b, float* out);
+double sumSquares(size_t n, const float* x);
+void addBias(int N, int C, float* x, const float* bias);
+void biasBackward(int N, int C, const float* dY, float* dBias);
+void embeddingForward(int N, int C, const int32_t* ids, const float* table, float* out);
+void embeddingBackward(int N, int C, const int32_t* ids, const float* dOut, float* dTable);
+void rmsnormForward(int N, int C, float eps, const float* x, const float* w, float* out, float* rstd);
+void rmsnormBackward(int N, int C, const float* dOut, const float* x, const float* w, const float* rstd, float* dX,
+                     float* dW);
+void rope(int N, int H, int D, const int32_t* pos, const float* cosT, const float* sinT, float* x, bool backward);
+void swigluForward(size_t n, const float* gate, const float* up, float* out);
+void swigluBackward(size_t n, const float* dOut, const float* gate, const float* up, float* dGate, float* dUp);
+void softmaxRows(int N, int V, float temperature, const float* x, float* out, bool log);
+void logprobsForward(int N, int V, const float* logits, const int32_t* targets, float* logprob, float* lse);
+void logprobsBackward(int N, int V, const float* logits, const int32_t* targets, const float* lse,
+                      const float* dLogprob, float* dLogits);
+void adamwUpdate(size_t n, float* p, const float* g, float* m, float* v, float lr, float beta1, float beta2, float eps,
+                 float wd, int step, float gradScale);
+
+struct AttnShape {
+  int B, T, H, KVH, D;
+  float scale;
+};
+struct AttnMask {
+  int window;  // 0 = none
+  int sinks;
+  const int32_t* docIds;  // [B, T] or null
+  const uint8_t* pinned;  // [B, T] or null
+};
+void attentionForward(const AttnShape& s, const AttnMask& m, const float* q, const float* k, const float* v,
+                      const float* sinkLogit, float* out, float* lse);
+void attentionBackward(const AttnShape& s, const AttnMask& m, const float* q, const float* k, const float* v,
+                       const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
+                       float* dK, float* dV, float* dSinkLogit);
+struct CachedShape {
+  int B, Tq, H, KVH, D;
+  float scale;
+  int blockSize, maxBlocks;
+};
+void attentionCached(const CachedShape& s, int window, int sinks, const float* q, const float* kCache,
+                     const float* vCache, const int32_t* blockTable, const int32_t* seqLens, const float* sinkLogit,
+                     float* out);
+
+// GFLOP/s of a tight FMA loop on `threads` pool threads (0 = all), best of rounds over `seconds`.
+double peakGflops(double seconds, int threads);
+
+}  // namespace sfx

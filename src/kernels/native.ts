@@ -1,0 +1,138 @@
+/**
+ * The native kernels: loads the C++ addon (native/, built by node-gyp at install) and presents it as the
+ * `Kernels` interface. Argument sizes are checked inside the addon (a wrong shape throws, it never reads
+ * out of bounds). This file does not choose between native and reference kernels (see index.ts).
+ */
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Kernels } from "./kernels.js";
+
+/** The raw functions the addon exports (positional arguments; see native/src/addon.cc). */
+export interface NativeAddon {
+  sgemm(...args: unknown[]): void;
+  sgemv(...args: unknown[]): void;
+  axpy(...args: unknown[]): void;
+  scale(...args: unknown[]): void;
+  add(...args: unknown[]): void;
+  sumSquares(n: number, x: Float32Array): number;
+  addBias(...args: unknown[]): void;
+  biasBackward(...args: unknown[]): void;
+  embeddingForward(...args: unknown[]): void;
+  embeddingBackward(...args: unknown[]): void;
+  rmsnormForward(...args: unknown[]): void;
+  rmsnormBackward(...args: unknown[]): void;
+  rope(...args: unknown[]): void;
+  swigluForward(...args: unknown[]): void;
+  swigluBackward(...args: unknown[]): void;
+  softmaxRows(...args: unknown[]): void;
+  logprobsForward(...args: unknown[]): void;
+  logprobsBackward(...args: unknown[]): void;
+  adamwUpdate(...args: unknown[]): void;
+  attentionForward(...args: unknown[]): void;
+  attentionBackward(...args: unknown[]): void;
+  attentionCached(...args: unknown[]): void;
+  info(): { simd: "avx512" | "avx2" | "portable"; threads: number };
+  setThreads(n: number): void;
+  peakGflops(seconds: number, threads: number): number;
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** Where node-gyp puts the addon. */
+export const nativeAddonPath = resolve(here, "..", "..", "native", "build", "Release", "sinkflex_native.node");
+
+let cached: { addon: NativeAddon | null; error: string | null } | null = null;
+
+/** Loads the addon once; returns null (and the reason in `nativeLoadError()`) if it is missing or broken. */
+export function loadNativeAddon(): NativeAddon | null {
+  if (cached) return cached.addon;
+  if (!existsSync(nativeAddonPath)) {
+    cached = {
+      addon: null,
+      error: `the native addon is not built (${nativeAddonPath} is missing); run \`node scripts/build-native.mjs\` (needs a C++17 compiler and python3)`,
+    };
+    return null;
+  }
+  try {
+    const require = createRequire(join(here, "native.ts"));
+    cached = { addon: require(nativeAddonPath) as NativeAddon, error: null };
+  } catch (err) {
+    cached = {
+      addon: null,
+      error: `the native addon failed to load (${(err as Error).message}); rebuild it with \`node scripts/build-native.mjs\``,
+    };
+  }
+  return cached.addon;
+}
+
+/** Why the addon could not be loaded, or null if it loaded (or was not tried yet). */
+export function nativeLoadError(): string | null {
+  return cached?.error ?? null;
+}
+
+/** Sets the native thread pool size (default: SINKFLEX_THREADS, else the number of cores). */
+export function setNativeThreads(n: number): void {
+  const addon = loadNativeAddon();
+  if (!addon) throw new Error(`setNativeThreads: ${nativeLoadError()}`);
+  addon.setThreads(n);
+}
+
+/** GFLOP/s of a tight FMA loop on `threads` threads (0 = all): the machine's compute limit. */
+export function measurePeakGflops(seconds = 0.5, threads = 0): number {
+  const addon = loadNativeAddon();
+  if (!addon) throw new Error(`measurePeakGflops: ${nativeLoadError()}`);
+  return addon.peakGflops(seconds, threads);
+}
+
+/** Wraps a loaded addon into the Kernels interface. */
+export function nativeKernelsFrom(a: NativeAddon): Kernels {
+  return {
+    name: "native",
+    describe() {
+      const i = a.info();
+      return `native (${i.simd}, ${i.threads} thread${i.threads === 1 ? "" : "s"})`;
+    },
+    sgemm: (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) =>
+      a.sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+    sgemv: (tr, M, N, alpha, A, lda, x, beta, y) => a.sgemv(tr, M, N, alpha, A, lda, x, beta, y),
+    axpy: (n, alpha, x, y) => a.axpy(n, alpha, x, y),
+    scale: (n, alpha, x) => a.scale(n, alpha, x),
+    add: (n, x, y, out) => a.add(n, x, y, out),
+    sumSquares: (n, x) => a.sumSquares(n, x),
+    addBias: (N, C, x, bias) => a.addBias(N, C, x, bias),
+    biasBackward: (N, C, dY, dBias) => a.biasBackward(N, C, dY, dBias),
+    embeddingForward: (N, C, V, ids, table, out) => a.embeddingForward(N, C, V, ids, table, out),
+    embeddingBackward: (N, C, V, ids, dOut, dTable) => a.embeddingBackward(N, C, V, ids, dOut, dTable),
+    rmsnormForward: (N, C, eps, x, w, out, rstd) => a.rmsnormForward(N, C, eps, x, w, out, rstd),
+    rmsnormBackward: (N, C, dOut, x, w, rstd, dX, dW) => a.rmsnormBackward(N, C, dOut, x, w, rstd, dX, dW),
+    ropeForward: (N, H, D, pos, cos, sin, x) => a.rope(N, H, D, pos, cos, sin, x, false),
+    ropeBackward: (N, H, D, pos, cos, sin, dX) => a.rope(N, H, D, pos, cos, sin, dX, true),
+    swigluForward: (n, gate, up, out) => a.swigluForward(n, gate, up, out),
+    swigluBackward: (n, dOut, gate, up, dGate, dUp) => a.swigluBackward(n, dOut, gate, up, dGate, dUp),
+    softmaxRows: (N, V, t, x, out) => a.softmaxRows(N, V, t, x, out, false),
+    logSoftmaxRows: (N, V, t, x, out) => a.softmaxRows(N, V, t, x, out, true),
+    logprobsForward: (N, V, logits, targets, logprob, lse) => a.logprobsForward(N, V, logits, targets, logprob, lse),
+    logprobsBackward: (N, V, logits, targets, lse, dLogprob, dLogits) =>
+      a.logprobsBackward(N, V, logits, targets, lse, dLogprob, dLogits),
+    adamwUpdate: (n, p, g, m, v, lr, b1, b2, eps, wd, step, gs) => a.adamwUpdate(n, p, g, m, v, lr, b1, b2, eps, wd, step, gs),
+    attentionForward: (s, m, q, k, v, sink, out, lse) =>
+      a.attentionForward(s.B, s.T, s.H, s.KVH, s.D, s.scale, m.window, m.sinks, m.docIds, m.pinned, q, k, v, sink, out, lse),
+    attentionBackward: (s, m, q, k, v, sink, out, lse, dOut, dQ, dK, dV, dSink) =>
+      a.attentionBackward(
+        s.B, s.T, s.H, s.KVH, s.D, s.scale, m.window, m.sinks, m.docIds, m.pinned,
+        q, k, v, sink, out, lse, dOut, dQ, dK, dV, dSink,
+      ),
+    attentionCached: (s, window, sinks, q, kCache, vCache, blockTable, seqLens, sink, out) =>
+      a.attentionCached(
+        s.B, s.Tq, s.H, s.KVH, s.D, s.scale, s.blockSize, s.maxBlocks, window, sinks,
+        q, kCache, vCache, blockTable, seqLens, sink, out,
+      ),
+  };
+}
+
+/** The native kernels, or null if the addon is unavailable (see nativeLoadError()). */
+export function loadNativeKernels(): Kernels | null {
+  const addon = loadNativeAddon();
+  return addon ? nativeKernelsFrom(addon) : null;
+}
