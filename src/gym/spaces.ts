@@ -106,3 +106,47 @@ export class ChatSpace implements Space<ChatObservation> {
     return { kind: this.kind };
   }
 }
+
+/**
+ * Any JSON value: the space of a remote env whose declared space is of a kind this process does not
+ * know. `sample` gives null; membership accepts any JSON-serializable value.
+ */
+export class JsonSpace implements Space<unknown> {
+  readonly kind: string;
+  constructor(readonly description: Record<string, unknown> = { kind: "json" }) {
+    this.kind = typeof description.kind === "string" ? description.kind : "json";
+  }
+  contains(value: unknown): value is unknown {
+    try {
+      return value !== undefined && JSON.stringify(value) !== undefined;
+    } catch {
+      return false;
+    }
+  }
+  sample(_rng: Rng): unknown {
+    return null;
+  }
+  toJSON() {
+    return { ...this.description };
+  }
+}
+
+/**
+ * Rebuilds a space from its `toJSON()` description (as sent by the remote protocol). Kinds this
+ * file does not define become a `JsonSpace` that keeps the description.
+ */
+export function spaceFromJSON(json: Record<string, unknown>): Space<any> {
+  const num = (key: string, fallback: number) => (typeof json[key] === "number" ? (json[key] as number) : fallback);
+  switch (json.kind) {
+    case "text":
+      return new TextSpace(num("maxLength", 1_000_000), num("minLength", 0));
+    case "discrete":
+      return new DiscreteSpace(num("n", 1));
+    case "tool-call":
+      return new ToolCallSpace(Array.isArray(json.tools) ? json.tools.filter((t): t is string => typeof t === "string") : []);
+    case "chat":
+      return new ChatSpace();
+    default:
+      return new JsonSpace(json);
+  }
+}

@@ -1,0 +1,468 @@
+/**
+ * `serveEnv`: serves any env over HTTP and WebSocket, many isolated sessions at once.
+ *
+ * Each session owns its own env instance (made by the registry's `make`, or by the caller's
+ * factory); requests to one session run one at a time, in order. A session limit answers HTTP 429
+ * (and refuses WebSocket upgrades with 429); sessions idle for longer than `idleTimeoutMs` are closed.
+ * Bad JSON, unknown sessions and unknown routes get clear 4xx JSON errors; an env that throws gets a
+ * JSON error, never a crashed server. Routes and frames are in docs/remote-protocol.md. This file
+ * is the server only; `RemoteEnv` (client.ts) is the client.
+ */
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import { WebSocketServer, type WebSocket } from "ws";
+import { EnvContractError, type Env } from "../env.js";
+import { make } from "../registry.js";
+import {
+  WS_CLOSE_ENV_ERROR,
+  WS_CLOSE_IDLE,
+  type ErrorBody,
+  type ErrorCode,
+  type ResetResponse,
+  type SessionInfo,
+  type StateResponse,
+  type StepResponse,
+} from "./protocol.js";
+
+export type RemoteEnvFactory = (options: Record<string, unknown>) => Env<any, any> | Promise<Env<any, any>>;
+
+export interface ServeEnvOptions {
+  /** 0 (the default) picks a free port. */
+  port?: number;
+  /** Default 127.0.0.1 (loopback only). */
+  host?: string;
+  /** Most sessions open at once (HTTP and WebSocket together). Default 64. */
+  maxSessions?: number;
+  /** A session with no request for this long is closed. Default 300,000 ms. */
+  idleTimeoutMs?: number;
+  /** Largest request body or WebSocket frame. Default 16 MiB. */
+  maxBodyBytes?: number;
+  /** The id reported for a factory-served env. Default "custom". */
+  envId?: string;
+}
+
+export interface EnvServer {
+  /** http://host:port */
+  readonly url: string;
+  /** ws://host:port/ws */
+  readonly wsUrl: string;
+  readonly host: string;
+  readonly port: number;
+  /** Sessions open now. */
+  sessionCount(): number;
+  /** Closes every session and stops listening. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: ErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+interface Session {
+  id: string;
+  env: Env<any, any>;
+  kind: "http" | "ws";
+  lastUsed: number;
+  busy: number;
+  queue: Promise<unknown>;
+  episodeId: number;
+  stepCount: number;
+  done: boolean;
+  socket?: WebSocket;
+}
+
+/** Serves the registered env `id` (each session made by `make(id, options)`) or a factory's envs. */
+export async function serveEnv(target: string | RemoteEnvFactory, options: ServeEnvOptions = {}): Promise<EnvServer> {
+  const host = options.host ?? "127.0.0.1";
+  const maxSessions = options.maxSessions ?? 64;
+  const idleTimeoutMs = options.idleTimeoutMs ?? 300_000;
+  const maxBodyBytes = options.maxBodyBytes ?? 16 * 1024 * 1024;
+  if (!Number.isInteger(maxSessions) || maxSessions < 1) throw new RangeError(`serveEnv: maxSessions must be a positive integer, got ${maxSessions}`);
+  if (!(idleTimeoutMs > 0)) throw new RangeError(`serveEnv: idleTimeoutMs must be positive, got ${idleTimeoutMs}`);
+  const envId = typeof target === "string" ? target : (options.envId ?? "custom");
+  const factory: RemoteEnvFactory = typeof target === "string" ? (opts) => make(target, opts) : target;
+  if (typeof target === "string") {
+    // Fail now, not at the first session, when the id is unknown.
+    const probe = await make(target);
+    await probe.close();
+  }
+
+  const sessions = new Map<string, Session>();
+  const expired = new Set<string>();
+  let reserved = 0; // sessions being created (counted against the limit)
+  let closed = false;
+
+  const openCount = () => sessions.size + reserved;
+
+  const checkEnvId = (requested: unknown) => {
+    if (requested !== undefined && requested !== null && requested !== envId) {
+      throw new HttpError(404, "not_found", `this server serves "${envId}", not ${JSON.stringify(requested)}; omit envId or start a server for that env`);
+    }
+  };
+
+  const createSession = async (kind: Session["kind"], envOptions: unknown): Promise<Session> => {
+    if (envOptions !== undefined && (typeof envOptions !== "object" || envOptions === null || Array.isArray(envOptions))) {
+      throw new HttpError(400, "bad_request", `"options" must be a JSON object, got ${JSON.stringify(envOptions)}`);
+    }
+    let env: Env<any, any>;
+    try {
+      env = await factory((envOptions as Record<string, unknown>) ?? {});
+    } catch (err) {
+      throw envError(err, "making the env");
+    }
+    const session: Session = { id: randomUUID(), env, kind, lastUsed: Date.now(), busy: 0, queue: Promise.resolve(), episodeId: 0, stepCount: 0, done: false };
+    sessions.set(session.id, session);
+    return session;
+  };
+
+  const reserve = () => {
+    if (openCount() >= maxSessions) {
+      throw new HttpError(429, "session_limit", `the server is at its session limit (${maxSessions}); close a session (DELETE /sessions/:id) or retry later`);
+    }
+    reserved++;
+  };
+
+  const sessionInfo = (s: Session): SessionInfo => ({
+    sessionId: s.id,
+    envId,
+    env: s.env.toString(),
+    observationSpace: s.env.observationSpace.toJSON(),
+    actionSpace: s.env.actionSpace.toJSON(),
+    metadata: s.env.metadata,
+  });
+
+  /** Runs `fn` after the session's earlier requests, marking it busy (not idle) meanwhile. */
+  const run = <T>(s: Session, fn: () => Promise<T>): Promise<T> => {
+    s.busy++;
+    s.lastUsed = Date.now();
+    const result = s.queue.then(fn);
+    s.queue = result.catch(() => undefined).finally(() => {
+      s.busy--;
+      s.lastUsed = Date.now();
+    });
+    return result;
+  };
+
+  const doReset = (s: Session, body: Record<string, unknown>) =>
+    run(s, async (): Promise<ResetResponse> => {
+      const seed = body.seed;
+      if (seed !== undefined && seed !== null && !Number.isInteger(seed)) throw new HttpError(400, "bad_request", `"seed" must be an integer, got ${JSON.stringify(seed)}`);
+      const opts = body.options;
+      if (opts !== undefined && opts !== null && (typeof opts !== "object" || Array.isArray(opts))) {
+        throw new HttpError(400, "bad_request", `"options" must be a JSON object, got ${JSON.stringify(opts)}`);
+      }
+      try {
+        const [observation, info] = await s.env.reset({
+          ...(seed !== undefined && seed !== null ? { seed: seed as number } : {}),
+          ...(opts ? { options: opts as Record<string, unknown> } : {}),
+        });
+        s.episodeId++;
+        s.stepCount = 0;
+        s.done = false;
+        return { observation, info, done: false };
+      } catch (err) {
+        throw envError(err, "reset");
+      }
+    });
+
+  const doStep = (s: Session, body: Record<string, unknown>) =>
+    run(s, async (): Promise<StepResponse> => {
+      if (!("action" in body)) throw new HttpError(400, "bad_request", `the body must be {"action": ...}; got keys ${JSON.stringify(Object.keys(body))}`);
+      try {
+        const [observation, reward, terminated, truncated, info] = await s.env.step(body.action);
+        s.stepCount++;
+        s.done = terminated || truncated;
+        return { observation, reward, terminated, truncated, done: s.done, info };
+      } catch (err) {
+        throw envError(err, "step");
+      }
+    });
+
+  const doState = (s: Session) =>
+    run(s, async (): Promise<StateResponse> => {
+      let render: string;
+      try {
+        render = s.env.render();
+      } catch (err) {
+        render = `(render failed: ${err instanceof Error ? err.message : String(err)})`;
+      }
+      return { sessionId: s.id, envId, episodeId: s.episodeId, stepCount: s.stepCount, done: s.done, render };
+    });
+
+  const closeSession = async (s: Session, reason: "client" | "idle" | "shutdown") => {
+    if (!sessions.delete(s.id)) return;
+    if (reason === "idle") {
+      expired.add(s.id);
+      if (expired.size > 10_000) expired.delete(expired.values().next().value!);
+    }
+    if (s.socket && s.socket.readyState <= 1) {
+      if (reason === "idle") s.socket.close(WS_CLOSE_IDLE, `session closed after ${idleTimeoutMs} ms idle`);
+      else if (reason === "shutdown") s.socket.close(1001, "server shutting down");
+      else s.socket.close(1000, "session closed");
+    }
+    try {
+      await s.env.close();
+    } catch {
+      // A failing close must not keep the session (or the server) alive.
+    }
+  };
+
+  const lookup = (id: string): Session => {
+    const s = sessions.get(id);
+    if (s && s.kind === "http") return s;
+    if (expired.has(id)) throw new HttpError(404, "session_expired", `session ${id} was closed after ${idleTimeoutMs} ms without requests; create a new one with POST /sessions`);
+    throw new HttpError(404, "not_found", `no session ${id}; create one with POST /sessions`);
+  };
+
+  // --- HTTP ---
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const parts = url.pathname.split("/").filter(Boolean);
+    const method = req.method ?? "GET";
+    const allow = (...methods: string[]) => {
+      if (!methods.includes(method)) throw new HttpError(405, "method_not_allowed", `${method} ${url.pathname} is not allowed; use ${methods.join(" or ")}`);
+    };
+    if (parts.length === 1 && parts[0] === "health") {
+      allow("GET");
+      return send(res, 200, { status: "healthy", envId, sessions: openCount(), maxSessions });
+    }
+    if (parts.length === 1 && parts[0] === "spec") {
+      allow("GET");
+      const env = await Promise.resolve(factory({})).catch((err) => {
+        throw envError(err, "making the env");
+      });
+      try {
+        return send(res, 200, { ...sessionInfo({ env } as Session), sessionId: undefined });
+      } finally {
+        await env.close().catch(() => undefined);
+      }
+    }
+    if (parts[0] === "sessions" && parts.length === 1) {
+      allow("POST");
+      const body = await readJson(req, maxBodyBytes);
+      checkEnvId(body.envId);
+      reserve();
+      let session: Session;
+      try {
+        session = await createSession("http", body.options);
+      } finally {
+        reserved--;
+      }
+      return send(res, 201, sessionInfo(session));
+    }
+    if (parts[0] === "sessions" && parts.length === 2) {
+      allow("DELETE", "GET");
+      const s = lookup(parts[1]!);
+      if (method === "GET") return send(res, 200, await doState(s));
+      await closeSession(s, "client");
+      return send(res, 200, { closed: true, sessionId: s.id });
+    }
+    if (parts[0] === "sessions" && parts.length === 3) {
+      const s = lookup(parts[1]!);
+      switch (parts[2]) {
+        case "reset":
+          allow("POST");
+          return send(res, 200, await doReset(s, await readJson(req, maxBodyBytes)));
+        case "step":
+          allow("POST");
+          return send(res, 200, await doStep(s, await readJson(req, maxBodyBytes)));
+        case "state":
+          allow("GET");
+          return send(res, 200, await doState(s));
+      }
+    }
+    throw new HttpError(
+      404,
+      "not_found",
+      `no route ${method} ${url.pathname}; routes: GET /health, GET /spec, POST /sessions, POST /sessions/:id/reset, POST /sessions/:id/step, GET /sessions/:id/state, DELETE /sessions/:id, WebSocket /ws`,
+    );
+  };
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      const e = err instanceof HttpError ? err : new HttpError(500, "env_error", err instanceof Error ? err.message : String(err));
+      if (!res.headersSent) send(res, e.status, { error: { code: e.code, message: e.message } } satisfies ErrorBody);
+      else res.destroy();
+    });
+  });
+
+  // --- WebSocket ---
+  const wss = new WebSocketServer({ noServer: true, maxPayload: maxBodyBytes });
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const refuse = (status: number, code: ErrorCode, message: string) => {
+      const body = JSON.stringify({ error: { code, message } });
+      socket.end(
+        `HTTP/1.1 ${status} ${status === 429 ? "Too Many Requests" : status === 404 ? "Not Found" : "Bad Request"}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    };
+    if (url.pathname !== "/ws") return refuse(404, "not_found", `WebSocket sessions are at /ws, not ${url.pathname}`);
+    let envOptions: unknown;
+    try {
+      checkEnvId(url.searchParams.get("envId") ?? undefined);
+      const raw = url.searchParams.get("options");
+      if (raw !== null) {
+        try {
+          envOptions = JSON.parse(raw);
+        } catch (err) {
+          throw new HttpError(400, "bad_json", `the "options" query parameter is not valid JSON: ${(err as Error).message}`);
+        }
+      }
+      reserve();
+    } catch (err) {
+      const e = err as HttpError;
+      return refuse(e.status, e.code, e.message);
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      createSession("ws", envOptions)
+        .then((session) => {
+          reserved--;
+          session.socket = ws;
+          if (ws.readyState !== 1) return closeSession(session, "client");
+          attachSocket(session, ws);
+          ws.send(JSON.stringify({ type: "session", data: sessionInfo(session) }));
+        })
+        .catch((err) => {
+          reserved--;
+          const e = err instanceof HttpError ? err : new HttpError(500, "env_error", String(err));
+          ws.send(JSON.stringify({ type: "error", error: { code: e.code, message: e.message } }));
+          ws.close(WS_CLOSE_ENV_ERROR, e.message.slice(0, 120));
+        });
+    });
+  });
+
+  const attachSocket = (s: Session, ws: WebSocket) => {
+    ws.on("close", () => void closeSession(s, "client"));
+    ws.on("error", () => void closeSession(s, "client"));
+    ws.on("message", (raw, isBinary) => {
+      let frame: Record<string, unknown>;
+      const reply = (msg: Record<string, unknown>) => {
+        if (ws.readyState === 1) ws.send(JSON.stringify(msg));
+      };
+      const fail = (id: unknown, err: unknown) => {
+        const e = err instanceof HttpError ? err : new HttpError(500, "env_error", err instanceof Error ? err.message : String(err));
+        reply({ type: "error", id, error: { code: e.code, message: e.message } });
+      };
+      try {
+        if (isBinary) throw new HttpError(400, "bad_json", "frames must be JSON text, not binary");
+        frame = parseJsonObject(raw.toString());
+      } catch (err) {
+        return fail(undefined, err);
+      }
+      const { type, id } = frame;
+      const data = (frame.data ?? {}) as Record<string, unknown>;
+      if (typeof data !== "object" || data === null || Array.isArray(data)) return fail(id, new HttpError(400, "bad_request", `"data" must be a JSON object`));
+      let pending: Promise<unknown>;
+      switch (type) {
+        case "reset":
+          pending = doReset(s, data);
+          break;
+        case "step":
+          pending = doStep(s, data);
+          break;
+        case "state":
+          pending = doState(s);
+          break;
+        case "close":
+          reply({ type: "close", id, data: { closed: true } });
+          void closeSession(s, "client");
+          return;
+        default:
+          return fail(id, new HttpError(400, "bad_request", `unknown frame type ${JSON.stringify(type)}; send "reset", "step", "state" or "close"`));
+      }
+      pending.then((result) => reply({ type, id, data: result }), (err) => fail(id, err));
+    });
+  };
+
+  // --- Idle sessions ---
+  const sweepEvery = Math.max(10, Math.min(1000, Math.floor(idleTimeoutMs / 4)));
+  const sweeper = setInterval(() => {
+    const now = Date.now();
+    for (const s of sessions.values()) {
+      if (s.busy === 0 && now - s.lastUsed > idleTimeoutMs) void closeSession(s, "idle");
+    }
+  }, sweepEvery);
+  sweeper.unref();
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const address = server.address();
+  const port = typeof address === "object" && address ? address.port : (options.port ?? 0);
+  const hostForUrl = host.includes(":") ? `[${host}]` : host;
+
+  return {
+    url: `http://${hostForUrl}:${port}`,
+    wsUrl: `ws://${hostForUrl}:${port}/ws`,
+    host,
+    port,
+    sessionCount: openCount,
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearInterval(sweeper);
+      await Promise.all([...sessions.values()].map((s) => closeSession(s, "shutdown")));
+      for (const ws of wss.clients) ws.terminate();
+      wss.close();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+async function readJson(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new HttpError(413, "payload_too_large", `the request body is larger than ${limit} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (text.trim() === "") return {};
+  return parseJsonObject(text);
+}
+
+function parseJsonObject(text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new HttpError(400, "bad_json", `the body is not valid JSON (${(err as Error).message}); send a JSON object`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new HttpError(400, "bad_json", `the body must be a JSON object, got ${Array.isArray(value) ? "an array" : value === null ? "null" : typeof value}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+/** Maps an error thrown by the env to an HTTP error: contract misuse 409, bad input 400, anything else 500. */
+function envError(err: unknown, during: string): HttpError {
+  if (err instanceof HttpError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  if (err instanceof EnvContractError) return new HttpError(409, "contract", message);
+  if (err instanceof RangeError || err instanceof TypeError || err instanceof SyntaxError) {
+    return new HttpError(400, "bad_request", `${during} failed: ${message}`);
+  }
+  return new HttpError(500, "env_error", `${during} failed: ${message}`);
+}
