@@ -2,11 +2,11 @@
  * Test helpers: the committed transformers fixtures (test/fixtures/models/<name>/) and the kernel sets
  * every model test runs on.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Kernels } from "../../src/kernels/kernels.js";
-import { referenceKernels } from "../../src/kernels/reference.js";
+import { loadNativeKernels, referenceKernels } from "../../src/kernels/index.js";
 import { readSafetensors, type TensorMap } from "../../src/model/safetensors.js";
 
 export const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), "..", "fixtures", "models");
@@ -40,13 +40,6 @@ export function loadFixture(name: string): Fixture {
 
 /** The kernel sets to test: the reference always, the native one when it loads. */
 export async function kernelSets(): Promise<Kernels[]> {
-  const sets: Kernels[] = [referenceKernels];
-  const indexPath = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "src", "kernels", "index.ts");
-  if (existsSync(indexPath)) {
-    const mod = (await import(indexPath)) as Record<string, unknown>;
-    const loadNative = mod.loadNativeKernels as (() => Kernels | null) | undefined;
-    const native = loadNative ? loadNative() : null;
-    if (native) sets.push(native);
-  }
-  return sets;
+  const native = loadNativeKernels();
+  return native ? [referenceKernels, native] : [referenceKernels];
 }

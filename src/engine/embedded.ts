@@ -1,0 +1,565 @@
+/**
+ * The embedded engine: the engine primitives (types.ts) served in-process on the CPU by the decoder in
+ * model/, with a paged KV cache for sessions, batched decoding, teacher-forced scoring, training
+ * (forwardBackward + AdamW) and Hugging Face checkpoints.
+ *
+ * Sessions keep their tokens and KV-cache blocks; forks share the parent's blocks (reference counted,
+ * copy on write of a partially filled last block only). A sampled token is appended to the session's
+ * tokens at once and its keys and values are computed lazily, by the next step that needs them.
+ * `optimStep` does not touch open sessions (their caches keep the weights they were computed with, and
+ * the sampled log-probs carry the policy version); `load` recomputes them on their next use.
+ *
+ * This file does not know environments, rollouts or losses: a loss arrives as a function of log-probs.
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import type { Kernels } from "../kernels/kernels.js";
+import { getKernels } from "../kernels/index.js";
+import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
+import type { ModelConfig } from "../model/config.js";
+import { buildModel, FULL_ATTENTION, randomWeights, type ModelWeights } from "../model/instance.js";
+import { AdamW } from "../model/optimizer.js";
+import { bindParams, type ModelParams } from "../model/params.js";
+import { Rng } from "../model/random.js";
+import { readSafetensors, type StDtype } from "../model/safetensors.js";
+import {
+  CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
+  type AttentionSettings, type Model,
+} from "../model/transformer.js";
+import { KvBlockPool } from "./kv-cache.js";
+import { resolveSampleParams, Sampler } from "./sampler.js";
+import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, TokenLoss } from "./types.js";
+
+export class EngineError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "EngineError";
+  }
+}
+
+export interface EmbeddedEngineOptions {
+  /** Kernel set; default: `getKernels()` (native, or the reference when the addon is missing). */
+  kernels?: Kernels;
+  /** Canonical attention mask (window, sink slots); default full causal attention. */
+  attention?: AttentionSettings;
+  /** Tokens per KV-cache block. Default 16. */
+  blockSize?: number;
+  /** Folder whose tokenizer files are copied into saved checkpoints. */
+  tokenizerDir?: string;
+  /** Starting policy version. Default 0. */
+  policyVersion?: number;
+  /** Seeds sampling calls that do not pass their own seed. Default 0. */
+  seed?: number;
+}
+
+export interface EngineSaveOptions {
+  /** On-disk dtype. Default F32. */
+  dtype?: StDtype;
+  /** Shard size limit in bytes. Default: one file. */
+  maxShardBytes?: number;
+  /** Also write the AdamW state (optimizer.safetensors) for an exact resume. Default false. */
+  optimizer?: boolean;
+}
+
+const OPTIMIZER_FILE = "optimizer.safetensors";
+
+export class EmbeddedEngine implements Engine {
+  readonly model: Model;
+  readonly weights: ModelWeights;
+  /** Accumulated gradients, same layout as `weights.data`. */
+  readonly grads: Float32Array;
+  readonly gradParams: ModelParams;
+  readonly optimizer: AdamW;
+  readonly pool: KvBlockPool;
+  policyVersion: number;
+  tokenizerDir: string | undefined;
+  /** Sequences accumulated into `grads` since the last optimStep. */
+  accumulated = 0;
+
+  private readonly trainWs: TrainWorkspace;
+  private readonly cachedWs: CachedWorkspace;
+  private readonly sampler: Sampler;
+  private readonly rng: Rng;
+  private readonly sessions = new Set<EmbeddedSession>();
+  private decodeLogits = new Float32Array(0);
+  private disposed = false;
+
+  constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
+    this.weights = weights;
+    this.model = buildModel(weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
+    const cfg = weights.cfg;
+    this.grads = new Float32Array(weights.data.length);
+    this.gradParams = bindParams(cfg, weights.entries, this.grads);
+    this.optimizer = new AdamW(weights.data.length);
+    this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16);
+    this.trainWs = new TrainWorkspace(cfg);
+    this.cachedWs = new CachedWorkspace(cfg);
+    this.sampler = new Sampler(cfg.vocabSize);
+    this.rng = new Rng(opts.seed ?? 0);
+    this.policyVersion = opts.policyVersion ?? 0;
+    this.tokenizerDir = opts.tokenizerDir;
+  }
+
+  get config(): ModelConfig {
+    return this.weights.cfg;
+  }
+
+  get kernels(): Kernels {
+    return this.model.kernels;
+  }
+
+  /** Open sessions. */
+  get sessionCount(): number {
+    return this.sessions.size;
+  }
+
+  // ---- sessions -----------------------------------------------------------------------------------------
+
+  async session(prefix: number[] = []): Promise<EngineSession> {
+    return this.sessionSync(prefix);
+  }
+
+  /** `session` without the promise (the work is synchronous). */
+  sessionSync(prefix: number[] = []): EmbeddedSession {
+    this.alive();
+    const s = new EmbeddedSession(this);
+    this.sessions.add(s);
+    if (prefix.length > 0) s.appendSync(prefix);
+    return s;
+  }
+
+  async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {
+    return this.sampleBatchSync(sessions, params);
+  }
+
+  /** Samples from many sessions; each step decodes every unfinished session in one batched forward. */
+  sampleBatchSync(sessions: EngineSession[], params: SampleParams[]): SampleResult[] {
+    this.alive();
+    if (sessions.length !== params.length) {
+      throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
+    }
+    const list = sessions.map((s) => this.own(s));
+    if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
+    const ps = params.map(resolveSampleParams);
+    const rngs = ps.map((p) => (p.seed === undefined ? this.rng : new Rng(p.seed)));
+    const results: SampleResult[] = list.map(() => ({ tokens: [], logprobs: [], finishReason: "length" }));
+    let active: number[] = [];
+    for (let i = 0; i < list.length; i++) {
+      if (list[i]!.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
+      if (ps[i]!.maxTokens > 0) active.push(i);
+    }
+    if (active.length > 0) this.sync(active.map((i) => list[i]!));
+    while (active.length > 0) {
+      const next: number[] = [];
+      for (const i of active) {
+        const s = list[i]!;
+        const p = ps[i]!;
+        const { token, logprob } = this.sampler.sample(s.logits!, p, rngs[i]!);
+        const r = results[i]!;
+        r.tokens.push(token);
+        r.logprobs.push(logprob);
+        s.pushToken(token);
+        if (p.stopTokens.has(token)) r.finishReason = "stop";
+        else if (r.tokens.length < p.maxTokens) next.push(i);
+      }
+      active = next;
+      if (active.length > 0) this.decodeStep(active.map((i) => list[i]!));
+    }
+    return results;
+  }
+
+  /** Samples one session (the single-session case of sampleBatch). */
+  sampleOne(s: EmbeddedSession, p: SampleParams): SampleResult {
+    return this.sampleBatchSync([s], [p])[0]!;
+  }
+
+  // ---- scoring and training -----------------------------------------------------------------------------
+
+  async logprobs(sequences: number[][]): Promise<Float32Array[]> {
+    return this.logprobsSync(sequences);
+  }
+
+  logprobsSync(sequences: number[][]): Float32Array[] {
+    this.alive();
+    if (sequences.length === 0) return [];
+    const batch = this.pack(sequences);
+    trainForward(this.model, this.trainWs, batch, false);
+    return batch.starts.map((st, i) => this.trainWs.logprob.slice(st, st + batch.lengths[i]! - 1));
+  }
+
+  async forwardBackward(sequences: number[][], loss: TokenLoss): Promise<{ loss: number; metrics: Record<string, number> }> {
+    return this.forwardBackwardSync(sequences, loss);
+  }
+
+  /** Forward, the caller's loss on the token log-probs, backward; gradients add up until optimStep. */
+  forwardBackwardSync(sequences: number[][], loss: TokenLoss): { loss: number; metrics: Record<string, number> } {
+    this.alive();
+    if (sequences.length === 0) throw new EngineError("forwardBackward: no sequences");
+    const batch = this.pack(sequences);
+    const ws = this.trainWs;
+    trainForward(this.model, ws, batch, true);
+    const lps = batch.starts.map((st, i) => ws.logprob.slice(st, st + batch.lengths[i]! - 1));
+    const out = loss(lps);
+    if (!Number.isFinite(out.loss)) throw new EngineError(`forwardBackward: the loss is ${out.loss}; check the loss function and data`);
+    const N = batch.ids.length;
+    const dLogprob = new Float32Array(N);
+    if (out.dLogprobs.length !== lps.length) {
+      throw new EngineError(`forwardBackward: the loss returned ${out.dLogprobs.length} gradient arrays for ${lps.length} sequences`);
+    }
+    out.dLogprobs.forEach((d, i) => {
+      if (d.length !== lps[i]!.length) {
+        throw new EngineError(`forwardBackward: dLogprobs[${i}] has ${d.length} values, expected ${lps[i]!.length} (sequence length - 1)`);
+      }
+      dLogprob.set(d, batch.starts[i]!);
+    });
+    trainBackward(this.model, ws, batch, dLogprob, this.gradParams);
+    this.accumulated += sequences.length;
+    return { loss: out.loss, metrics: { ...(out.metrics ?? {}), tokens: N, sequences: sequences.length } };
+  }
+
+  async optimStep(hparams: OptimHparams): Promise<{ gradNorm: number }> {
+    return this.optimStepSync(hparams);
+  }
+
+  /** AdamW on the accumulated gradients (clipped to maxGradNorm), then zeroes them; bumps policyVersion. */
+  optimStepSync(hparams: OptimHparams): { gradNorm: number } {
+    this.alive();
+    const { gradNorm, skipped } = this.optimizer.update(this.kernels, this.weights.data, this.grads, hparams);
+    this.grads.fill(0);
+    this.accumulated = 0;
+    if (skipped) throw new EngineError(`optimStep: the gradient norm is ${gradNorm}; the step was skipped and gradients dropped`);
+    this.policyVersion++;
+    return { gradNorm };
+  }
+
+  /** Drops accumulated gradients without stepping. */
+  zeroGrad(): void {
+    this.grads.fill(0);
+    this.accumulated = 0;
+  }
+
+  // ---- checkpoints --------------------------------------------------------------------------------------
+
+  async save(dir: string, opts: EngineSaveOptions = {}): Promise<void> {
+    this.saveSync(dir, opts);
+  }
+
+  saveSync(dir: string, opts: EngineSaveOptions = {}): void {
+    this.alive();
+    const extraFiles = opts.optimizer
+      ? [{
+          name: OPTIMIZER_FILE,
+          tensors: new Map([
+            ["exp_avg", { shape: [this.optimizer.size], data: this.optimizer.m }],
+            ["exp_avg_sq", { shape: [this.optimizer.size], data: this.optimizer.v }],
+          ]),
+        }]
+      : [];
+    saveCheckpoint(dir, this.config, this.weights.entries, this.weights.data, {
+      dtype: opts.dtype,
+      maxShardBytes: opts.maxShardBytes,
+      tokenizerFrom: this.tokenizerDir,
+      meta: { policyVersion: this.policyVersion, optimizerStep: this.optimizer.step },
+      extraFiles,
+    });
+  }
+
+  /**
+   * Replaces the weights with a checkpoint of the same shape (and its policy version and optimizer state
+   * when saved). Open sessions are recomputed with the new weights on their next use.
+   */
+  async load(dir: string): Promise<void> {
+    this.loadSync(dir);
+  }
+
+  loadSync(dir: string): void {
+    this.alive();
+    const ck = loadCheckpoint(dir);
+    const same =
+      ck.entries.length === this.weights.entries.length &&
+      ck.entries.every((e, i) => e.name === this.weights.entries[i]!.name && e.size === this.weights.entries[i]!.size);
+    if (!same) throw new EngineError(`load: ${dir} has a different model shape than this engine; use loadEngine instead`);
+    this.weights.data.set(ck.data);
+    this.policyVersion = ck.meta?.policyVersion ?? this.policyVersion;
+    loadOptimizerState(this.optimizer, dir, ck.meta?.optimizerStep);
+    this.zeroGrad();
+    for (const s of this.sessions) s.invalidate();
+  }
+
+  dispose(): void {
+    for (const s of [...this.sessions]) s.close();
+    this.disposed = true;
+  }
+
+  // ---- internals used by sessions -------------------------------------------------------------------------
+
+  /** @internal */ forgetSession(s: EmbeddedSession): void {
+    this.sessions.delete(s);
+  }
+
+  /** Makes sure each session has logits for its last token, computing pending tokens. */
+  /** @internal */ sync(list: EmbeddedSession[]): void {
+    const singles: EmbeddedSession[] = [];
+    for (const s of list) {
+      if (s.logitsValid) continue;
+      if (s.length === 0) throw new EngineError("the session is empty; append tokens first");
+      if (s.cached === s.length) s.rewindOne();
+      if (s.length - s.cached === 1) singles.push(s);
+      else this.prefill(s);
+    }
+    if (singles.length > 0) this.decodeStep(singles);
+  }
+
+  /** Computes all pending tokens of one session (one call, Tq = pending). */
+  /** @internal */ prefill(s: EmbeddedSession): void {
+    const Tq = s.length - s.cached;
+    if (Tq === 0) return;
+    s.reserve(s.length);
+    const ids = Int32Array.from(s.tokenList.slice(s.cached));
+    const positions = new Int32Array(Tq);
+    for (let i = 0; i < Tq; i++) positions[i] = s.cached + i;
+    const V = this.config.vocabSize;
+    if (!s.logits) s.logits = new Float32Array(V);
+    this.checkIds(ids);
+    cachedForward(this.model, this.cachedWs, this.pool, {
+      B: 1, Tq, ids, positions, blockTable: Int32Array.from(s.blocks), maxBlocks: s.blocks.length,
+      seqLens: Int32Array.of(s.length), logitRows: Int32Array.of(Tq - 1), logits: s.logits,
+    });
+    s.cached = s.length;
+    s.logitsFor = s.length;
+  }
+
+  /** One batched decode step: every session has exactly one pending token. */
+  /** @internal */ decodeStep(list: EmbeddedSession[]): void {
+    const B = list.length;
+    const V = this.config.vocabSize;
+    let maxBlocks = 0;
+    for (const s of list) {
+      s.reserve(s.length);
+      maxBlocks = Math.max(maxBlocks, s.blocks.length);
+    }
+    const blockTable = new Int32Array(B * maxBlocks);
+    const ids = new Int32Array(B);
+    const positions = new Int32Array(B);
+    const seqLens = new Int32Array(B);
+    const rows = new Int32Array(B);
+    list.forEach((s, b) => {
+      blockTable.set(s.blocks, b * maxBlocks);
+      ids[b] = s.tokenList[s.length - 1]!;
+      positions[b] = s.length - 1;
+      seqLens[b] = s.length;
+      rows[b] = b;
+    });
+    this.checkIds(ids);
+    if (this.decodeLogits.length < B * V) this.decodeLogits = new Float32Array(B * V);
+    cachedForward(this.model, this.cachedWs, this.pool, {
+      B, Tq: 1, ids, positions, blockTable, maxBlocks, seqLens, logitRows: rows, logits: this.decodeLogits,
+    });
+    list.forEach((s, b) => {
+      if (!s.logits) s.logits = new Float32Array(V);
+      s.logits.set(this.decodeLogits.subarray(b * V, b * V + V));
+      s.cached = s.length;
+      s.logitsFor = s.length;
+    });
+  }
+
+  private checkIds(ids: Int32Array): void {
+    const V = this.config.vocabSize;
+    for (const id of ids) {
+      if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new EngineError(`token id ${id} is outside the vocabulary [0, ${V})`);
+    }
+  }
+
+  private pack(sequences: number[][]) {
+    const V = this.config.vocabSize;
+    sequences.forEach((s, i) => {
+      if (s.length === 0) throw new EngineError(`sequence ${i} is empty`);
+      for (const id of s) {
+        if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new EngineError(`sequence ${i}: token id ${id} is outside the vocabulary [0, ${V})`);
+      }
+    });
+    return packSequences(sequences);
+  }
+
+  private own(s: EngineSession): EmbeddedSession {
+    if (!(s instanceof EmbeddedSession) || s.engine !== this) {
+      throw new EngineError("this session belongs to another engine; create it with this engine's session()");
+    }
+    if (s.closed) throw new EngineError("the session is closed");
+    return s;
+  }
+
+  private alive(): void {
+    if (this.disposed) throw new EngineError("the engine was disposed; create a new one");
+  }
+}
+
+/** A KV-cache session of the embedded engine. */
+export class EmbeddedSession implements EngineSession {
+  /** @internal */ tokenList: number[] = [];
+  /** @internal */ blocks: number[] = [];
+  /** Cache entries computed (the first `cached` tokens). */
+  /** @internal */ cached = 0;
+  /** Logits after token `logitsFor - 1`, valid when logitsFor === length. */
+  /** @internal */ logits: Float32Array | null = null;
+  /** @internal */ logitsFor = -1;
+  closed = false;
+
+  constructor(readonly engine: EmbeddedEngine) {}
+
+  get length(): number {
+    return this.tokenList.length;
+  }
+
+  tokens(): number[] {
+    return [...this.tokenList];
+  }
+
+  /** Blocks of the KV cache this session references (shared ones included). */
+  get blockIds(): readonly number[] {
+    return this.blocks;
+  }
+
+  /** @internal */ get logitsValid(): boolean {
+    return this.logitsFor === this.tokenList.length && this.logits !== null;
+  }
+
+  async append(tokens: number[]): Promise<void> {
+    this.appendSync(tokens);
+  }
+
+  /** Appends tokens and computes them (with any pending sampled token) in one prefill. */
+  appendSync(tokens: number[]): void {
+    this.check();
+    if (tokens.length === 0) return;
+    for (const t of tokens) this.tokenList.push(t);
+    try {
+      this.engine.prefill(this);
+    } catch (e) {
+      this.tokenList.length -= tokens.length;
+      this.cached = Math.min(this.cached, this.tokenList.length);
+      throw e;
+    }
+  }
+
+  async sample(params: SampleParams): Promise<SampleResult> {
+    return this.engine.sampleOne(this, params);
+  }
+
+  fork(): EmbeddedSession {
+    this.check();
+    const child = this.engine.sessionSync();
+    child.tokenList = [...this.tokenList];
+    child.blocks = [...this.blocks];
+    for (const b of this.blocks) this.engine.pool.retain(b);
+    child.cached = this.cached;
+    if (this.logitsValid) {
+      child.logits = this.logits!.slice();
+      child.logitsFor = this.logitsFor;
+    }
+    return child;
+  }
+
+  truncate(n: number): void {
+    this.check();
+    if (!(Number.isInteger(n) && n >= 0)) throw new EngineError(`truncate: n must be an integer >= 0 (got ${n})`);
+    if (n >= this.tokenList.length) return;
+    this.tokenList.length = n;
+    this.cached = Math.min(this.cached, n);
+    this.dropBlocksAfter(this.cached);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    for (const b of this.blocks) this.engine.pool.release(b);
+    this.blocks = [];
+    this.closed = true;
+    this.logits = null;
+    this.engine.forgetSession(this);
+  }
+
+  // ---- internals -----------------------------------------------------------------------------------------
+
+  /** @internal */ pushToken(t: number): void {
+    this.tokenList.push(t);
+  }
+
+  /** Marks the last token as not computed, so the next step recomputes it (and its logits). */
+  /** @internal */ rewindOne(): void {
+    this.cached = this.tokenList.length - 1;
+  }
+
+  /** Drops all cached entries (e.g. after new weights were loaded). */
+  /** @internal */ invalidate(): void {
+    this.cached = 0;
+    this.logitsFor = -1;
+    this.dropBlocksAfter(0);
+  }
+
+  /** Makes blocks for entries [cached, newLen) writable: allocates new ones, copies shared partial ones. */
+  /** @internal */ reserve(newLen: number): void {
+    const pool = this.engine.pool;
+    const bs = pool.blockSize;
+    const need = Math.ceil(newLen / bs);
+    for (let i = Math.floor(this.cached / bs); i < need; i++) {
+      if (i < this.blocks.length) {
+        const b = this.blocks[i]!;
+        if (pool.refCount(b) > 1) {
+          const nb = pool.alloc();
+          pool.copyRows(b, nb, Math.min(bs, Math.max(0, this.cached - i * bs)));
+          pool.release(b);
+          this.blocks[i] = nb;
+        }
+      } else {
+        this.blocks.push(pool.alloc());
+      }
+    }
+  }
+
+  private dropBlocksAfter(entries: number): void {
+    const keep = Math.ceil(entries / this.engine.pool.blockSize);
+    while (this.blocks.length > keep) this.engine.pool.release(this.blocks.pop()!);
+  }
+
+  private check(): void {
+    if (this.closed) throw new EngineError("the session is closed");
+  }
+}
+
+function loadOptimizerState(opt: AdamW, dir: string, step: unknown): void {
+  const p = join(dir, OPTIMIZER_FILE);
+  if (!existsSync(p)) {
+    opt.m.fill(0);
+    opt.v.fill(0);
+    opt.step = 0;
+    return;
+  }
+  const t = readSafetensors(p);
+  const m = t.get("exp_avg");
+  const v = t.get("exp_avg_sq");
+  if (!m || !v || m.data.length !== opt.size || v.data.length !== opt.size) {
+    throw new EngineError(`${p} does not match this model's parameters; delete it to start the optimizer fresh`);
+  }
+  opt.m.set(m.data);
+  opt.v.set(v.data);
+  opt.step = typeof step === "number" ? step : 0;
+}
+
+/** A new engine over a fresh random model (tests, demos, benchmarks). */
+export function createRandomModel(
+  cfg: ModelConfig, seed: number, opts: EmbeddedEngineOptions & { std?: number; sinkLogits?: boolean } = {},
+): EmbeddedEngine {
+  return new EmbeddedEngine(randomWeights(cfg, seed, { std: opts.std, sinkLogits: opts.sinkLogits }), opts);
+}
+
+/** An engine over a Hugging Face checkpoint folder (its tokenizer files are carried into saves). */
+export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): EmbeddedEngine {
+  const ck = loadCheckpoint(dir);
+  const engine = new EmbeddedEngine(ck, {
+    tokenizerDir: dir,
+    policyVersion: ck.meta?.policyVersion ?? 0,
+    ...opts,
+  });
+  loadOptimizerState(engine.optimizer, dir, ck.meta?.optimizerStep);
+  return engine;
+}

@@ -1,0 +1,97 @@
+/**
+ * The paged KV cache: a pool of fixed-size blocks ([blockSize, KVH, D] per layer, for keys and values)
+ * with reference counts, so forked sessions share their common prefix blocks without copying them.
+ * A block is copied only when a session writes into a partially filled block that another session
+ * still references (copy on write).
+ *
+ * This file is bookkeeping and storage; it does not compute attention (the kernels do) and does not know
+ * sessions' tokens (embedded.ts does).
+ */
+import type { KvStorage } from "../model/transformer.js";
+
+export class KvBlockPool implements KvStorage {
+  kCache: Float32Array[];
+  vCache: Float32Array[];
+  /** Blocks the storage can hold. */
+  capacity: number;
+  private refs: Int32Array;
+  private free: number[] = [];
+
+  constructor(
+    readonly numLayers: number,
+    /** KVH * D floats per cache row. */
+    readonly rowSize: number,
+    readonly blockSize = 16,
+    initialBlocks = 64,
+  ) {
+    this.capacity = initialBlocks;
+    const n = initialBlocks * blockSize * rowSize;
+    this.kCache = Array.from({ length: numLayers }, () => new Float32Array(n));
+    this.vCache = Array.from({ length: numLayers }, () => new Float32Array(n));
+    this.refs = new Int32Array(initialBlocks);
+    for (let b = initialBlocks - 1; b >= 0; b--) this.free.push(b);
+  }
+
+  /** Blocks currently referenced by at least one session. */
+  get usedBlocks(): number {
+    return this.capacity - this.free.length;
+  }
+
+  /** Bytes held by the storage (keys and values, all layers). */
+  get bytes(): number {
+    return this.capacity * this.blockSize * this.rowSize * 4 * 2 * this.numLayers;
+  }
+
+  refCount(block: number): number {
+    return this.refs[block]!;
+  }
+
+  /** A fresh block with reference count 1 (the storage doubles when full). */
+  alloc(): number {
+    if (this.free.length === 0) this.grow();
+    const b = this.free.pop()!;
+    this.refs[b] = 1;
+    return b;
+  }
+
+  retain(block: number): void {
+    this.refs[block]!++;
+  }
+
+  release(block: number): void {
+    const r = --this.refs[block]!;
+    if (r < 0) throw new Error(`KV block ${block} released more often than retained`);
+    if (r === 0) this.free.push(block);
+  }
+
+  /** Copies the first `rows` rows of every layer's block `src` into `dst`. */
+  copyRows(src: number, dst: number, rows: number): void {
+    const stride = this.blockSize * this.rowSize;
+    const n = rows * this.rowSize;
+    for (let l = 0; l < this.numLayers; l++) {
+      this.kCache[l]!.copyWithin(dst * stride, src * stride, src * stride + n);
+      this.vCache[l]!.copyWithin(dst * stride, src * stride, src * stride + n);
+    }
+  }
+
+  private grow(): void {
+    const old = this.capacity;
+    const cap = old * 2;
+    const n = cap * this.blockSize * this.rowSize;
+    this.kCache = this.kCache.map((a) => {
+      const b = new Float32Array(n);
+      b.set(a);
+      return b;
+    });
+    this.vCache = this.vCache.map((a) => {
+      const b = new Float32Array(n);
+      b.set(a);
+      return b;
+    });
+    const refs = new Int32Array(cap);
+    refs.set(this.refs);
+    this.refs = refs;
+    for (let b = cap - 1; b >= old; b--) this.free.push(b);
+    this.capacity = cap;
+  }
+}
