@@ -1,0 +1,157 @@
+/**
+ * `sinkflex envs replay`, `sinkflex envs conform` and `sinkflex envs export-sft`: subcommands of the
+ * `envs` group. `replay` and `export-sft` work for every suite (through `Suite.replay` and the suite's
+ * scripted expert); `conform` checks the tau-bench tools against an expected-outputs file. Each command
+ * has a function that does the work and returns its text and exit code, so tests can call it directly.
+ */
+import { createWriteStream } from "node:fs";
+import type { Command } from "commander";
+import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import { make, registeredIds } from "../../gym/registry.js";
+import { registerBundledEnvs } from "../../envs/index.js";
+import { runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport } from "../../envs/suite.js";
+import { conform, tauDomain } from "../../envs/tau/index.js";
+import { UsageError } from "../main.js";
+
+export interface CommandResult {
+  text: string;
+  exitCode: number;
+}
+
+function knownEnv(id: string): void {
+  registerBundledEnvs();
+  if (!registeredIds().includes(id)) {
+    throw new UsageError(`unknown env id "${id}". Registered ids: ${registeredIds().join(", ")}. Run \`sinkflex envs list\`.`);
+  }
+}
+
+function positiveInt(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new UsageError(`${flag} must be a positive integer, got "${value}"`);
+  return n;
+}
+
+function jsonOptions(value: string | undefined): Record<string, unknown> {
+  if (value === undefined) return {};
+  try {
+    const parsed = JSON.parse(value);
+    if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) return parsed;
+  } catch {}
+  throw new UsageError(`--options must be a JSON object, e.g. '{"taskSet":"generated","difficulty":"easy"}', got ${value}`);
+}
+
+function clip(text: unknown, max = 300): string {
+  const s = typeof text === "string" ? text : JSON.stringify(text);
+  return s === undefined ? "undefined" : s.length > max ? `${s.slice(0, max)}... (${s.length} chars)` : s;
+}
+
+export function formatReplayReport(envId: string, report: ReplayReport, maxFailures = 20): string {
+  const rate = report.total === 0 ? 0 : report.succeeded / report.total;
+  const lines = [
+    `${envId}: ${report.succeeded}/${report.total} succeeded (${(rate * 100).toFixed(1)}%); expected at least ${(report.expectedRate * 100).toFixed(1)}%`,
+  ];
+  for (const f of report.failures.slice(0, maxFailures)) lines.push(`  task ${f.task}: ${clip(f.reason)}`);
+  if (report.failures.length > maxFailures) lines.push(`  ... and ${report.failures.length - maxFailures} more failures`);
+  return lines.join("\n");
+}
+
+export async function replayCommand(
+  envId: string,
+  opts: { gold?: boolean; tasks?: string; dbDir?: string; games?: string; limit?: string },
+): Promise<CommandResult> {
+  knownEnv(envId);
+  const suite = suiteForEnv(envId);
+  if (!suite.replay) throw new UsageError(`the ${suite.name} suite has no replay; try \`sinkflex envs check ${envId}\``);
+  const report = await suite.replay(envId, {
+    gold: Boolean(opts.gold),
+    tasks: opts.tasks,
+    dbDir: opts.dbDir,
+    games: opts.games,
+    limit: positiveInt("--limit", opts.limit),
+  });
+  const rate = report.total === 0 ? 0 : report.succeeded / report.total;
+  return { text: formatReplayReport(envId, report), exitCode: report.total > 0 && rate >= report.expectedRate ? 0 : 1 };
+}
+
+export function conformCommand(envId: string, opts: { tasks?: string; expected?: string; dbDir?: string }): CommandResult {
+  let domain;
+  try {
+    domain = tauDomain(envId);
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message}: conform checks the tau-bench tools only`);
+  }
+  if (!opts.tasks || !opts.expected) throw new UsageError("conform needs --tasks FILE and --expected FILE (e.g. tasks_dev.json and expected_dev.json)");
+  const report = conform(opts.tasks, opts.expected, { domain, dbDir: opts.dbDir });
+  const lines: string[] = [];
+  for (const m of report.mismatches.slice(0, 30)) {
+    lines.push(`task ${m.task}: ${m.detail}`);
+    if (m.where !== "records") lines.push(`  expected: ${clip(m.expected)}`, `  actual:   ${clip(m.actual)}`);
+  }
+  if (report.mismatches.length > 30) lines.push(`... and ${report.mismatches.length - 30} more mismatches`);
+  lines.push(`${envId}: ${report.matched}/${report.total} tasks match ${opts.expected}`);
+  return { text: lines.join("\n"), exitCode: report.mismatches.length === 0 && report.matched === report.total ? 0 : 1 };
+}
+
+export async function exportSftCommand(
+  envId: string,
+  opts: { out?: string; limit?: string; options?: string; includeFailed?: boolean },
+): Promise<CommandResult> {
+  knownEnv(envId);
+  if (!opts.out) throw new UsageError("export-sft needs --out FILE (a .jsonl file to write)");
+  suiteForEnv(envId);
+  const env = await make<ChatObservation, AgentTurn>(envId, jsonOptions(opts.options));
+  const size = env.metadata.taskCount ?? 0;
+  const total = Math.min(positiveInt("--limit", opts.limit) ?? size, size);
+  const out = createWriteStream(opts.out);
+  let written = 0;
+  let failed = 0;
+  try {
+    for (let taskIndex = 0; taskIndex < total; taskIndex++) {
+      const episode = await runExpertEpisode(env, envId, { taskIndex, maxTurns: 200 });
+      if (episode.reward !== 1) failed++;
+      if (episode.reward !== 1 && !opts.includeFailed) continue;
+      const record = { ...toOpenAIChatRecord(episode.messages, episode.tools), metadata: { env: envId, taskIndex, reward: episode.reward } };
+      out.write(`${JSON.stringify(record)}\n`);
+      written++;
+    }
+  } finally {
+    await env.close();
+    await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
+  }
+  const skipped = opts.includeFailed ? "" : `; ${failed} unsolved episodes left out (--include-failed keeps them)`;
+  return { text: `${envId}: wrote ${written} expert trajectories to ${opts.out}${skipped}`, exitCode: written > 0 ? 0 : 1 };
+}
+
+function print(result: CommandResult): void {
+  console.log(result.text);
+  if (result.exitCode !== 0) process.exitCode = result.exitCode;
+}
+
+/** Adds `replay`, `conform` and `export-sft` to the `envs` command group. */
+export function registerEnvsReplayCommands(envs: Command): void {
+  envs
+    .command("replay <id>")
+    .description("Replay a suite's task set (the gold actions with --gold, else the scripted expert); prints the success rate and the failures; exit 0 only when the expected rate is reached")
+    .option("--gold", "replay the benchmark's gold actions / gold SQL where the suite has them, instead of the scripted expert")
+    .option("--tasks <file>", "a task file in the suite's format instead of the bundled one")
+    .option("--db-dir <dir>", "a folder of databases (sql: DIR/<db>.sqlite; tau: DIR/<collection>.json)")
+    .option("--games <dir>", "a folder of games (household)")
+    .option("--limit <n>", "only the first n tasks")
+    .action(async (id: string, opts) => print(await replayCommand(id, opts)));
+  envs
+    .command("conform <id>")
+    .description("Check the tau-bench tools (retail or airline id): replay every task's gold actions and compare each output and the changed records with an expected file; exit 0 only when all match")
+    .option("--tasks <file>", "the task file (e.g. tasks_dev.json)")
+    .option("--expected <file>", "the expected outputs file (e.g. expected_dev.json)")
+    .option("--db-dir <dir>", "a folder with the domain's <collection>.json files instead of the bundled database")
+    .action((id: string, opts) => print(conformCommand(id, opts)));
+  envs
+    .command("export-sft <id>")
+    .description("Write the scripted expert's trajectories as OpenAI chat JSONL (messages with tool_calls, and tools), one line per solved task")
+    .option("--out <file>", "the .jsonl file to write")
+    .option("--limit <n>", "only the first n tasks")
+    .option("--options <json>", "env options as JSON, e.g. '{\"taskSet\":\"generated\",\"difficulty\":\"easy\"}'")
+    .option("--include-failed", "also write episodes the expert did not solve")
+    .action(async (id: string, opts) => print(await exportSftCommand(id, opts)));
+}
