@@ -5,7 +5,7 @@
  * It keeps every id its corpus uses, every added/special token, and every byte-level token (the 256
  * single-byte symbols of a byte-level BPE, or `<0x00>`..`<0xFF>` of a byte-fallback tokenizer), so any
  * text still encodes: a full id outside the trimmed set is spelled with the longest kept pieces of its
- * own bytes. It is saved beside the weights as `sinkflex_vocab.json`. `TokenCodec` is the text <-> model
+ * own bytes. It is saved beside the weights as `sinkflex-vocab.json`. `TokenCodec` is the text <-> model
  * id interface the rollout and the server use, with or without a trimmed vocabulary. This file does not
  * tokenize by itself (tokenizer.ts does) and knows nothing of embeddings or weights.
  */
@@ -13,7 +13,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Tokenizer } from "./tokenizer.js";
 
-export const VOCAB_FILE = "sinkflex_vocab.json";
+export const VOCAB_FILE = "sinkflex-vocab.json";
 const FORMAT = "sinkflex-trimmed-vocab-v1";
 
 /** GPT-2's byte-to-unicode table used by byte-level BPE: the 256 single-byte symbols. */
