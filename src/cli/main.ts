@@ -7,6 +7,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { registerDashboardCommands } from "./commands/dashboard.js";
+import { registerEnvsCommands } from "./commands/envs.js";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
     .showHelpAfterError("(run with --help for usage)");
   // Command groups register here.
   registerDashboardCommands(program);
+  registerEnvsCommands(program);
   return program;
 }
 

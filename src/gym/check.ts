@@ -18,6 +18,7 @@
  * episode).
  */
 import { isDeepStrictEqual } from "node:util";
+import type { AgentTurn } from "./chat.js";
 import type { Env, Info } from "./env.js";
 import { Rng } from "./rng.js";
 
@@ -363,4 +364,19 @@ function safeString(env: Env<any, any>): string {
   } catch {
     return "(env)";
   }
+}
+
+/**
+ * Actions for checking any env: sampled from its action space; for tool-call action spaces, from
+ * step `finishAfter` on (default 2) a turn without tool calls, which ends a tool env's episode when
+ * it has no user simulator (with one, the env's TimeLimit ends it).
+ */
+export function sampledActions<Obs, Act>(env: Env<Obs, Act>, options: { finishAfter?: number } = {}): ActionSource<Obs, Act> {
+  const finishAfter = options.finishAfter ?? 2;
+  return (ctx) => {
+    if (env.actionSpace.kind === "tool-call" && ctx.step >= finishAfter) {
+      return { content: `My final answer is ${ctx.step}.`, toolCalls: [] } as AgentTurn as Act;
+    }
+    return env.actionSpace.sample(ctx.rng);
+  };
 }

@@ -1,0 +1,136 @@
+/**
+ * `sinkflex envs ...`: the environment commands. This file defines the group and `list`, `check`
+ * and `serve`.
+ *
+ * Other command files attach more subcommands to the same group (`envs replay`, `envs play`, ...)
+ * without editing this one: in their own `register...Commands(program)` they call
+ * `envsCommand(program)`, which returns the `envs` Command (creating it when it does not exist yet),
+ * and add to it: `envsCommand(program).command("replay")...`.
+ */
+import { Command } from "commander";
+import { checkEnv, formatCheckReport, sampledActions } from "../../gym/check.js";
+import { serveEnv } from "../../gym/remote/server.js";
+import { make, makeUnwrapped, registeredIds, specs } from "../../gym/registry.js";
+import { registerBundledEnvs } from "../../envs/index.js";
+import { UsageError } from "../main.js";
+
+/** The `envs` command group of `program`, created on first use. */
+export function envsCommand(program: Command): Command {
+  const existing = program.commands.find((c) => c.name() === "envs");
+  if (existing) return existing;
+  return program.command("envs").description("List, check and serve the registered environments");
+}
+
+export interface EnvListing {
+  id: string;
+  suite: string;
+  taskCount: number | null;
+  description: string;
+}
+
+/** Every registered env (bundled suites included), sorted by id. */
+export async function listEnvs(): Promise<EnvListing[]> {
+  registerBundledEnvs();
+  const out: EnvListing[] = [];
+  for (const s of specs()) {
+    let taskCount = s.defaults.taskCount ?? null;
+    if (taskCount === null) {
+      // Not declared at registration: ask the env itself.
+      const env = await makeUnwrapped(s.id).catch(() => undefined);
+      taskCount = env?.metadata.taskCount ?? null;
+      await env?.close().catch(() => undefined);
+    }
+    out.push({ id: s.id, suite: s.defaults.suite, taskCount, description: s.defaults.description });
+  }
+  return out;
+}
+
+function knownId(id: string): string {
+  registerBundledEnvs();
+  const ids = registeredIds();
+  if (!ids.includes(id)) throw new UsageError(`unknown env id "${id}"; run \`sinkflex envs list\` to see the ${ids.length} registered ids`);
+  return id;
+}
+
+function intOption(name: string, raw: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `an integer >= ${min}` : `an integer in ${min}..${max}`;
+    throw new UsageError(`${name} must be ${range}, got "${raw}"`);
+  }
+  return n;
+}
+
+export function registerEnvsCommands(program: Command): Command {
+  const envs = envsCommand(program);
+
+  envs
+    .command("list")
+    .description("List every registered env: id, suite, task count and description")
+    .option("--json", "print JSON (an array of {id, suite, taskCount, description})")
+    .action(async (opts: { json?: boolean }) => {
+      const rows = await listEnvs();
+      if (opts.json) {
+        console.log(JSON.stringify(rows, null, 2));
+        return;
+      }
+      const table = [["ID", "SUITE", "TASKS", "DESCRIPTION"], ...rows.map((r) => [r.id, r.suite, r.taskCount === null ? "-" : String(r.taskCount), r.description])];
+      const widths = [0, 1, 2].map((c) => Math.max(...table.map((row) => row[c]!.length)));
+      for (const row of table) console.log(row.map((cell, c) => (c < 3 ? cell.padEnd(widths[c]!) : cell)).join("  "));
+    });
+
+  envs
+    .command("check")
+    .description("Run checkEnv on a registered env (made in its standard wrapper stack); exit 0 when every check passes")
+    .argument("<id>", "the env id, e.g. sinkflex/arith-v0")
+    .option("--seed <n>", "seed of the first checked episode", "0")
+    .option("--episodes <n>", "episodes to check (each is played twice)", "2")
+    .option("--max-steps <n>", "steps per episode (also the TimeLimit the env is made with)", "8")
+    .option("--json", "print the report as JSON")
+    .action(async (id: string, opts: { seed: string; episodes: string; maxSteps: string; json?: boolean }) => {
+      knownId(id);
+      const seed = intOption("--seed", opts.seed, 0);
+      const episodes = intOption("--episodes", opts.episodes, 1, 100);
+      const maxSteps = intOption("--max-steps", opts.maxSteps, 1, 10_000);
+      const env = await make(id, { maxEpisodeSteps: maxSteps });
+      const report = await checkEnv(env, { seed, episodes, maxSteps: maxSteps + 1, actions: sampledActions(env) });
+      console.log(opts.json ? JSON.stringify(report, null, 2) : formatCheckReport(report));
+      if (!report.passed) {
+        const failed = report.checks.filter((c) => c.status === "failed").map((c) => c.name);
+        throw new Error(`${id} failed ${failed.length} check(s): ${failed.join("; ")}`);
+      }
+    });
+
+  envs
+    .command("serve")
+    .description("Serve a registered env over HTTP and WebSocket (the remote protocol, see docs/remote-protocol.md) until Ctrl-C")
+    .argument("<id>", "the env id, e.g. sinkflex/arith-v0")
+    .option("--port <port>", "port to listen on (0 = any free port)", "8765")
+    .option("--host <host>", "address to bind (loopback by default; the protocol has no authentication)", "127.0.0.1")
+    .option("--max-sessions <n>", "most sessions open at once; more get HTTP 429", "64")
+    .option("--idle-timeout <ms>", "close a session after this many milliseconds without requests", "300000")
+    .action(async (id: string, opts: { port: string; host: string; maxSessions: string; idleTimeout: string }) => {
+      knownId(id);
+      const server = await serveEnv(id, {
+        port: intOption("--port", opts.port, 0, 65535),
+        host: opts.host,
+        maxSessions: intOption("--max-sessions", opts.maxSessions, 1),
+        idleTimeoutMs: intOption("--idle-timeout", opts.idleTimeout, 1),
+      });
+      console.log(`serving ${id} at ${server.url} (WebSocket ${server.wsUrl}); Ctrl-C to stop`);
+      await new Promise<void>((resolve) => {
+        const stop = (signal: string) => {
+          process.off("SIGINT", onInt);
+          process.off("SIGTERM", onTerm);
+          console.log(`${signal}: closing ${server.sessionCount()} session(s) and stopping`);
+          server.close().then(resolve, resolve);
+        };
+        const onInt = () => stop("SIGINT");
+        const onTerm = () => stop("SIGTERM");
+        process.once("SIGINT", onInt);
+        process.once("SIGTERM", onTerm);
+      });
+    });
+
+  return envs;
+}
