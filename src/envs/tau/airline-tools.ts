@@ -11,12 +11,13 @@ import type { TauDb } from "./db.js";
 import { num, pyAdd, pyClone, pyDumps, pyMul, pyNumStr, pySet, pySub, type PyRecord } from "./pyjson.js";
 import type { ToolImpl } from "./retail-tools.js";
 
-const CITIES: Record<string, string> = {
-  ATL: "Atlanta", BOS: "Boston", CLT: "Charlotte", DEN: "Denver", DFW: "Dallas-Fort Worth", DTW: "Detroit",
-  EWR: "Newark", IAH: "Houston", JFK: "New York", LAS: "Las Vegas", LAX: "Los Angeles", LGA: "New York",
-  MCO: "Orlando", MIA: "Miami", MSP: "Minneapolis", ORD: "Chicago", PHL: "Philadelphia", PHX: "Phoenix",
-  SEA: "Seattle", SFO: "San Francisco",
-};
+/** The airports the airline serves, in the benchmark's order, with their cities. */
+const AIRPORTS: [string, string][] = [
+  ["SFO", "San Francisco"], ["JFK", "New York"], ["LAX", "Los Angeles"], ["ORD", "Chicago"], ["DFW", "Dallas"],
+  ["DEN", "Denver"], ["SEA", "Seattle"], ["ATL", "Atlanta"], ["MIA", "Miami"], ["BOS", "Boston"],
+  ["PHX", "Phoenix"], ["IAH", "Houston"], ["LAS", "Las Vegas"], ["MCO", "Orlando"], ["EWR", "Newark"],
+  ["CLT", "Charlotte"], ["MSP", "Minneapolis"], ["DTW", "Detroit"], ["PHL", "Philadelphia"], ["LGA", "New York"],
+];
 
 /** Certificate ids tried in turn by `send_certificate`. */
 const CERTIFICATE_IDS = [3221322, 9852466, 7502997, 4235468, 6146234];
@@ -125,13 +126,7 @@ export const AIRLINE_TOOLS: Record<string, ToolImpl> = {
     return user ? pyDumps(user) : "Error: user not found";
   },
 
-  list_all_airports: (db) => {
-    const codes = new Set<string>();
-    for (const [, flight] of db.entries("flights")) codes.add(flight.origin).add(flight.destination);
-    const out: PyRecord = {};
-    for (const code of [...codes].sort()) out[code] = CITIES[code] ?? code;
-    return pyDumps(out);
-  },
+  list_all_airports: () => pyDumps(Object.fromEntries(AIRPORTS)),
 
   search_direct_flight: (db, { origin, destination, date }) => {
     const results: PyRecord[] = [];
@@ -155,7 +150,7 @@ export const AIRLINE_TOOLS: Record<string, ToolImpl> = {
         if (second.destination !== destination || first.destination !== second.origin) continue;
         const nextDay = String(first.scheduled_arrival_time_est).includes("+1");
         const date2 = nextDay ? `2024-05-${Number(String(date).slice(-2)) + 1}` : date;
-        if (String(first.scheduled_arrival_time_est) > String(second.scheduled_departure_time_est) && !nextDay) continue;
+        if (String(first.scheduled_arrival_time_est) > String(second.scheduled_departure_time_est)) continue;
         if (!hasKey(first.dates, date) || !hasKey(second.dates, date2)) continue;
         if (first.dates[date].status !== "available" || second.dates[date2].status !== "available") continue;
         const leg = (f: PyRecord, d: string): PyRecord => {
