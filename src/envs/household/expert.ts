@@ -1,0 +1,209 @@
+/**
+ * The household suite's scripted expert. It reads the goal formula of the game (which object types,
+ * which receptacle type, clean/heat/cool/slice, a lamp to switch on, one or two objects), plans on a
+ * private copy of the game state — find the object, go to it, open what is closed, take it,
+ * transform it, put it, close what it opened — and plays the plan one `act` call per turn.
+ *
+ * It is not a general PDDL planner: it solves the six ALFWorld task types (and sliced variants); on a
+ * game it cannot plan, `plan` throws with the reason.
+ */
+import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { Expert } from "../suite.js";
+import { Simulator, type Game } from "./game.js";
+import type { Formula } from "./pddl.js";
+
+interface ObjectNeed {
+  otype: string;
+  props: Set<string>;
+  /** The goal's receptacle variable it must end in, if any. */
+  recepVar?: string;
+  held: boolean;
+}
+
+interface GoalNeeds {
+  objects: ObjectNeed[];
+  /** Receptacle variable -> its receptacle type. */
+  receptacles: Map<string, string>;
+  /** The lamp type to switch on (look_at_obj_in_light). */
+  lamp?: string;
+}
+
+function collectAtoms(f: Formula, out: Array<{ pred: string; args: string[] }> = []) {
+  switch (f.kind) {
+    case "atom":
+      out.push(f);
+      break;
+    case "and":
+    case "or":
+      f.fs.forEach((g) => collectAtoms(g, out));
+      break;
+    case "exists":
+      collectAtoms(f.f, out);
+      break;
+    default:
+      break; // negations and forall (e.g. "every receptacle closed") are satisfied by closing what we open
+  }
+  return out;
+}
+
+/** What the goal asks for, read from its atoms. */
+export function analyzeGoal(goal: Formula): GoalNeeds {
+  const atoms = collectAtoms(goal);
+  const otypes = new Map<string, string>();
+  const receptacles = new Map<string, string>();
+  for (const a of atoms) {
+    if (a.pred === "objecttype") otypes.set(a.args[0]!, a.args[1]!);
+    if (a.pred === "receptacletype") receptacles.set(a.args[0]!, a.args[1]!);
+  }
+  let lampVar: string | undefined;
+  for (const a of atoms) if (a.pred === "istoggled") lampVar = a.args[0];
+  const objects: ObjectNeed[] = [];
+  for (const [v, otype] of otypes) {
+    if (v === lampVar) continue;
+    const props = new Set<string>();
+    let recepVar: string | undefined;
+    let held = false;
+    for (const a of atoms) {
+      if (a.args[0] === v && ["isclean", "ishot", "iscool", "issliced"].includes(a.pred)) props.add(a.pred);
+      if (a.pred === "inreceptacle" && a.args[0] === v) recepVar = a.args[1];
+      if (a.pred === "holds" && a.args[1] === v) held = true;
+    }
+    if (recepVar === undefined && !held) continue;
+    objects.push({ otype, props, recepVar, held });
+  }
+  return { objects, receptacles, lamp: lampVar ? otypes.get(lampVar) : undefined };
+}
+
+/** Plans the commands that reach the goal of `game`, checking each on a private simulator. */
+export function plan(game: Game): string[] {
+  const sim = new Simulator(game);
+  const s = sim.state;
+  const commands: string[] = [];
+  const name = (id: string) => game.entity(id).name;
+  const agent = s.objectsOf("agent")[0]!;
+  const run = (command: string) => {
+    // Recorded as the game's own wording (a grammar may say "move X to Y" for put).
+    const found = sim.find(command);
+    if (!found) throw new Error(`household expert: "${command}" is not admissible in ${game.source}`);
+    sim.step(found.command);
+    commands.push(found.command);
+  };
+  const first = <T>(it: Iterable<T>): T | undefined => {
+    for (const x of it) return x;
+    return undefined;
+  };
+  const here = () => first(s.tuples("atlocation", 0, agent))?.[1];
+  const locationOf = (r: string) => first(s.tuples("receptacleatlocation", 0, r))?.[1];
+  const containerOf = (o: string) => first(s.tuples("inreceptacle", 0, o))?.[1];
+  const byName = (a: string, b: string) => name(a).localeCompare(name(b), "en", { numeric: true });
+  const ofType = (pred: "objecttype" | "receptacletype", type: string) =>
+    [...s.tuples(pred)].filter((t) => t[1] === type).map((t) => t[0]!).sort(byName);
+  const goTo = (r: string) => {
+    if (here() !== locationOf(r)) run(`go to ${name(r)}`);
+  };
+  const opened: string[] = [];
+  const openIfClosed = (r: string) => {
+    if (s.has("openable", [r]) && !s.has("opened", [r])) {
+      run(`open ${name(r)}`);
+      opened.push(r);
+    }
+  };
+  const closeOpened = () => {
+    while (opened.length > 0) run(`close ${name(opened.pop()!)}`);
+  };
+  const fetch = (o: string) => {
+    const r = containerOf(o);
+    if (!r) throw new Error(`household expert: ${name(o)} is in no receptacle in ${game.source}`);
+    goTo(r);
+    openIfClosed(r);
+    run(`take ${name(o)} from ${name(r)}`);
+    closeOpened();
+  };
+  const putDown = (o: string, r: string) => {
+    goTo(r);
+    openIfClosed(r);
+    run(`put ${name(o)} in/on ${name(r)}`);
+    closeOpened();
+  };
+  const applianceFor: Record<string, string[]> = {
+    isclean: ["sinkbasintype", "sinktype"],
+    ishot: ["microwavetype"],
+    iscool: ["fridgetype"],
+  };
+  const verb: Record<string, string> = { isclean: "clean", ishot: "heat", iscool: "cool" };
+
+  const needs = analyzeGoal(game.problem.goal);
+  if (needs.objects.length === 0) throw new Error(`household expert: no object to move in the goal of ${game.source}`);
+  const canContain = (r: string, o: string) => {
+    const rt = first(s.tuples("receptacletype", 0, r))?.[1];
+    const ot = first(s.tuples("objecttype", 0, o))?.[1];
+    return rt !== undefined && ot !== undefined && s.has("cancontain", [rt, ot]);
+  };
+  // One target receptacle per goal variable, able to hold the object type.
+  const targets = new Map<string, string>();
+  for (const need of needs.objects) {
+    if (!need.recepVar || targets.has(need.recepVar)) continue;
+    const rtype = needs.receptacles.get(need.recepVar);
+    if (!rtype) throw new Error(`household expert: the goal of ${game.source} does not say the receptacle type`);
+    const sample = ofType("objecttype", need.otype)[0];
+    const options = ofType("receptacletype", rtype).filter((r) => sample === undefined || canContain(r, sample));
+    if (options.length === 0) throw new Error(`household expert: no ${rtype} can hold a ${need.otype} in ${game.source}`);
+    targets.set(need.recepVar, options[0]!);
+  }
+
+  const used = new Set<string>();
+  for (const need of needs.objects) {
+    const target = need.recepVar ? targets.get(need.recepVar) : undefined;
+    // Objects already in the target come last: one of them serves only if it still needs transforming.
+    const reachable = ofType("objecttype", need.otype).filter((o) => !used.has(o) && s.has("pickupable", [o]) && containerOf(o) !== undefined);
+    const candidates = [...reachable.filter((o) => containerOf(o) !== target), ...(need.props.size > 0 ? reachable.filter((o) => containerOf(o) === target) : [])];
+    const o = candidates[0];
+    if (!o) throw new Error(`household expert: no ${need.otype} left to take in ${game.source}`);
+    used.add(o);
+    if (need.props.has("issliced")) {
+      const knife = [...ofType("objecttype", "knifetype"), ...ofType("objecttype", "butterknifetype")].find((k) => containerOf(k) !== undefined);
+      if (!knife) throw new Error(`household expert: no knife to slice with in ${game.source}`);
+      fetch(knife);
+      const at = containerOf(o)!;
+      goTo(at);
+      openIfClosed(at);
+      run(`slice ${name(o)} with ${name(knife)}`);
+      run(`put ${name(knife)} in/on ${name(at)}`);
+      closeOpened();
+    }
+    fetch(o);
+    for (const prop of ["isclean", "ishot", "iscool"]) {
+      if (!need.props.has(prop)) continue;
+      const appliance = applianceFor[prop]!.flatMap((t) => ofType("receptacletype", t))[0];
+      if (!appliance) throw new Error(`household expert: no appliance to make the object ${prop.slice(2)} in ${game.source}`);
+      goTo(appliance);
+      run(`${verb[prop]} ${name(o)} with ${name(appliance)}`);
+    }
+    if (target) putDown(o, target);
+  }
+  if (needs.lamp) {
+    const lamp = ofType("objecttype", needs.lamp).find((l) => containerOf(l) !== undefined);
+    if (!lamp) throw new Error(`household expert: no ${needs.lamp} on a receptacle in ${game.source}`);
+    goTo(containerOf(lamp)!);
+    run(`use ${name(lamp)}`);
+  }
+  if (!sim.won()) throw new Error(`household expert: the plan for ${game.source} does not reach the goal (${commands.join("; ")})`);
+  return commands;
+}
+
+/** Plays a precomputed plan through the `act` tool, one command per turn. */
+export class HouseholdExpert implements Expert {
+  private next = 0;
+
+  constructor(private readonly commands: string[]) {}
+
+  act(_obs: ChatObservation): AgentTurn {
+    const command = this.commands[this.next];
+    if (command === undefined) return { content: "I have no further actions.", toolCalls: [] };
+    this.next++;
+    return {
+      content: "",
+      toolCalls: [{ id: `call_${this.next}`, name: "act", arguments: JSON.stringify({ command }) }],
+    };
+  }
+}
