@@ -1,0 +1,4 @@
+/**
+ * The public API of sinkflex: each module adds one re-export line here.
+ */
+export * from "./tools/index.js";
