@@ -8,6 +8,8 @@
 import { Command, CommanderError } from "commander";
 import { registerDashboardCommands } from "./commands/dashboard.js";
 import { registerEnvsCommands } from "./commands/envs.js";
+import { registerEnvsPlayCommand } from "./commands/envs-play.js";
+import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -24,6 +26,8 @@ export function buildProgram(): Command {
   // Command groups register here.
   registerDashboardCommands(program);
   registerEnvsCommands(program);
+  registerEnvsReplayCommands(program);
+  registerEnvsPlayCommand(program);
   return program;
 }
 

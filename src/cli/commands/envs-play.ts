@@ -13,6 +13,7 @@ import type { Env } from "../../gym/env.js";
 import { make, registeredIds } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { UsageError } from "../main.js";
+import { envsCommand } from "./envs.js";
 
 const HELP = "Type a message to the user, or `/call tool_name {json arguments}`; `/tools` lists the tools, `/help` shows this, `/quit` leaves.";
 
@@ -111,8 +112,9 @@ export async function playInteractive(
   return { reward, ended, steps };
 }
 
-/** Adds `play` to the `envs` command group. */
-export function registerEnvsPlayCommand(envs: Command): void {
+/** Adds `play` to the `envs` command group of `program`. */
+export function registerEnvsPlayCommand(program: Command): void {
+  const envs = envsCommand(program);
   envs
     .command("play <id>")
     .description("Play one episode of an env as the agent in the terminal: see the observations and tools, type messages or /call tool_name {json}")

@@ -12,6 +12,7 @@ import { registerBundledEnvs } from "../../envs/index.js";
 import { runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport } from "../../envs/suite.js";
 import { conform, tauDomain } from "../../envs/tau/index.js";
 import { UsageError } from "../main.js";
+import { envsCommand } from "./envs.js";
 
 export interface CommandResult {
   text: string;
@@ -128,8 +129,9 @@ function print(result: CommandResult): void {
   if (result.exitCode !== 0) process.exitCode = result.exitCode;
 }
 
-/** Adds `replay`, `conform` and `export-sft` to the `envs` command group. */
-export function registerEnvsReplayCommands(envs: Command): void {
+/** Adds `replay`, `conform` and `export-sft` to the `envs` command group of `program`. */
+export function registerEnvsReplayCommands(program: Command): void {
+  const envs = envsCommand(program);
   envs
     .command("replay <id>")
     .description("Replay a suite's task set (the gold actions with --gold, else the scripted expert); prints the success rate and the failures; exit 0 only when the expected rate is reached")

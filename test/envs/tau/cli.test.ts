@@ -1,5 +1,6 @@
 // The envs subcommands owned by the tau suite: conform, replay (gold and expert), export-sft and the
 // interactive play loop, run on the real data and real files.
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -33,6 +34,21 @@ describe("envs conform", () => {
   it("refuses a non-tau env and missing flags with what to do", () => {
     expect(() => conformCommand("sinkflex/arith-v0", { tasks: "a", expected: "b" })).toThrow(/retail|airline/);
     expect(() => conformCommand(TAU_RETAIL_ID, {})).toThrow(/--tasks FILE and --expected FILE/);
+  });
+});
+
+describe("the sinkflex binary", () => {
+  it("runs envs conform and envs replay as subcommands, with their exit codes", () => {
+    const run = (...args: string[]) => spawnSync(process.execPath, ["bin/sinkflex.mjs", "envs", ...args], { encoding: "utf8", timeout: 60_000 });
+    const ok = run("conform", TAU_AIRLINE_ID, "--tasks", taskFile("airline", "dev"), "--expected", expectedFile("airline", "dev"));
+    expect(ok.stdout).toContain("25/25 tasks match");
+    expect(ok.status).toBe(0);
+    const usage = run("conform", TAU_AIRLINE_ID);
+    expect(usage.stderr).toContain("--tasks FILE and --expected FILE");
+    expect(usage.status).toBe(2);
+    const replay = run("replay", TAU_AIRLINE_ID, "--gold", "--limit", "5");
+    expect(replay.stdout).toContain("5/5 succeeded");
+    expect(replay.status).toBe(0);
   });
 });
 
