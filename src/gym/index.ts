@@ -1,0 +1,16 @@
+/**
+ * The gym's public API: the env contract, spaces, chat types, the registry and `make`, wrappers, the
+ * vector env, `checkEnv`, and the remote protocol. This file only re-exports.
+ */
+export * from "./env.js";
+export * from "./spaces.js";
+export * from "./chat.js";
+export { Rng } from "./rng.js";
+export * from "./registry.js";
+export * from "./wrappers/index.js";
+export * from "./vector.js";
+export * from "./check.js";
+export { serveEnv, type EnvServer, type ServeEnvOptions, type RemoteEnvFactory } from "./remote/server.js";
+export { RemoteEnv, RemoteEnvError, type RemoteEnvOptions } from "./remote/client.js";
+export type * from "./remote/protocol.js";
+export { WS_CLOSE_IDLE, WS_CLOSE_ENV_ERROR } from "./remote/protocol.js";
