@@ -61,7 +61,27 @@ def tiny_models():
             "original_max_position_embeddings": 32,
         },
     )
-    return [("qwen2-tiny", Qwen2ForCausalLM, qwen), ("llama-tiny", LlamaForCausalLM, llama)]
+    # Multi-query attention, q/k/v/o biases, linear RoPE scaling, tied embeddings, odd head size.
+    llama_bias = LlamaConfig(
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        vocab_size=128,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        attn_implementation="eager",
+        tie_word_embeddings=True,
+        attention_bias=True,
+        rope_theta=10000.0,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+    )
+    return [
+        ("qwen2-tiny", Qwen2ForCausalLM, qwen),
+        ("llama-tiny", LlamaForCausalLM, llama),
+        ("llama-bias-mqa", LlamaForCausalLM, llama_bias),
+    ]
 
 
 def perturb(model, gen):

@@ -41,7 +41,7 @@ export interface ModelConfig {
   ropeScaling: RopeScaling;
   maxPositionEmbeddings: number;
   tieWordEmbeddings: boolean;
-  /** q/k/v projections have biases (always for Qwen2; `attention_bias` for Llama). */
+  /** Attention projections have biases: q/k/v for Qwen2 (always); q/k/v/o for Llama (`attention_bias`). */
   qkvBias: boolean;
   bosTokenId?: number;
   eosTokenId?: number | number[];
@@ -246,6 +246,6 @@ export function parameterCount(cfg: ModelConfig): number {
   const kvDim = cfg.numKvHeads * cfg.headDim;
   const F = cfg.intermediateSize;
   const perLayer =
-    2 * C + C * qDim + 2 * C * kvDim + qDim * C + (cfg.qkvBias ? qDim + 2 * kvDim : 0) + 3 * C * F;
+    2 * C + C * qDim + 2 * C * kvDim + qDim * C + (cfg.qkvBias ? qDim + 2 * kvDim + (cfg.arch === "llama" ? C : 0) : 0) + 3 * C * F;
   return cfg.vocabSize * C * (cfg.tieWordEmbeddings ? 1 : 2) + cfg.numLayers * perLayer + C;
 }

@@ -27,6 +27,7 @@ export interface LayerParams {
   /** [KVH*D] or null */ kBias: Float32Array | null;
   /** [KVH*D] or null */ vBias: Float32Array | null;
   /** [C, H*D] */ o: Float32Array;
+  /** [C] or null (Llama with attention_bias has an o_proj bias too; Qwen2 has none) */ oBias: Float32Array | null;
   /** [H] per-head learnable sink logit, or null when the model has none. */ sinks: Float32Array | null;
   /** [C] */ postNorm: Float32Array;
   /** [F, C] */ gate: Float32Array;
@@ -46,6 +47,11 @@ export interface ModelParams {
 export interface ParamOptions {
   /** Adds a learnable per-head sink logit to every attention layer ("model.layers.N.self_attn.sinks"). */
   sinkLogits?: boolean;
+}
+
+/** Llama's `attention_bias` puts a bias on q, k, v and o; Qwen2 has q/k/v biases only. */
+export function hasOBias(cfg: ModelConfig): boolean {
+  return cfg.arch === "llama" && cfg.qkvBias;
 }
 
 /** The ordered list of parameters of a model, as named in Hugging Face checkpoints. */
@@ -73,6 +79,7 @@ export function paramLayout(cfg: ModelConfig, opts: ParamOptions = {}): { entrie
     add(`${p}self_attn.v_proj.weight`, [kvDim, C], "linear");
     if (cfg.qkvBias) add(`${p}self_attn.v_proj.bias`, [kvDim], "bias");
     add(`${p}self_attn.o_proj.weight`, [C, qDim], "linear");
+    if (hasOBias(cfg)) add(`${p}self_attn.o_proj.bias`, [C], "bias");
     if (opts.sinkLogits) add(`${p}self_attn.sinks`, [cfg.numHeads], "sink");
     add(`${p}post_attention_layernorm.weight`, [C], "norm");
     add(`${p}mlp.gate_proj.weight`, [F, C], "linear");
@@ -104,6 +111,7 @@ export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float3
       kBias: opt(`${p}self_attn.k_proj.bias`),
       vBias: opt(`${p}self_attn.v_proj.bias`),
       o: view(`${p}self_attn.o_proj.weight`),
+      oBias: opt(`${p}self_attn.o_proj.bias`),
       sinks: opt(`${p}self_attn.sinks`),
       postNorm: view(`${p}post_attention_layernorm.weight`),
       gate: view(`${p}mlp.gate_proj.weight`),

@@ -241,6 +241,7 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
     }
     a.residMid.set(x.subarray(0, N * C));
     k.sgemm(false, true, N, C, Q, 1, a.att, Q, W.o, Q, 1, a.residMid, C);
+    if (W.oBias) k.addBias(N, C, a.residMid, W.oBias);
     k.rmsnormForward(N, C, cfg.rmsNormEps, a.residMid, W.postNorm, a.ln2, a.rstd2);
     linear(k, N, F, C, a.ln2, W.gate, null, a.gate);
     linear(k, N, F, C, a.ln2, W.up, null, a.up);
@@ -304,6 +305,7 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
     // Attention: residMid = x + att @ Wo^T
     k.sgemm(false, false, N, Q, C, 1, dResid, C, W.o, Q, 0, ws.dAtt, Q);
     k.sgemm(true, false, C, Q, N, 1, dResid, C, a.att, Q, 1, dW.o, Q);
+    if (dW.oBias) k.biasBackward(N, C, dResid, dW.oBias);
     for (const g of groups) {
       const n = g.B * g.T;
       k.attentionBackward(
@@ -442,6 +444,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
       m.attention.window, m.attention.sinks, ws.q, kc, vc, step.blockTable, step.seqLens, W.sinks, ws.att,
     );
     k.sgemm(false, true, M, C, Q, 1, ws.att, Q, W.o, Q, 1, x, C);
+    if (W.oBias) k.addBias(M, C, x, W.oBias);
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
     linear(k, M, F, C, ws.ln, W.gate, null, ws.gate);
     linear(k, M, F, C, ws.ln, W.up, null, ws.up);
