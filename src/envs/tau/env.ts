@@ -88,6 +88,8 @@ export function createTauEnv(domain: Domain, rawOptions: Record<string, unknown>
     name: domain === "retail" ? "RetailEnv" : "AirlineEnv",
     tasks: arrayTasks(tasks),
     tools: agentTools(domain),
+    // The benchmark shows tool results whole (a one-stop flight search can pass 25,000 characters).
+    maxResultChars: 200_000,
     metadata: {
       description: `tau-bench ${domain}: help a simulated customer under the ${domain} policy; reward 1 when the final database equals the gold replay's and the required outputs were said`,
     },
