@@ -1,0 +1,489 @@
+/**
+ * The engine benchmark: sinkflex's kernels and engine side by side with peers nobody here wrote, in one run
+ * on the same threads. Prints one table per section and, with --json FILE, writes every figure.
+ *
+ *   machine  the measured peak GFLOP/s (a tight FMA loop), so every figure reads as a fraction of it
+ *   gemm     fp32 GEMM at 1024^3 and at the model's own shapes: native kernels vs numpy (OpenBLAS) vs
+ *            PyTorch (measured in alternating rounds, best of each)
+ *   train    one training step (forward + backward + AdamW) of a ~20M-parameter Qwen2-shaped model,
+ *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM)
+ *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
+ *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024 (child process)
+ *
+ * Peers run in Python subprocesses (bench/peers/worker.py, one per library). Without Python, numpy or
+ * torch the row says "peer unavailable"; the benchmark never fails for that.
+ * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory] [--json FILE]
+ *        [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
+ */
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { createRandomModel } from "../src/engine/embedded.js";
+import type { TokenLoss } from "../src/engine/types.js";
+import { getKernels, measurePeakGflops, nativeLoadError, setNativeThreads } from "../src/kernels/index.js";
+import type { Kernels } from "../src/kernels/kernels.js";
+import { parseHfConfig } from "../src/model/config.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+// ------------------------------------------------------------------------------------------ options
+
+interface Options {
+  quick: boolean;
+  threads: number;
+  only: Set<string>;
+  json: string | null;
+  python: string;
+  memoryChild: boolean;
+}
+
+function parseArgs(argv: string[]): Options {
+  const o: Options = {
+    quick: false,
+    threads: Number(process.env.SINKFLEX_THREADS) || Math.min(2, cpus().length),
+    only: new Set(["gemm", "train", "decode", "memory"]),
+    json: null,
+    python: process.env.SINKFLEX_BENCH_PYTHON || "python3",
+    memoryChild: false,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const next = () => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${a} needs a value`);
+      return v;
+    };
+    if (a === "--quick") o.quick = true;
+    else if (a === "--threads") o.threads = Number(next());
+    else if (a === "--only") o.only = new Set(next().split(","));
+    else if (a === "--json") o.json = next();
+    else if (a === "--python") o.python = next();
+    else if (a === "--memory-child") o.memoryChild = true;
+    else if (a === "--help" || a === "-h") {
+      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("*/")[0]);
+      process.exit(0);
+    } else throw new Error(`unknown option ${a}; see --help`);
+  }
+  if (!(o.threads >= 1)) throw new Error("--threads must be a positive integer");
+  for (const s of o.only) {
+    if (!["gemm", "train", "decode", "memory"].includes(s)) throw new Error(`--only: unknown section "${s}" (gemm, train, decode, memory)`);
+  }
+  return o;
+}
+
+// ------------------------------------------------------------------------------------------- peers
+
+type PeerReply = Record<string, unknown> & { error?: string };
+
+/** One Python worker process serving one library's measurements. */
+class Peer {
+  private readonly lines: string[] = [];
+  private waiter: ((line: string | null) => void) | null = null;
+  private closed = false;
+  info: PeerReply = {};
+
+  private constructor(readonly lib: string, private readonly child: ChildProcess) {
+    const rl = createInterface({ input: child.stdout! });
+    rl.on("line", (line) => {
+      if (this.waiter) {
+        const w = this.waiter;
+        this.waiter = null;
+        w(line);
+      } else this.lines.push(line);
+    });
+    child.on("exit", () => {
+      this.closed = true;
+      if (this.waiter) this.waiter(null);
+    });
+  }
+
+  static async start(lib: "numpy" | "torch", python: string, threads: number): Promise<Peer | { unavailable: string }> {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      SINKFLEX_BENCH_THREADS: String(threads),
+      OPENBLAS_NUM_THREADS: String(threads),
+      OMP_NUM_THREADS: String(threads),
+      MKL_NUM_THREADS: String(threads),
+    };
+    // A fair numpy: OpenBLAS picks its own kernel for this CPU and its own cache sizes.
+    delete env.OPENBLAS_CORETYPE;
+    delete env.OPENBLAS_L2_SIZE;
+    let child: ChildProcess;
+    try {
+      child = spawn(python, [join(here, "peers", "worker.py"), lib], { env, stdio: ["pipe", "pipe", "pipe"] });
+    } catch (err) {
+      return { unavailable: `cannot start ${python}: ${(err as Error).message}` };
+    }
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += String(d)));
+    const spawned = await new Promise<string | null>((resolve) => {
+      child.once("error", (err) => resolve(err.message));
+      child.once("spawn", () => resolve(null));
+    });
+    if (spawned) return { unavailable: `cannot start ${python}: ${spawned}` };
+    const peer = new Peer(lib, child);
+    const info = await peer.request({ op: "info" }, 120_000);
+    if (info.error) {
+      peer.close();
+      return { unavailable: `${info.error}${stderr ? ` (${stderr.trim().split("\n").pop()})` : ""}` };
+    }
+    peer.info = info;
+    return peer;
+  }
+
+  async request(cmd: Record<string, unknown>, timeoutMs = 600_000): Promise<PeerReply> {
+    if (this.closed) return { error: "peer process exited" };
+    this.child.stdin!.write(JSON.stringify(cmd) + "\n");
+    const line =
+      this.lines.shift() ??
+      (await new Promise<string | null>((resolve) => {
+        const timer = setTimeout(() => {
+          this.waiter = null;
+          resolve(null);
+        }, timeoutMs);
+        this.waiter = (l) => {
+          clearTimeout(timer);
+          resolve(l);
+        };
+      }));
+    if (line === null) return { error: this.closed ? "peer process exited" : `no answer within ${timeoutMs / 1000} s` };
+    try {
+      return JSON.parse(line) as PeerReply;
+    } catch {
+      return { error: `unreadable answer: ${line.slice(0, 200)}` };
+    }
+  }
+
+  close(): void {
+    if (!this.closed) this.child.kill();
+    this.closed = true;
+  }
+}
+
+// ------------------------------------------------------------------------------------------ tables
+
+function fmt(x: number | null | undefined, digits = 1): string {
+  return x === null || x === undefined || !Number.isFinite(x) ? "-" : x.toFixed(digits);
+}
+
+function printTable(title: string, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => "| " + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(" | ") + " |";
+  console.log(`\n${title}\n`);
+  console.log(line(header));
+  console.log("| " + widths.map((w, i) => (i === 0 ? "-".repeat(w) : "-".repeat(w - 1) + ":")).join(" | ") + " |");
+  for (const r of rows) console.log(line(r));
+}
+
+// ------------------------------------------------------------------------------------------ models
+
+/** The ~20M-parameter Qwen2-shaped model of the train and decode sections (a Hugging Face config). */
+const SMALL_QWEN2 = {
+  model_type: "qwen2",
+  architectures: ["Qwen2ForCausalLM"],
+  hidden_size: 512,
+  num_hidden_layers: 6,
+  num_attention_heads: 8,
+  num_key_value_heads: 2,
+  intermediate_size: 1408,
+  vocab_size: 8192,
+  max_position_embeddings: 4096,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000,
+  tie_word_embeddings: true,
+  hidden_act: "silu",
+  use_sliding_window: false,
+};
+
+/** Qwen2.5-0.5B's shapes (random weights) for the memory section. */
+const QWEN25_05B = {
+  ...SMALL_QWEN2,
+  hidden_size: 896,
+  num_hidden_layers: 24,
+  num_attention_heads: 14,
+  num_key_value_heads: 2,
+  intermediate_size: 4864,
+  vocab_size: 151936,
+  max_position_embeddings: 32768,
+};
+
+function parameterCount(c: typeof SMALL_QWEN2): number {
+  const C = c.hidden_size;
+  const D = C / c.num_attention_heads;
+  const kv = c.num_key_value_heads * D;
+  const layer = C * C + C + 2 * (C * kv + kv) + C * C + 3 * C * c.intermediate_size + 2 * C;
+  return c.num_hidden_layers * layer + c.vocab_size * C * (c.tie_word_embeddings ? 1 : 2) + C;
+}
+
+function randomTokens(n: number, V: number, seed: number): number[] {
+  let s = seed >>> 0;
+  return Array.from({ length: n }, () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s % V;
+  });
+}
+
+/** Mean negative log-likelihood over every predicted token. */
+const meanNll: TokenLoss = (logprobs) => {
+  const count = logprobs.reduce((a, l) => a + l.length, 0);
+  let loss = 0;
+  for (const l of logprobs) for (const x of l) loss -= x;
+  return { loss: loss / count, dLogprobs: logprobs.map((l) => new Float32Array(l.length).fill(-1 / count)) };
+};
+
+// ------------------------------------------------------------------------------------------ sections
+
+interface GemmShape {
+  name: string;
+  M: number;
+  N: number;
+  K: number;
+  ta: boolean;
+  tb: boolean;
+}
+
+function gemmShapes(quick: boolean): GemmShape[] {
+  const c = SMALL_QWEN2;
+  const tokens = quick ? 512 : 8 * 512;
+  const C = c.hidden_size;
+  const F = c.intermediate_size;
+  const KV = (C / c.num_attention_heads) * c.num_key_value_heads;
+  const V = c.vocab_size;
+  const sq = quick ? 512 : 1024;
+  return [
+    { name: `square ${sq}^3`, M: sq, N: sq, K: sq, ta: false, tb: false },
+    { name: "q/o proj: x W^T", M: tokens, N: C, K: C, ta: false, tb: true },
+    { name: "k/v proj: x W^T", M: tokens, N: KV, K: C, ta: false, tb: true },
+    { name: "mlp gate/up: x W^T", M: tokens, N: F, K: C, ta: false, tb: true },
+    { name: "mlp down: x W^T", M: tokens, N: C, K: F, ta: false, tb: true },
+    { name: "lm head: x E^T", M: tokens, N: V, K: C, ta: false, tb: true },
+    { name: "mlp gate/up dX: dY W", M: tokens, N: C, K: F, ta: false, tb: false },
+    { name: "mlp gate/up dW: dY^T X", M: F, N: C, K: tokens, ta: true, tb: false },
+    { name: "lm head dX: dY E", M: tokens, N: C, K: V, ta: false, tb: false },
+    { name: "lm head dE: dY^T X", M: V, N: C, K: tokens, ta: true, tb: false },
+  ];
+}
+
+function nativeGemmSeconds(k: Kernels, s: GemmShape, seconds: number): number {
+  const A = new Float32Array(s.M * s.K).map((_, i) => ((i * 2654435761) % 1000) / 1000 - 0.5);
+  const B = new Float32Array(s.K * s.N).map((_, i) => ((i * 40503) % 1000) / 1000 - 0.5);
+  const C = new Float32Array(s.M * s.N);
+  const lda = s.ta ? s.M : s.K;
+  const ldb = s.tb ? s.K : s.N;
+  const run = () => k.sgemm(s.ta, s.tb, s.M, s.N, s.K, 1, A, lda, B, ldb, 0, C, s.N);
+  run();
+  let best = Infinity;
+  const start = performance.now();
+  let n = 0;
+  while (n < 3 || performance.now() - start < seconds * 1000) {
+    const t0 = performance.now();
+    run();
+    best = Math.min(best, performance.now() - t0);
+    n++;
+  }
+  return best / 1000;
+}
+
+async function gemmSection(o: Options, k: Kernels, peak: number, peers: Map<string, Peer>, out: Record<string, unknown>) {
+  const rounds = o.quick ? 1 : 3;
+  const seconds = o.quick ? 0.2 : 0.6;
+  const rows: Record<string, unknown>[] = [];
+  for (const s of gemmShapes(o.quick)) {
+    const flops = 2 * s.M * s.N * s.K;
+    let nat = Infinity;
+    const peerBest: Record<string, number> = {};
+    // alternate rounds so a burst of other load on the machine hits every contender alike
+    for (let r = 0; r < rounds; r++) {
+      nat = Math.min(nat, nativeGemmSeconds(k, s, seconds));
+      for (const [lib, peer] of peers) {
+        const res = await peer.request({ op: "gemm", M: s.M, N: s.N, K: s.K, ta: s.ta, tb: s.tb, seconds });
+        if (!res.error) peerBest[lib] = Math.min(peerBest[lib] ?? Infinity, res.best_s as number);
+      }
+    }
+    const gf = (t: number | undefined) => (t === undefined ? null : flops / t / 1e9);
+    rows.push({ ...s, native: gf(nat), numpy: gf(peerBest.numpy), torch: gf(peerBest.torch) });
+  }
+  printTable(
+    `fp32 GEMM, GFLOP/s (best of ${rounds} alternating rounds; peak ${fmt(peak)} GFLOP/s on ${o.threads} threads)`,
+    ["shape", "M x N x K", "op", "sinkflex", "% peak", "numpy", "torch", "sinkflex / numpy"],
+    rows.map((r: any) => [
+      r.name, `${r.M} x ${r.N} x ${r.K}`, `${r.ta ? "T" : "N"}${r.tb ? "T" : "N"}`, fmt(r.native),
+      fmt((100 * r.native) / peak, 0), r.numpy === null ? "peer unavailable" : fmt(r.numpy),
+      r.torch === null ? "peer unavailable" : fmt(r.torch), r.numpy === null ? "-" : fmt(r.native / r.numpy, 2),
+    ]),
+  );
+  out.gemm = rows.map((r: any) => ({ ...r, ratioVsNumpy: r.numpy ? r.native / r.numpy : null, ratioVsTorch: r.torch ? r.native / r.torch : null }));
+}
+
+async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, out: Record<string, unknown>) {
+  const B = o.quick ? 2 : 8;
+  const T = o.quick ? 128 : 512;
+  const steps = o.quick ? 1 : 2;
+  const cfg = parseHfConfig(SMALL_QWEN2);
+  const engine = createRandomModel(cfg, 1, { kernels: k });
+  const seqs = Array.from({ length: B }, (_, b) => randomTokens(T, cfg.vocabSize, 100 + b));
+  const step = () => {
+    engine.forwardBackwardSync(seqs, meanNll);
+    engine.optimStepSync({ lr: 1e-4, weightDecay: 0 });
+  };
+  step(); // warm-up: workspaces, optimizer state
+  const times: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    const t0 = performance.now();
+    step();
+    times.push((performance.now() - t0) / 1000);
+  }
+  engine.dispose();
+  const ours = (B * T) / Math.min(...times);
+  let torch: PeerReply | null = null;
+  const peer = peers.get("torch");
+  if (peer) torch = await peer.request({ op: "train_step", config: SMALL_QWEN2, batch: B, seq: T, steps });
+  const theirs = torch && !torch.error ? (torch.tokens_per_s as number) : null;
+  const params = parameterCount(SMALL_QWEN2);
+  printTable(
+    `Training step (forward + backward + AdamW), ${(params / 1e6).toFixed(1)}M-parameter Qwen2 shape, batch ${B} x seq ${T}, tokens/s`,
+    ["", "sinkflex", "PyTorch eager", "sinkflex / PyTorch"],
+    [["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"]],
+  );
+  out.train = { batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, torch, ratio: theirs ? ours / theirs : null };
+}
+
+async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, out: Record<string, unknown>) {
+  const cfg = parseHfConfig(SMALL_QWEN2);
+  const prompt = o.quick ? 32 : 128;
+  const newTokens = o.quick ? 16 : 64;
+  const rows: Record<string, unknown>[] = [];
+  for (const batch of [1, 32]) {
+    const engine = createRandomModel(cfg, 1, { kernels: k });
+    const prompts = Array.from({ length: batch }, (_, b) => randomTokens(prompt, cfg.vocabSize, 500 + b));
+    // warm-up on a short run
+    const w = await engine.session(prompts[0]!.slice(0, 8));
+    await w.sample({ temperature: 0, maxTokens: 2 });
+    w.close();
+    const t0 = performance.now();
+    const sessions = [];
+    for (const p of prompts) sessions.push(await engine.session(p));
+    const res = await engine.sampleBatch(sessions, sessions.map(() => ({ temperature: 0, maxTokens: newTokens })));
+    const secs = (performance.now() - t0) / 1000;
+    const produced = res.reduce((a, r) => a + r.tokens.length, 0);
+    engine.dispose();
+    const peer = peers.get("torch");
+    const hf = peer ? await peer.request({ op: "decode", config: SMALL_QWEN2, batch, prompt, new_tokens: newTokens }) : null;
+    const theirs = hf && !hf.error ? (hf.tokens_per_s as number) : null;
+    rows.push({ batch, prompt, newTokens, sinkflexTokensPerS: produced / secs, sinkflexSeconds: secs, hf, ratio: theirs ? produced / secs / theirs : null });
+  }
+  printTable(
+    `KV-cache greedy decoding (prompt ${prompt} + ${newTokens} new tokens per sequence, prefill included), new tokens/s`,
+    ["batch", "sinkflex", "HF generate (PyTorch)", "sinkflex / HF"],
+    rows.map((r: any) => [
+      String(r.batch), fmt(r.sinkflexTokensPerS, 0),
+      r.hf && !r.hf.error ? fmt(r.hf.tokens_per_s, 0) : `peer unavailable${r.hf?.error ? ` (${r.hf.error})` : ""}`,
+      r.ratio === null ? "-" : fmt(r.ratio, 2),
+    ]),
+  );
+  out.decode = rows;
+}
+
+/** In a child process: one training step of the Qwen2.5-0.5B shape at seq 1024; prints JSON. */
+async function memoryChild(o: Options): Promise<void> {
+  const k = getKernels();
+  const T = o.quick ? 256 : 1024;
+  const cfg = parseHfConfig(QWEN25_05B);
+  const t0 = performance.now();
+  const engine = createRandomModel(cfg, 1, { kernels: k });
+  const seq = randomTokens(T, cfg.vocabSize, 7);
+  const tBuilt = performance.now();
+  engine.forwardBackwardSync([seq], meanNll);
+  engine.optimStepSync({ lr: 1e-5, weightDecay: 0.01 });
+  const tStep = performance.now();
+  const ru = process.resourceUsage();
+  console.log(JSON.stringify({
+    seq: T, params: parameterCount(QWEN25_05B), maxRssBytes: ru.maxRSS * 1024,
+    buildSeconds: (tBuilt - t0) / 1000, stepSeconds: (tStep - tBuilt) / 1000,
+  }));
+}
+
+function memorySection(o: Options, out: Record<string, unknown>) {
+  const tsx = join(here, "..", "node_modules", "tsx", "dist", "cli.mjs");
+  const args = [tsx, fileURLToPath(import.meta.url), "--memory-child", "--threads", String(o.threads), ...(o.quick ? ["--quick"] : [])];
+  const res = spawnSync(process.execPath, args, { encoding: "utf8", env: { ...process.env, SINKFLEX_THREADS: String(o.threads) }, maxBuffer: 1 << 20 });
+  const line = res.stdout.trim().split("\n").pop() ?? "";
+  let m: any = null;
+  try {
+    m = JSON.parse(line);
+  } catch {
+    console.log(`\nmemory: the child process failed (status ${res.status}): ${res.stderr.trim().slice(-500)}`);
+    out.memory = { error: res.stderr.trim().slice(-500) };
+    return;
+  }
+  const gib = m.maxRssBytes / 2 ** 30;
+  printTable(
+    `Peak memory, one training step (forward + backward + AdamW) of a Qwen2.5-0.5B shape (${(m.params / 1e6).toFixed(0)}M params, random weights), batch 1 x seq ${m.seq}`,
+    ["", "peak RSS (GiB)", "limit (GiB)", "fits", "step (s)"],
+    [["sinkflex", fmt(gib, 2), "16", gib <= 16 ? "yes" : "NO", fmt(m.stepSeconds, 1)]],
+  );
+  out.memory = { ...m, peakGiB: gib, fits16GiB: gib <= 16 };
+}
+
+// ------------------------------------------------------------------------------------------ main
+
+function commitOf(): string {
+  const r = spawnSync("git", ["rev-parse", "--short", "HEAD"], { cwd: join(here, ".."), encoding: "utf8" });
+  const dirty = spawnSync("git", ["status", "--porcelain", "--", "src", "native", "bench"], { cwd: join(here, ".."), encoding: "utf8" });
+  return (r.stdout.trim() || "unknown") + (dirty.stdout.trim() ? "+dirty" : "");
+}
+
+async function main(): Promise<void> {
+  const o = parseArgs(process.argv.slice(2));
+  process.env.SINKFLEX_THREADS = String(o.threads);
+  if (o.memoryChild) {
+    setNativeThreads(o.threads);
+    return memoryChild(o);
+  }
+  const k = getKernels();
+  if (k.name !== "native") console.log(`note: native kernels unavailable (${nativeLoadError()}); measuring the reference`);
+  else setNativeThreads(o.threads);
+  const cpu = cpus()[0]?.model ?? "unknown CPU";
+  const peak1 = k.name === "native" ? measurePeakGflops(o.quick ? 0.3 : 1, 1) : NaN;
+  const peak = k.name === "native" ? measurePeakGflops(o.quick ? 0.3 : 1, o.threads) : NaN;
+  const out: Record<string, unknown> = {
+    commit: commitOf(), date: new Date().toISOString(), quick: o.quick,
+    machine: { cpu, cores: cpus().length, threads: o.threads, kernels: k.describe(), peakGflops1Thread: peak1, peakGflops: peak },
+  };
+  console.log(`sinkflex engine benchmark  commit ${out.commit as string}  ${out.date as string}${o.quick ? "  (--quick: small sizes)" : ""}`);
+  console.log(`machine: ${cpu}, ${cpus().length} cores; ${o.threads} threads for every contender; kernels: ${k.describe()}`);
+  console.log(`measured peak (FMA loop): ${fmt(peak1)} GFLOP/s on 1 thread, ${fmt(peak)} GFLOP/s on ${o.threads}`);
+
+  const peers = new Map<string, Peer>();
+  const needTorch = o.only.has("gemm") || o.only.has("train") || o.only.has("decode");
+  for (const lib of ["numpy", "torch"] as const) {
+    if (lib === "numpy" && !o.only.has("gemm")) continue;
+    if (lib === "torch" && !needTorch) continue;
+    const p = await Peer.start(lib, o.python, o.threads);
+    if (p instanceof Peer) {
+      peers.set(lib, p);
+      console.log(`peer ${lib}: ${JSON.stringify(p.info)}`);
+    } else console.log(`peer ${lib}: peer unavailable (${p.unavailable})`);
+  }
+  out.peers = Object.fromEntries([...peers].map(([lib, p]) => [lib, p.info]));
+  try {
+    if (o.only.has("gemm")) await gemmSection(o, k, peak, new Map([...peers]), out);
+    if (o.only.has("train")) await trainSection(o, k, peers, out);
+    if (o.only.has("decode")) await decodeSection(o, k, peers, out);
+  } finally {
+    for (const p of peers.values()) p.close();
+  }
+  if (o.only.has("memory")) memorySection(o, out);
+  if (o.json) {
+    writeFileSync(o.json, JSON.stringify(out, null, 2) + "\n");
+    console.log(`\nwrote ${o.json}`);
+  }
+}
+
+main().catch((err) => {
+  console.error(`bench:engine: ${(err as Error).stack ?? String(err)}`);
+  process.exit(1);
+});
