@@ -43,10 +43,10 @@ function evaluate(src: string): number {
   };
   const atom = (): number => {
     const t = next();
-    if (t === undefined) throw new CalcError("invalid syntax");
+    if (t === undefined) throw new CalcError("invalid syntax (<string>, line 1)");
     if (t === "(") {
       const v = sum();
-      if (next() !== ")") throw new CalcError("invalid syntax");
+      if (next() !== ")") throw new CalcError("invalid syntax (<string>, line 1)");
       return v;
     }
     if (t === "-" || t === "+") {
@@ -54,7 +54,7 @@ function evaluate(src: string): number {
       return t === "-" ? (isPyFloat(v) ? pyFloat(-num(v)) : -num(v)) : v;
     }
     if (/^[\d.]/.test(t)) return t.includes(".") ? pyFloat(Number(t)) : Number(t);
-    throw new CalcError("invalid syntax");
+    throw new CalcError("invalid syntax (<string>, line 1)");
   };
   const power = (): number => {
     const base = atom();
@@ -90,6 +90,6 @@ function evaluate(src: string): number {
     return v;
   };
   const result = sum();
-  if (pos !== tokens.length) throw new CalcError("invalid syntax");
+  if (pos !== tokens.length) throw new CalcError("invalid syntax (<string>, line 1)");
   return result;
 }
