@@ -97,8 +97,10 @@ interface Trajectory {
   first: unknown;
   steps: StepRecord[];
   ended: boolean;
-  /** A description of the first problem (a throw, a malformed result), if any. */
+  /** A description of the first problem of a step (a throw, a malformed result), if any. */
   error?: string;
+  /** Set when reset itself threw. */
+  resetError?: string;
   /** The next action after the end, for the step-after-end check. */
   nextAction?: unknown;
 }
@@ -136,6 +138,7 @@ export async function checkEnv<Obs, Act>(env: Env<Obs, Act>, options: CheckEnvOp
       runs.push(t);
       stepsTaken += t.steps.length;
       if (t.error && !shapeProblem) shapeProblem = `episode ${episode} (seed ${s}), run ${run + 1}: ${t.error}`;
+      if (t.resetError && !resetProblem) resetProblem = t.resetError;
       spaceViolation ??= firstOutOfSpace(env, t, `episode ${episode} (seed ${s})`);
       if (t.ended) endedEpisode = episode;
       lastRun = t;
@@ -250,7 +253,7 @@ async function play<Obs, Act>(
   try {
     [obs, info] = await env.reset({ seed, ...(resetOptions ? { options: resetOptions } : {}) });
   } catch (err) {
-    t.error = `reset({seed: ${seed}}) threw: ${errorMessage(err)}`;
+    t.resetError = `reset({seed: ${seed}}) threw: ${errorMessage(err)}`;
     return t;
   }
   t.first = obs;

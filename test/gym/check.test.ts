@@ -61,6 +61,14 @@ describe("checkEnv", () => {
     expect(failed(report)).toContain(CHECK_NAMES.stepShape);
     expect(report.checks.find((c) => c.name === CHECK_NAMES.stepShape)!.message).toMatch(/reward NaN/);
 
+    const failingReset = new WalkEnv();
+    failingReset.reset = async () => {
+      throw new Error("database is down");
+    };
+    const r1 = await checkEnv(failingReset);
+    expect(failed(r1)).toContain(CHECK_NAMES.resetRepeatable);
+    expect(r1.checks.find((c) => c.name === CHECK_NAMES.resetRepeatable)!.message).toMatch(/reset\(\{seed: 0\}\) threw: Error: database is down/);
+
     const spaceless = new WalkEnv();
     (spaceless as { actionSpace: unknown }).actionSpace = undefined;
     const r2 = await checkEnv(spaceless);

@@ -79,6 +79,19 @@ describe("remote protocol over HTTP", () => {
     expect(server.sessionCount()).toBe(0);
   });
 
+  it("serves one default session on the OpenEnv-style routes /reset, /step, /state", async () => {
+    const server = await serve(walkFactory);
+    expect((await call(server, "POST", "/step", { action: 1 })).body.error.message).toMatch(/no default session yet; POST \/reset first/);
+    const local = walkFactory({});
+    const [obs] = await local.reset({ seed: 2 });
+    expect((await call(server, "POST", "/reset", { seed: 2 })).body).toEqual({ observation: obs, info: { seed: 2 }, done: false });
+    const [o, r] = await local.step(0);
+    expect((await call(server, "POST", "/step", { action: 0 })).body).toMatchObject({ observation: o, reward: r });
+    expect((await call(server, "GET", "/state")).body).toMatchObject({ episodeId: 1, stepCount: 1 });
+    await call(server, "POST", "/reset", {});
+    expect(server.sessionCount()).toBe(1);
+  });
+
   it("answers bad requests with clear 4xx JSON errors and keeps serving", async () => {
     const server = await serve(walkFactory);
     const { body: s } = await call(server, "POST", "/sessions", {});

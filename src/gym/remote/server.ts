@@ -5,7 +5,9 @@
  * factory); requests to one session run one at a time, in order. A session limit answers HTTP 429
  * (and refuses WebSocket upgrades with 429); sessions idle for longer than `idleTimeoutMs` are closed.
  * Bad JSON, unknown sessions and unknown routes get clear 4xx JSON errors; an env that throws gets a
- * JSON error, never a crashed server. Routes and frames are in docs/remote-protocol.md. This file
+ * JSON error, never a crashed server. Besides the session routes, OpenEnv-style session-less routes
+ * (POST /reset, POST /step, GET /state) drive one default session. Routes and frames are in
+ * docs/remote-protocol.md. This file
  * is the server only; `RemoteEnv` (client.ts) is the client.
  */
 import { randomUUID } from "node:crypto";
@@ -221,6 +223,17 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
     throw new HttpError(404, "not_found", `no session ${id}; create one with POST /sessions`);
   };
 
+  // The session of the session-less, OpenEnv-style routes (POST /reset, POST /step, GET /state).
+  let defaultSession: Promise<Session> | undefined;
+  const getDefaultSession = async (create: boolean): Promise<Session> => {
+    const current = defaultSession && (await defaultSession.catch(() => undefined));
+    if (current && sessions.has(current.id)) return current;
+    if (!create) throw new HttpError(404, "not_found", "there is no default session yet; POST /reset first (or create a session with POST /sessions)");
+    reserve();
+    defaultSession = createSession("http", undefined).finally(() => reserved--);
+    return defaultSession;
+  };
+
   // --- HTTP ---
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? "/", "http://localhost");
@@ -243,6 +256,13 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
       } finally {
         await env.close().catch(() => undefined);
       }
+    }
+    if (parts.length === 1 && (parts[0] === "reset" || parts[0] === "step" || parts[0] === "state")) {
+      allow(parts[0] === "state" ? "GET" : "POST");
+      if (parts[0] === "state") return send(res, 200, await doState(await getDefaultSession(false)));
+      const body = await readJson(req, maxBodyBytes);
+      if (parts[0] === "reset") return send(res, 200, await doReset(await getDefaultSession(true), body));
+      return send(res, 200, await doStep(await getDefaultSession(false), body));
     }
     if (parts[0] === "sessions" && parts.length === 1) {
       allow("POST");
@@ -281,7 +301,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
     throw new HttpError(
       404,
       "not_found",
-      `no route ${method} ${url.pathname}; routes: GET /health, GET /spec, POST /sessions, POST /sessions/:id/reset, POST /sessions/:id/step, GET /sessions/:id/state, DELETE /sessions/:id, WebSocket /ws`,
+      `no route ${method} ${url.pathname}; routes: GET /health, GET /spec, POST /sessions, POST /sessions/:id/reset, POST /sessions/:id/step, GET /sessions/:id/state, DELETE /sessions/:id, POST /reset, POST /step, GET /state, WebSocket /ws`,
     );
   };
 
