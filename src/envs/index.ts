@@ -5,6 +5,7 @@
 import { registerArith } from "./arith/index.js";
 import { registerHousehold } from "./household/index.js";
 import { registerSqlSuite } from "./sql/index.js";
+import { registerCrmSuite } from "./crm/index.js";
 import { registerTau } from "./tau/index.js";
 
 let registered = false;
@@ -16,5 +17,6 @@ export function registerBundledEnvs(): void {
   registerArith();
   registerHousehold();
   registerSqlSuite();
+  registerCrmSuite();
   registerTau();
 }
