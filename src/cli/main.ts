@@ -10,6 +10,7 @@ import { registerDashboardCommands } from "./commands/dashboard.js";
 import { registerEnvsCommands } from "./commands/envs.js";
 import { registerEnvsPlayCommand } from "./commands/envs-play.js";
 import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
+import { registerServeCommands } from "./commands/serve.js";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -28,6 +29,7 @@ export function buildProgram(): Command {
   registerEnvsCommands(program);
   registerEnvsReplayCommands(program);
   registerEnvsPlayCommand(program);
+  registerServeCommands(program);
   return program;
 }
 
