@@ -37,6 +37,39 @@ describe("tau-bench conformance", () => {
   });
 });
 
+describe("data location", () => {
+  it("finds ../shared/data from the source files, and honours SINKFLEX_DATA_DIR", async () => {
+    const { existsSync } = await import("node:fs");
+    const { domainDir } = await import("../../../src/envs/tau/db.js");
+    const saved = process.env.SINKFLEX_DATA_DIR;
+    try {
+      delete process.env.SINKFLEX_DATA_DIR;
+      expect(domainDir("retail")).toMatch(/shared\/data\/tau-bench\/retail$/);
+      expect(existsSync(domainDir("retail"))).toBe(true);
+      process.env.SINKFLEX_DATA_DIR = "/elsewhere/data";
+      expect(domainDir("airline")).toBe("/elsewhere/data/tau-bench/airline");
+    } finally {
+      if (saved === undefined) delete process.env.SINKFLEX_DATA_DIR;
+      else process.env.SINKFLEX_DATA_DIR = saved;
+    }
+  });
+
+  it("replays over another database folder (--db-dir), where the same gold gives other outputs", async () => {
+    const { mkdtempSync, writeFileSync, readFileSync, copyFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const { domainDir } = await import("../../../src/envs/tau/db.js");
+    const dir = mkdtempSync(join(tmpdir(), "tau-db-"));
+    for (const name of ["users", "products"]) copyFileSync(join(domainDir("retail"), "db", `${name}.json`), join(dir, `${name}.json`));
+    const orders = JSON.parse(readFileSync(join(domainDir("retail"), "db", "orders.json"), "utf8"));
+    const task = JSON.parse(readFileSync(taskFile("retail", "dev"), "utf8"))[0];
+    orders[task.actions[0].kwargs.order_id].status = "processed";
+    writeFileSync(join(dir, "orders.json"), JSON.stringify(orders));
+    const report = conform(taskFile("retail", "dev"), expectedFile("retail", "dev"), { dbDir: dir });
+    expect(report.mismatches[0]).toMatchObject({ task: 0, where: 0, actual: "Error: non-pending order cannot be cancelled" });
+  });
+});
+
 describe("Python-compatible JSON", () => {
   it("keeps integral floats and index-like key order through parse, clone and dump", () => {
     const text = '{"b": 10.0, "a": 10, "variants": {"9": 1, "10": 2.5, "1": -0.5}, "s": "caf\\u00e9 \\"x\\""}';
