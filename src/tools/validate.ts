@@ -5,9 +5,19 @@
  * keyword from a foreign source) is not checked here: the tool itself still rejects bad arguments.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import formatsPlugin from "ajv-formats";
 import type { JsonSchema } from "../gym/chat.js";
 
-const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false });
+const ajv = new Ajv({
+  allErrors: true,
+  strict: false,
+  coerceTypes: false,
+  // Formats this validator does not know (OpenAPI's "int64", a service's own "phone") are not checked, silently.
+  logger: { log: () => undefined, warn: () => undefined, error: (...args: unknown[]) => console.error(...args) },
+});
+// Standard formats ("date", "date-time", "email", "uri", "uuid", ...) are checked.
+// ajv-formats is CommonJS: under NodeNext its callable export is the module itself.
+(formatsPlugin as unknown as (a: Ajv) => void)(ajv);
 const cache = new WeakMap<JsonSchema, ValidateFunction | "unchecked">();
 
 export type ValidationResult = { ok: true } | { ok: false; message: string };
