@@ -101,10 +101,7 @@ export class TauExpert implements Expert {
         : this.call("get_reservation_details", { reservation_id: target });
     }
     this.awaiting = action;
-    return this.say(
-      `Here are the details of the action: I will ${describeAction(action)} (${action.name} with ${pyDumps(action.kwargs)}). ` +
-        "Would you like me to proceed? Please confirm (yes/no).",
-    );
+    return this.say(`Here are the details: I will ${describeAction(action)}. Would you like me to proceed? Please confirm (yes/no).`);
   }
 
   private closing(): string {
