@@ -117,6 +117,28 @@ describe("remote protocol over HTTP", () => {
     expect((await call(server, "GET", "/health")).status).toBe(200);
   });
 
+  it("survives oversized and random requests", async () => {
+    const server = await serve(walkFactory, { maxBodyBytes: 1024, maxSessions: 4 });
+    const big = await call(server, "POST", "/sessions", undefined, JSON.stringify({ options: { pad: "x".repeat(5000) } }));
+    expect(big.status).toBe(413);
+    expect(big.body.error.code).toBe("payload_too_large");
+    const { body: s } = await call(server, "POST", "/sessions", {});
+    const paths = ["/sessions", `/sessions/${s.sessionId}/reset`, `/sessions/${s.sessionId}/step`, `/sessions/${s.sessionId}`, "/reset", "/step", "/spec", "/x/y/z"];
+    const methods = ["GET", "POST", "DELETE", "PUT"];
+    let seed = 1;
+    const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+    const bodies = ["", "{", "null", "[]", '{"action": {"deep": [1, {"x": null}]}}', '{"seed": 1.5}', '{"seed": 3}', '{"options": []}', "\u0000\uffff", '"str"'];
+    for (let i = 0; i < 150; i++) {
+      const method = methods[rand(methods.length)]!;
+      const res = await fetch(`${server.url}${paths[rand(paths.length)]}`, { method, body: method === "GET" ? undefined : bodies[rand(bodies.length)] });
+      expect(res.status).toBeLessThan(500);
+      const body = (await res.json()) as { error?: { code: string; message: string } };
+      if (res.status >= 400) expect(body.error?.message.length).toBeGreaterThan(10);
+    }
+    expect((await call(server, "GET", "/health")).status).toBe(200);
+    expect(server.sessionCount()).toBeLessThanOrEqual(4);
+  });
+
   it("refuses sessions past the limit with 429, over HTTP and WebSocket", async () => {
     const server = await serve(walkFactory, { maxSessions: 2 });
     const a = await call(server, "POST", "/sessions", {});
