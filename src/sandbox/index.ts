@@ -1,0 +1,8 @@
+/**
+ * The sandbox module's public API: a sandboxed shell over one folder (`Sandbox`), the isolation
+ * backends (`detectIsolation`), and file trees (`buildTree`, `snapshotTree`, `diffSnapshots`).
+ * Used by the bash and code suites; it knows no environment.
+ */
+export { DEFAULT_LIMITS, Sandbox, type ExecResult, type SandboxLimitKind, type SandboxLimits, type SandboxOptions } from "./sandbox.js";
+export { detectIsolation, probeIsolation, SandboxUnavailableError, type IsolationKind } from "./isolation.js";
+export { buildTree, diffSnapshots, makeTreeDir, removeTree, snapshotTree, type SnapshotEntry, type TreeNode } from "./tree.js";
