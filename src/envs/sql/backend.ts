@@ -78,7 +78,7 @@ interface Pending {
  */
 export class SqliteBackend implements SqlBackend {
   readonly dialect = "sqlite" as const;
-  private child: ChildProcess | undefined;
+  private child: { child: ChildProcess; ready: Promise<void> } | undefined;
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private closed = false;
@@ -105,11 +105,19 @@ export class SqliteBackend implements SqlBackend {
     return file;
   }
 
-  private spawn(): ChildProcess {
+  private spawn(): { child: ChildProcess; ready: Promise<void> } {
     if (this.closed) throw new SqlError("the SQL backend is closed", "error");
     if (this.child) return this.child;
     const child = fork(RUNNER, [], { execArgv: [], stdio: ["ignore", "ignore", "inherit", "ipc"], serialization: "advanced" });
-    child.on("message", (msg: { id: number; ok: boolean; result?: unknown; error?: string }) => {
+    let onReady!: () => void;
+    let onFail!: (err: Error) => void;
+    const ready = new Promise<void>((resolve, reject) => {
+      onReady = resolve;
+      onFail = reject;
+    });
+    ready.catch(() => undefined); // awaited by every call; never an unhandled rejection
+    child.on("message", (msg: { ready?: boolean; id: number; ok: boolean; result?: unknown; error?: string }) => {
+      if (msg.ready) return onReady();
       const p = this.pending.get(msg.id);
       if (!p) return;
       this.pending.delete(msg.id);
@@ -117,25 +125,27 @@ export class SqliteBackend implements SqlBackend {
       else p.reject(new SqlError(msg.error ?? "query failed", /readonly|read-only|would change|returns no rows/i.test(msg.error ?? "") ? "refused" : "error"));
     });
     child.on("exit", () => {
-      if (this.child === child) this.child = undefined;
+      onFail(new SqlError("the SQLite runner stopped before it was ready; run the query again", "error"));
+      if (this.child?.child === child) this.child = undefined;
       for (const [id, p] of this.pending) {
         if (p.child !== child) continue;
         this.pending.delete(id);
         p.reject(new SqlError("the SQLite runner stopped; run the query again", "error"));
       }
     });
-    this.child = child;
-    return child;
+    this.child = { child, ready };
+    return this.child;
   }
 
-  private call(msg: Record<string, unknown>, timeoutMs: number): Promise<unknown> {
-    const child = this.spawn();
+  private async call(msg: Record<string, unknown>, timeoutMs: number): Promise<unknown> {
+    const { child, ready } = this.spawn();
+    await ready; // the timeout counts the query, not the process start
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
         // A query cannot be interrupted inside SQLite: stop the runner; the next call starts a new one.
-        if (this.child === child) this.child = undefined;
+        if (this.child?.child === child) this.child = undefined;
         child.kill("SIGKILL");
         reject(new SqlError(`the query did not finish within ${timeoutMs} ms and was stopped; simplify it (add conditions, avoid cross joins)`, "timeout"));
       }, timeoutMs);
@@ -156,7 +166,7 @@ export class SqliteBackend implements SqlBackend {
 
   async close(): Promise<void> {
     this.closed = true;
-    const child = this.child;
+    const child = this.child?.child;
     this.child = undefined;
     if (child && child.exitCode === null && child.signalCode === null) {
       const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));

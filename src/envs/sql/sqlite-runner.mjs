@@ -97,3 +97,5 @@ process.on("message", (msg) => {
   process.send(reply);
 });
 process.on("disconnect", () => process.exit(0));
+// Tells the parent the runner is up, so that query timeouts do not count the process start.
+process.send({ ready: true });
