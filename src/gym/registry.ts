@@ -154,8 +154,8 @@ export async function make<Obs = any, Act = any>(id: string, options: Record<str
 
 async function build(found: EnvSpec, envOptions: Record<string, unknown>): Promise<Env<any, any>> {
   const env = await found.factory({ ...found.defaults.options, ...envOptions });
-  if (!env || typeof env.reset !== "function" || typeof env.step !== "function") {
-    throw new TypeError(`make: the factory of "${found.id}" did not return an Env (reset/step/close)`);
+  if (!env || typeof env.reset !== "function" || typeof env.step !== "function" || typeof env.metadata !== "object" || env.metadata === null) {
+    throw new TypeError(`make: the factory of "${found.id}" did not return an Env (reset, step, close and a metadata object)`);
   }
   env.metadata.id = found.id;
   env.metadata.suite ??= found.defaults.suite;
