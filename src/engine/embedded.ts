@@ -61,6 +61,18 @@ export interface EngineSaveOptions {
   optimizer?: boolean;
 }
 
+/**
+ * Per-sequence inputs of the canonical attention mask for scoring and training: document ids (several
+ * documents packed in one sequence attend only within themselves) and pinned positions (kept by every
+ * later query, like sink slots). Window and sink-slot count are the engine's `attention` settings.
+ */
+export interface SequenceMasks {
+  /** One [L] array per sequence. */
+  docIds?: Int32Array[];
+  /** One [L] array per sequence, 1 = pinned. */
+  pinned?: Uint8Array[];
+}
+
 const OPTIMIZER_FILE = "optimizer.safetensors";
 
 export class EmbeddedEngine implements Engine {
@@ -175,27 +187,32 @@ export class EmbeddedEngine implements Engine {
 
   // ---- scoring and training -----------------------------------------------------------------------------
 
-  async logprobs(sequences: number[][]): Promise<Float32Array[]> {
-    return this.logprobsSync(sequences);
+  async logprobs(sequences: number[][], masks: SequenceMasks = {}): Promise<Float32Array[]> {
+    return this.logprobsSync(sequences, masks);
   }
 
-  logprobsSync(sequences: number[][]): Float32Array[] {
+  /** Teacher-forced log-probs; `masks` optionally gives per-sequence document ids / pinned flags. */
+  logprobsSync(sequences: number[][], masks: SequenceMasks = {}): Float32Array[] {
     this.alive();
     if (sequences.length === 0) return [];
-    const batch = this.pack(sequences);
+    const batch = this.pack(sequences, masks);
     trainForward(this.model, this.trainWs, batch, false);
     return batch.starts.map((st, i) => this.trainWs.logprob.slice(st, st + batch.lengths[i]! - 1));
   }
 
-  async forwardBackward(sequences: number[][], loss: TokenLoss): Promise<{ loss: number; metrics: Record<string, number> }> {
-    return this.forwardBackwardSync(sequences, loss);
+  async forwardBackward(
+    sequences: number[][], loss: TokenLoss, masks: SequenceMasks = {},
+  ): Promise<{ loss: number; metrics: Record<string, number> }> {
+    return this.forwardBackwardSync(sequences, loss, masks);
   }
 
   /** Forward, the caller's loss on the token log-probs, backward; gradients add up until optimStep. */
-  forwardBackwardSync(sequences: number[][], loss: TokenLoss): { loss: number; metrics: Record<string, number> } {
+  forwardBackwardSync(
+    sequences: number[][], loss: TokenLoss, masks: SequenceMasks = {},
+  ): { loss: number; metrics: Record<string, number> } {
     this.alive();
     if (sequences.length === 0) throw new EngineError("forwardBackward: no sequences");
-    const batch = this.pack(sequences);
+    const batch = this.pack(sequences, masks);
     const ws = this.trainWs;
     trainForward(this.model, ws, batch, true);
     const lps = batch.starts.map((st, i) => ws.logprob.slice(st, st + batch.lengths[i]! - 1));
@@ -370,15 +387,22 @@ export class EmbeddedEngine implements Engine {
     }
   }
 
-  private pack(sequences: number[][]) {
+  private pack(sequences: number[][], masks: SequenceMasks) {
     const V = this.config.vocabSize;
+    for (const [what, arr] of [["docIds", masks.docIds], ["pinned", masks.pinned]] as const) {
+      if (!arr) continue;
+      if (arr.length !== sequences.length) throw new EngineError(`${what}: ${arr.length} arrays for ${sequences.length} sequences`);
+      arr.forEach((a, i) => {
+        if (a.length !== sequences[i]!.length) throw new EngineError(`${what}[${i}] has ${a.length} values for a sequence of ${sequences[i]!.length} tokens`);
+      });
+    }
     sequences.forEach((s, i) => {
       if (s.length === 0) throw new EngineError(`sequence ${i} is empty`);
       for (const id of s) {
         if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new EngineError(`sequence ${i}: token id ${id} is outside the vocabulary [0, ${V})`);
       }
     });
-    return packSequences(sequences);
+    return packSequences(sequences, masks.docIds ?? null, masks.pinned ?? null);
   }
 
   private own(s: EngineSession): EmbeddedSession {

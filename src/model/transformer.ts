@@ -192,7 +192,8 @@ function maskFor(m: Model, b: PackedBatch, start: number, n: number): AttentionM
 
 /** y [N, out] = x [N, in] @ W^T (W [out, in], Hugging Face layout) (+ bias). */
 function linear(k: Kernels, N: number, outDim: number, inDim: number, x: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array): void {
-  k.sgemm(false, true, N, outDim, inDim, 1, x, inDim, W, inDim, 0, y, outDim);
+  if (N === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, x, 0, y); // one token: matrix-vector
+  else k.sgemm(false, true, N, outDim, inDim, 1, x, inDim, W, inDim, 0, y, outDim);
   if (bias) k.addBias(N, outDim, y, bias);
 }
 
@@ -443,13 +444,15 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
       { B, Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },
       m.attention.window, m.attention.sinks, ws.q, kc, vc, step.blockTable, step.seqLens, W.sinks, ws.att,
     );
-    k.sgemm(false, true, M, C, Q, 1, ws.att, Q, W.o, Q, 1, x, C);
+    if (M === 1) k.sgemv(false, C, Q, 1, W.o, Q, ws.att, 1, x);
+    else k.sgemm(false, true, M, C, Q, 1, ws.att, Q, W.o, Q, 1, x, C);
     if (W.oBias) k.addBias(M, C, x, W.oBias);
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
     linear(k, M, F, C, ws.ln, W.gate, null, ws.gate);
     linear(k, M, F, C, ws.ln, W.up, null, ws.up);
     k.swigluForward(M * F, ws.gate, ws.up, ws.act);
-    k.sgemm(false, true, M, C, F, 1, ws.act, F, W.down, F, 1, x, C);
+    if (M === 1) k.sgemv(false, C, F, 1, W.down, F, ws.act, 1, x);
+    else k.sgemm(false, true, M, C, F, 1, ws.act, F, W.down, F, 1, x, C);
   }
   const R = step.logitRows.length;
   if (R === 0) return;
@@ -458,5 +461,6 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
     ws.rows.set(x.subarray(row * C, row * C + C), r * C);
   }
   k.rmsnormForward(R, C, cfg.rmsNormEps, ws.rows, P.finalNorm, ws.ln, ws.rstd);
-  k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
+  if (R === 1) k.sgemv(false, V, C, 1, P.lmHead, C, ws.ln, 0, step.logits);
+  else k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
 }
