@@ -119,6 +119,22 @@ export function sqlContract(open: OpenDb): void {
     }
   });
 
+  it("stops a statement when the episode's signal aborts", async () => {
+    const db = await open({ statementTimeoutMs: 20_000 });
+    const s = await db.openSession();
+    try {
+      const controller = new AbortController();
+      const t0 = Date.now();
+      setTimeout(() => controller.abort(), 200);
+      await expect(s.query(SLOW_SQL, { signal: controller.signal })).rejects.toThrow(/cancelled/);
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect((await s.query("SELECT count(*) FROM song")).rows.map((r) => Number(r[0]))).toEqual([2]);
+    } finally {
+      await s.close();
+      await db.close();
+    }
+  });
+
   it("cuts rows beyond the row limit and says so", async () => {
     const db = await open({ maxRows: 50 });
     const s = await db.openSession();

@@ -44,6 +44,7 @@ export class PostgresDatabase implements SqlDatabase {
   readonly statementTimeoutMs: number;
   readonly maxRows: number;
   readonly searchPath: string[] | undefined;
+  private readonly url: string;
   private readonly pool: pg.Pool;
   private readonly sessions = new Set<PostgresSession>();
   private closed = false;
@@ -53,6 +54,7 @@ export class PostgresDatabase implements SqlDatabase {
     this.statementTimeoutMs = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
     this.maxRows = options.maxRows ?? DEFAULT_MAX_ROWS;
     this.searchPath = options.searchPath;
+    this.url = options.url;
     this.pool = new pg.Pool({ connectionString: options.url, max: options.maxConnections ?? 8, connectionTimeoutMillis: 10_000 });
     this.pool.on("error", () => undefined); // an idle connection lost: the pool replaces it
   }
@@ -88,6 +90,19 @@ export class PostgresDatabase implements SqlDatabase {
     const session = new PostgresSession(this, client);
     this.sessions.add(session);
     return session;
+  }
+
+  /** @internal Cancels the statement a backend is running, over a connection of its own (the pool may be full). */
+  async cancel(backendPid: number): Promise<void> {
+    const client = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: 5_000 });
+    try {
+      await client.connect();
+      await client.query("SELECT pg_cancel_backend($1)", [backendPid]);
+    } catch {
+      // The statement timeout still bounds the statement.
+    } finally {
+      await client.end().catch(() => undefined);
+    }
   }
 
   /** @internal */
@@ -148,7 +163,7 @@ class PostgresSession implements SqlSession {
   private translate(err: unknown): Error {
     if (err instanceof SqlError) return err;
     const e = err as { code?: string; message?: string };
-    if (e.code === "57014") return new SqlTimeoutError(this.db.statementTimeoutMs);
+    if (e.code === "57014") return /user request/i.test(e.message ?? "") ? new SqlError("the statement was cancelled.") : new SqlTimeoutError(this.db.statementTimeoutMs);
     if (e.code === "25006") return new SqlReadOnlyError("this statement");
     if (e.message?.includes("cannot insert multiple commands")) return new SqlError("send one SQL statement at a time.");
     return new SqlError(`${e.message ?? String(err)}.`);
@@ -160,30 +175,45 @@ class PostgresSession implements SqlSession {
       if (text === "") throw new SqlError("the query is empty; send one SQL statement.");
       const keyword = firstKeyword(text);
       if (TRANSACTION_CONTROL.has(keyword)) throw new SqlError(`${keyword} statements are not allowed: each episode runs in its own transaction, managed for you.`);
-      if (options.signal?.aborted) throw new SqlError("the statement was cancelled.");
+      const signal = options.signal;
+      if (signal?.aborted) throw new SqlError("the statement was cancelled.");
       const maxRows = this.db.maxRows;
-      return this.guarded(async () => {
-        if (READING.has(keyword)) {
-          try {
-            await this.client.query("SAVEPOINT sinkflex_cursor");
-            await this.client.query({ text: `DECLARE sinkflex_cursor NO SCROLL CURSOR FOR ${text}`, queryMode: "extended" } as pg.QueryConfig);
-          } catch (err) {
-            await this.client.query("ROLLBACK TO SAVEPOINT sinkflex_cursor");
-            // A WITH that writes cannot be a cursor: run it as a plain statement below.
-            if (!/data-modifying|DECLARE CURSOR/i.test((err as Error).message)) throw err;
-            return this.plain(text, maxRows);
-          }
-          const fetched = await this.client.query({ text: `FETCH FORWARD ${maxRows + 1} FROM sinkflex_cursor`, rowMode: "array" });
-          await this.client.query("CLOSE sinkflex_cursor");
-          await this.client.query("RELEASE SAVEPOINT sinkflex_cursor");
-          return {
-            columns: fetched.fields.map((f) => f.name),
-            rows: (fetched.rows as unknown[][]).slice(0, maxRows),
-            truncated: fetched.rows.length > maxRows,
-          };
+      const backendPid = (this.client as unknown as { processID: number }).processID;
+      const onAbort = () => void this.db.cancel(backendPid);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      try {
+        return await this.run(text, keyword, maxRows);
+      } catch (err) {
+        if (signal?.aborted && !(err instanceof SqlTimeoutError)) throw new SqlError("the statement was cancelled.");
+        throw err;
+      } finally {
+        signal?.removeEventListener("abort", onAbort);
+      }
+    });
+  }
+
+  private run(text: string, keyword: string, maxRows: number): Promise<QueryResult> {
+    return this.guarded(async () => {
+      if (READING.has(keyword)) {
+        try {
+          await this.client.query("SAVEPOINT sinkflex_cursor");
+          await this.client.query({ text: `DECLARE sinkflex_cursor NO SCROLL CURSOR FOR ${text}`, queryMode: "extended" } as pg.QueryConfig);
+        } catch (err) {
+          await this.client.query("ROLLBACK TO SAVEPOINT sinkflex_cursor");
+          // A WITH that writes cannot be a cursor: run it as a plain statement below.
+          if (!/data-modifying|DECLARE CURSOR/i.test((err as Error).message)) throw err;
+          return this.plain(text, maxRows);
         }
-        return this.plain(text, maxRows);
-      });
+        const fetched = await this.client.query({ text: `FETCH FORWARD ${maxRows + 1} FROM sinkflex_cursor`, rowMode: "array" });
+        await this.client.query("CLOSE sinkflex_cursor");
+        await this.client.query("RELEASE SAVEPOINT sinkflex_cursor");
+        return {
+          columns: fetched.fields.map((f) => f.name),
+          rows: (fetched.rows as unknown[][]).slice(0, maxRows),
+          truncated: fetched.rows.length > maxRows,
+        };
+      }
+      return this.plain(text, maxRows);
     });
   }
 
