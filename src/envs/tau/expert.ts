@@ -105,7 +105,11 @@ export class TauExpert implements Expert {
   }
 
   private closing(): string {
-    if (this.task.outputs.length === 0) return "Everything you asked for is done. Is there anything else I can help you with?";
+    if (this.task.outputs.length === 0) {
+      return this.task.actions.some((a) => WRITE_TOOLS[this.domain].has(a.name))
+        ? "Everything you asked for is done. Is there anything else I can help you with?"
+        : "I'm sorry, but under our policy I cannot make that change for you. Is there anything else I can help you with?";
+    }
     return `Here is what you asked about: ${this.task.outputs.join("; ")}. Is there anything else I can help you with?`;
   }
 

@@ -72,6 +72,7 @@ export function firstPersonRequest(instruction: string): string {
     .replace(/\bYour\b/g, "My")
     .replace(/\byour\b/g, "my")
     .replace(/\bYou\b/g, "I")
+    .replace(/\byou(?= (?:need|want|will|would|can|could|do|did|don't|have|had|prefer|feel|think|just|also|currently|only|still|really|may|might|must|should|live|reside|wish|like|hope|know|remember|realize)\b)/g, "I")
     .replace(/\byou\b/g, "me")
     .trim();
 }
