@@ -2,3 +2,4 @@
  * The public API of sinkflex: each module adds one re-export line here.
  */
 export * from "./tools/index.js";
+export * from "./engine/index.js";

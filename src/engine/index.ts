@@ -1,0 +1,17 @@
+/**
+ * The engine's public API: the engine primitives (types.ts), the embedded CPU engine, and the model
+ * pieces callers need to build one (configs, checkpoints, random models). Re-exports only.
+ */
+export type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, TokenLoss } from "./types.js";
+export {
+  createRandomModel, EmbeddedEngine, EmbeddedSession, EngineError, loadEngine,
+  type EmbeddedEngineOptions, type EngineSaveOptions, type SequenceMasks,
+} from "./embedded.js";
+export { KvBlockPool } from "./kv-cache.js";
+export { Sampler, SampleParamsError } from "./sampler.js";
+export { ModelConfigError, parameterCount, parseHfConfig, toHfConfig, type ModelConfig, type RopeScaling } from "../model/config.js";
+export { CheckpointError, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from "../model/checkpoint.js";
+export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors, writeSafetensorsDir, type StDtype } from "../model/safetensors.js";
+export { randomWeights, type ModelWeights } from "../model/instance.js";
+export { AdamW, OptimizerError } from "../model/optimizer.js";
+export type { AttentionSettings } from "../model/transformer.js";
