@@ -89,8 +89,12 @@ function submitTool(): Tool<{ answer: string }, CrmState> {
   });
 }
 
+const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "types", "pgUrl", "pgSchema", "cacheDir", "maxRows"];
+
 /** Builds the CRM (cached), starts its API server and returns the env. */
 export async function createCrmEnv(options: CrmEnvOptions = {}): Promise<CrmEnv> {
+  const unknown = Object.keys(options).filter((k) => !OPTION_KEYS.includes(k));
+  if (unknown.length) throw new Error(`${CRM_ENV_ID}: unknown option(s) ${unknown.join(", ")}; the options are ${OPTION_KEYS.join(", ")}`);
   const seed = options.seed ?? 0;
   const data = generateCrmData(seed);
   const tasks = generateCrmTasks(data, { count: options.count ?? 90, seed: options.taskSeed ?? seed, levels: options.levels, types: options.types });

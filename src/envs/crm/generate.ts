@@ -38,9 +38,6 @@ export interface CrmData {
   violations: Map<number, string>;
 }
 
-/** Bump when the generator changes, so cached databases are rebuilt. */
-export const CRM_DATA_VERSION = 1;
-
 const FIRST = ["Ana", "Ben", "Carla", "David", "Elena", "Farid", "Grace", "Hugo", "Irene", "Jonas", "Keiko", "Liam", "Maya", "Nikhil", "Olga", "Pedro", "Quinn", "Rosa", "Samir", "Tara", "Umar", "Vera", "Wei", "Ximena", "Yusuf", "Zoe"];
 const LAST = ["Silva", "Smith", "Chen", "Novak", "Garcia", "Okafor", "Kim", "Muller", "Rossi", "Tanaka", "Haddad", "Jensen", "Patel", "Moreau", "Kowalski", "Ivanova"];
 const AGENT_NAMES = ["Alice Brandt", "Bruno Costa", "Chloe Dubois", "Dmitri Orlov", "Esther Lang", "Felix Adeyemi", "Gina Marino", "Hassan Aziz", "Isla McKay", "Jorge Ruiz"];

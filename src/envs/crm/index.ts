@@ -10,7 +10,7 @@ import type { CrmTask } from "./tasks.js";
 
 export { createCrmEnv, CRM_ENV_ID, CrmEnv, type CrmEnvOptions, type CrmState } from "./env.js";
 export { CrmExpert } from "./expert.js";
-export { generateCrmData, CRM_DATA_VERSION, POLICIES, type CrmData } from "./generate.js";
+export { generateCrmData, POLICIES, type CrmData } from "./generate.js";
 export { generateCrmTasks, CRM_TASK_TYPES, type CrmTask, type CrmTaskType } from "./tasks.js";
 export { startCrmServer, crmOpenApiDocument, type CrmServer } from "./server.js";
 export { answersMatch, normalizeAnswer } from "./answer.js";

@@ -1,17 +1,18 @@
 /**
- * Where the CRM database lives: a SQLite file (default; built once per seed in a cache folder and then
- * only read) or a PostgreSQL schema (built once per seed). `CrmStore` is the small read interface the
- * HTTP server uses, with `?` placeholders in both dialects.
+ * Where the CRM database lives: a SQLite file (default; built once per dataset fingerprint in a cache
+ * folder, then only read) or a PostgreSQL schema (rebuilt when its fingerprint differs). `CrmStore` is
+ * the small read interface the HTTP server uses, with `?` placeholders in both dialects.
  *
  * This file writes the generated records and runs the server's own parameterized queries; it does not
  * run agent SQL (the read-only SQL tool does that through tools/sql).
  */
 import Database from "better-sqlite3";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
-import { CRM_DATA_VERSION, type CrmData } from "./generate.js";
+import type { CrmData } from "./generate.js";
 
 type ColType = "int" | "real" | "text";
 interface TableDef {
@@ -74,6 +75,13 @@ function ddl(t: TableDef, dialect: "sqlite" | "postgres"): string {
   return `CREATE TABLE ${t.name} (${cols.join(", ")})`;
 }
 
+/** A fingerprint of the records (and table layout): a cached database is reused only when it matches. */
+export function dataFingerprint(data: CrmData): string {
+  const h = createHash("sha256");
+  for (const t of TABLES) h.update(JSON.stringify([t.name, t.columns, t.rows(data)]));
+  return h.digest("hex").slice(0, 16);
+}
+
 /** The cache folder for generated databases (`SINKFLEX_CACHE_DIR`, or the system temp folder). */
 export function crmCacheDir(): string {
   return join(process.env.SINKFLEX_CACHE_DIR ?? tmpdir(), "sinkflex-crm");
@@ -81,7 +89,7 @@ export function crmCacheDir(): string {
 
 /** Builds (once) the SQLite file of `data` and returns its path. Concurrent builders are safe (atomic rename). */
 export function ensureSqliteFile(data: CrmData, dir = crmCacheDir()): string {
-  const file = join(dir, `crm-v${CRM_DATA_VERSION}-seed${data.seed}.sqlite`);
+  const file = join(dir, `crm-seed${data.seed}-${dataFingerprint(data)}.sqlite`);
   if (existsSync(file)) return file;
   mkdirSync(dir, { recursive: true });
   const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
@@ -106,19 +114,20 @@ export function ensureSqliteFile(data: CrmData, dir = crmCacheDir()): string {
   return file;
 }
 
-/** Builds (once) the PostgreSQL schema of `data`; a `crm_meta` table records the version and seed. */
+/** Builds (once) the PostgreSQL schema of `data`; a `crm_meta` table records the data's fingerprint. */
 export async function ensurePostgresSchema(data: CrmData, url: string, schema: string): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const q = `"${schema.replace(/"/g, '""')}"`;
+  const fingerprint = dataFingerprint(data);
   try {
     const found = await client.query(
       "SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'crm_meta'",
       [schema],
     );
     if (found.rowCount) {
-      const meta = await client.query(`SELECT version, seed FROM ${q}.crm_meta`);
-      if (meta.rows[0]?.version === CRM_DATA_VERSION && meta.rows[0]?.seed === data.seed) return;
+      const meta = await client.query(`SELECT fingerprint FROM ${q}.crm_meta`);
+      if (meta.rows[0]?.fingerprint === fingerprint) return;
     }
     await client.query("BEGIN");
     await client.query(`DROP SCHEMA IF EXISTS ${q} CASCADE`);
@@ -134,8 +143,8 @@ export async function ensurePostgresSchema(data: CrmData, url: string, schema: s
         await client.query(`INSERT INTO ${t.name} (${names.join(", ")}) VALUES ${tuples.join(", ")}`, params);
       }
     }
-    await client.query("CREATE TABLE crm_meta (version integer, seed integer)");
-    await client.query("INSERT INTO crm_meta VALUES ($1, $2)", [CRM_DATA_VERSION, data.seed]);
+    await client.query("CREATE TABLE crm_meta (fingerprint text, seed integer)");
+    await client.query("INSERT INTO crm_meta VALUES ($1, $2)", [fingerprint, data.seed]);
     await client.query("COMMIT");
   } catch (err) {
     await client.query("ROLLBACK").catch(() => undefined);

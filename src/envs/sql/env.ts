@@ -203,7 +203,11 @@ export async function scoreSubmission(backend: SqlBackend, task: SqlTask, submit
   };
 }
 
+const OPTION_KEYS = ["questionsFile", "dbDir", "taskSource", "levels", "count", "taskSeed", "pgUrl", "pgSchemas", "maxRows", "queryTimeoutMs"];
+
 export function createSqlEnv(options: SqlEnvOptions = {}): SqlEnv {
+  const unknown = Object.keys(options).filter((k) => !OPTION_KEYS.includes(k));
+  if (unknown.length) throw new Error(`${SQL_ENV_ID}: unknown option(s) ${unknown.join(", ")}; the options are ${OPTION_KEYS.join(", ")}`);
   const tasks = loadSqlTasks(options);
   const backend = createBackend(options);
   const goldCache = new Map<string, QueryResult>();

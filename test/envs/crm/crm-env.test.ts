@@ -195,5 +195,6 @@ describe("the scripted expert", () => {
     await e.close();
     await e.close();
     await expect(fetch(`${url}/agents`)).rejects.toThrow();
+    await expect(createCrmEnv({ level: 2 } as never)).rejects.toThrow(/unknown option\(s\) level/);
   });
 });

@@ -224,5 +224,6 @@ describe("generated tasks, the expert, determinism", () => {
     await env.close();
     await env.close();
     await expect(env.reset({ seed: 1 })).rejects.toThrow(/after close/);
+    expect(() => createSqlEnv({ questionFile: "q.json" } as SqlEnvOptions)).toThrow(/unknown option\(s\) questionFile; the options are questionsFile/);
   });
 });
