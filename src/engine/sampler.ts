@@ -87,14 +87,37 @@ export class Sampler {
       while (probs[tok] === 0 && tok > 0) tok--;
       return { token: tok, logprob: logits[tok]! * invT - mx - Math.log(Z) };
     }
-    // Candidates in descending probability (ties by id), cut by top-k then top-p.
+    // Candidates in descending probability (ties by id), cut by top-k then top-p. Only tokens at or above
+    // a threshold are sorted: the threshold is lowered until those tokens hold the top-p mass and number
+    // at least top-k (or all tokens), so the kept set is exactly the one a full sort would give.
     const order = this.order;
-    for (let i = 0; i < V; i++) order[i] = i;
-    order.sort((a, b) => probs[b]! - probs[a]! || a - b);
-    let keep = p.topK > 0 ? Math.min(p.topK, V) : V;
+    const wantK = p.topK > 0 ? Math.min(p.topK, V) : 0;
+    const wantMass = p.topP * Z;
+    let n = 0;
+    for (let shift = 8; ; shift += 8) {
+      const tau = shift >= 1000 ? 0 : 2 ** -shift; // probs are relative to the largest, which is 1
+      n = 0;
+      let mass = 0;
+      for (let i = 0; i < V; i++) {
+        if (probs[i]! >= tau) {
+          order[n++] = i;
+          mass += probs[i]!;
+        }
+      }
+      if (tau === 0 || (wantK > 0 ? n >= wantK : mass >= wantMass)) break;
+    }
+    const cand = order.subarray(0, n);
+    cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
+    let keep = wantK > 0 ? Math.min(wantK, n) : n;
     if (p.topP < 1) {
+      // top-p over the distribution left by top-k, renormalized (as transformers and vLLM do)
       let cum = 0;
-      const target = p.topP * Z;
+      let massK = Z;
+      if (wantK > 0) {
+        massK = 0;
+        for (let i = 0; i < keep; i++) massK += probs[order[i]!]!;
+      }
+      const target = p.topP * massK;
       for (let i = 0; i < keep; i++) {
         cum += probs[order[i]!]!;
         if (cum >= target) {

@@ -1,0 +1,57 @@
+// The sampler against a brute-force reference: the kept set of top-k / top-p (top-p over the top-k
+// distribution, renormalized) and the reported log-prob of each sampled token.
+import { describe, expect, it } from "vitest";
+import { resolveSampleParams, Sampler } from "../../src/engine/sampler.js";
+import { Rng } from "../../src/model/random.js";
+
+function bruteForce(logits: Float32Array, T: number, topK: number, topP: number): Map<number, number> {
+  const V = logits.length;
+  const mx = Math.max(...Array.from(logits, (x) => x / T));
+  const p = Array.from(logits, (x) => Math.exp(x / T - mx));
+  const order = [...p.keys()].sort((a, b) => p[b]! - p[a]! || a - b);
+  let keep = topK > 0 ? Math.min(topK, V) : V;
+  const massK = order.slice(0, keep).reduce((a, i) => a + p[i]!, 0);
+  if (topP < 1) {
+    let cum = 0;
+    for (let i = 0; i < keep; i++) {
+      cum += p[order[i]!]!;
+      if (cum >= topP * massK) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  const Z = order.slice(0, keep).reduce((a, i) => a + p[i]!, 0);
+  return new Map(order.slice(0, keep).map((i) => [i, Math.log(p[i]! / Z)]));
+}
+
+describe("Sampler", () => {
+  it.each([
+    [1, 0, 1], [0.7, 5, 1], [1, 0, 0.9], [1.3, 20, 0.5], [1, 1, 1], [0.5, 0, 0.999], [2, 300, 0.95],
+  ])("temperature %s, topK %s, topP %s: kept set and log-probs match brute force", (T, topK, topP) => {
+    const V = 300;
+    const rng = new Rng(7);
+    const sampler = new Sampler(V);
+    for (let trial = 0; trial < 20; trial++) {
+      const scale = trial % 2 === 0 ? 3 : 12; // flat and peaked distributions
+      const logits = Float32Array.from({ length: V }, () => rng.normal() * scale);
+      const want = bruteForce(logits, T, topK, topP);
+      const params = resolveSampleParams({ maxTokens: 1, temperature: T, topK, topP });
+      for (let s = 0; s < 10; s++) {
+        const { token, logprob } = sampler.sample(logits, params, rng);
+        expect(want.has(token)).toBe(true);
+        expect(Math.abs(logprob - want.get(token)!)).toBeLessThan(1e-9);
+      }
+    }
+  });
+
+  it("samples in proportion to the distribution", () => {
+    const sampler = new Sampler(3);
+    const logits = Float32Array.from([Math.log(0.5), Math.log(0.3), Math.log(0.2)]);
+    const rng = new Rng(1);
+    const counts = [0, 0, 0];
+    for (let i = 0; i < 20000; i++) counts[sampler.sample(logits, resolveSampleParams({ maxTokens: 1 }), rng).token]!++;
+    expect(Math.abs(counts[0]! / 20000 - 0.5)).toBeLessThan(0.015);
+    expect(Math.abs(counts[2]! / 20000 - 0.2)).toBeLessThan(0.015);
+  });
+});
