@@ -220,7 +220,12 @@ export class PostgresBackend implements SqlBackend {
       client.on("error", () => {
         if (this.client === client) this.client = undefined;
       });
-      await client.connect();
+      try {
+        await client.connect();
+      } catch (err) {
+        const where = this.url.replace(/\/\/([^:@/]+):[^@/]*@/, "//$1:***@");
+        throw new SqlError(`cannot connect to PostgreSQL at ${where}: ${(err as Error).message}; check that the server runs and the pgUrl option is right`, "error");
+      }
       this.client = client;
       return client;
     })().finally(() => {

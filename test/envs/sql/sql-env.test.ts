@@ -10,7 +10,17 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentTurn } from "../../../src/gym/chat.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";
-import { createSqlEnv, replaySql, registerSqlSuite, SQL_ENV_ID, SqliteBackend, generateTasks, type SqlEnvOptions } from "../../../src/envs/sql/index.js";
+import {
+  checkReadOnly,
+  createSqlEnv,
+  generateTasks,
+  hasTopLevelOrderBy,
+  registerSqlSuite,
+  replaySql,
+  SQL_ENV_ID,
+  SqliteBackend,
+  type SqlEnvOptions,
+} from "../../../src/envs/sql/index.js";
 import { defaultDbDir, defaultQuestionsFile, loadQuestions } from "../../../src/envs/sql/data.js";
 import type { SqlEnv } from "../../../src/envs/sql/env.js";
 
@@ -42,6 +52,24 @@ describe("gold replay over the public Spider questions", () => {
     // wta_1 has no rows in the source dump: its questions are left out unless their gold still returns a row (a count).
     const wta = new Set(questions.filter((q) => q.db === "wta_1").map((q) => q.id));
     expect(report.skippedEmptyGold.filter((id) => wta.has(id)).length).toBeGreaterThan(40);
+  });
+});
+
+describe("statement checks", () => {
+  it("find a top-level ORDER BY only outside parentheses, strings and comments", () => {
+    expect(hasTopLevelOrderBy("SELECT a FROM t ORDER BY a")).toBe(true);
+    expect(hasTopLevelOrderBy("SELECT a FROM t\n order\tby a DESC LIMIT 1")).toBe(true);
+    expect(hasTopLevelOrderBy("SELECT * FROM (SELECT a FROM t ORDER BY a) LIMIT 3")).toBe(false);
+    expect(hasTopLevelOrderBy("SELECT a FROM t WHERE b = 'order by' -- ORDER BY a")).toBe(false);
+  });
+
+  it("accept reads that mention write words inside strings or as functions, refuse the rest", () => {
+    expect(checkReadOnly("SELECT name FROM t WHERE note = 'please DELETE me';")).toEqual({ ok: true, sql: "SELECT name FROM t WHERE note = 'please DELETE me'" });
+    expect(checkReadOnly("SELECT replace(name, 'a', 'b') FROM t").ok).toBe(true);
+    expect(checkReadOnly("WITH x AS (SELECT 1) SELECT * FROM x").ok).toBe(true);
+    expect(checkReadOnly("  ").ok).toBe(false);
+    expect(checkReadOnly("SELECT 1; SELECT 2")).toMatchObject({ ok: false, reason: expect.stringMatching(/one statement/) });
+    expect(checkReadOnly("REPLACE INTO t VALUES (1)")).toMatchObject({ ok: false, reason: expect.stringMatching(/read-only/) });
   });
 });
 
