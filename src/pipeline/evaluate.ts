@@ -1,0 +1,88 @@
+/**
+ * Evaluation: plays held-out tasks with the policy and reports, per suite, the success rate with a
+ * 95% Wilson interval, pass@k, the average reward, and the model tokens processed.
+ */
+import type { EmbeddedEngine } from "../engine/embedded.js";
+import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
+import { RolloutScheduler } from "../rollout/scheduler.js";
+import type { Trajectory } from "../rollout/trajectory.js";
+import type { Policy } from "./policy.js";
+import { Progress } from "./progress.js";
+import { mean, passAtK, wilsonInterval } from "./stats.js";
+import { makeChatEnv, type SuitePlan } from "./tasks.js";
+
+export interface SuiteEval {
+  successes: number;
+  trials: number;
+  rate: number;
+  ciLow: number;
+  ciHigh: number;
+  /** pass@k over the samples of each task (k = samples). */
+  passAtK: number;
+  k: number;
+  avgReward: number;
+  /** Model tokens processed (prefill + sampled). */
+  tokens: number;
+  wallMs: number;
+}
+
+export interface EvalOptions {
+  samples: number;
+  temperature: number;
+  seed: number;
+  maxTurns: number;
+  maxTokensPerTurn: number;
+  maxContextTokens: number;
+  concurrency: number;
+  quiet?: boolean;
+  label?: string;
+}
+
+export const SUCCESS_THRESHOLD = 1 - 1e-9;
+
+export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOptions, engine: EmbeddedEngine = policy.engine): Promise<Record<string, SuiteEval>> {
+  const out: Record<string, SuiteEval> = {};
+  const total = plans.reduce((n, p) => n + p.evalTasks.length, 0);
+  const progress = new Progress(opts.label ?? "eval", total, "tasks", opts.quiet);
+  for (const plan of plans) {
+    const t0 = performance.now();
+    const rollout = new Rollout(engine, policy.codec, policy.template, {
+      maxTurns: opts.maxTurns,
+      maxTokensPerTurn: opts.maxTokensPerTurn,
+      maxContextTokens: opts.maxContextTokens,
+      temperature: opts.temperature,
+      seed: opts.seed,
+      templateVars: policy.templateVars,
+    });
+    const tasks: GroupTask[] = plan.evalTasks.map((taskIndex) => ({
+      envId: plan.envId,
+      makeEnv: () => makeChatEnv(plan.envId, plan.evalOptions),
+      reset: { seed: opts.seed + taskIndex, options: { taskIndex } },
+      groupSize: opts.samples,
+    }));
+    const groups: Trajectory[][] = [];
+    const scheduler = new RolloutScheduler(rollout, { maxInFlight: opts.concurrency, batchGroups: 1 });
+    for await (const batch of scheduler.batches(tasks)) {
+      groups.push(...batch.groups);
+      progress.tick(batch.groups.length, plan.name);
+    }
+    await rollout.close();
+    const first = groups.map((g) => g[0]!);
+    const successes = first.filter((t) => t.reward >= SUCCESS_THRESHOLD).length;
+    const ci = wilsonInterval(successes, first.length);
+    out[plan.name] = {
+      successes,
+      trials: first.length,
+      rate: first.length ? successes / first.length : 0,
+      ciLow: ci.low,
+      ciHigh: ci.high,
+      k: opts.samples,
+      passAtK: mean(groups.map((g) => passAtK(g.length, g.filter((t) => t.reward >= SUCCESS_THRESHOLD).length, opts.samples))),
+      avgReward: mean(groups.flat().map((t) => t.reward)),
+      tokens: rollout.stats.prefillTokens + rollout.stats.sampledTokens,
+      wallMs: performance.now() - t0,
+    };
+  }
+  progress.finish();
+  return out;
+}

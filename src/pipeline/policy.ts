@@ -1,0 +1,100 @@
+/**
+ * The policy the pipeline trains: an embedded engine plus the tokenizer, chat template and (for small
+ * models) trimmed vocabulary that turn conversations into the engine's token ids.
+ *
+ * A fresh policy is a random Qwen2-shaped model whose vocabulary is trimmed to the ids the suites'
+ * conversations use (plus every byte token). A saved policy is a Hugging Face checkpoint folder with
+ * `sinkflex-vocab.json` beside the weights when the vocabulary is trimmed.
+ */
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createRandomModel, EmbeddedEngine, loadEngine } from "../engine/embedded.js";
+import type { ChatMessage, ToolSpec } from "../gym/chat.js";
+import { ChatTemplate } from "../model/chat-template.js";
+import { parseHfConfig } from "../model/config.js";
+import { STABLE_TOOL_TEMPLATE } from "../model/stable-template.js";
+import type { AttentionSettings } from "../model/transformer.js";
+import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/tokenizer.js";
+import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/vocab.js";
+
+export interface Policy {
+  engine: EmbeddedEngine;
+  tokenizer: Tokenizer;
+  template: ChatTemplate;
+  codec: TokenCodec;
+  vocab: TrimmedVocab | undefined;
+  /** Chat-template variables used everywhere (Qwen3: thinking off). */
+  templateVars: Record<string, unknown>;
+}
+
+export interface ModelInit {
+  family: "qwen2" | "llama";
+  hiddenSize: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  intermediateSize: number;
+  maxPositions: number;
+}
+
+export const TEMPLATE_VARS = { enable_thinking: false };
+
+/** A random model over a vocabulary trimmed to the given conversations. */
+export function createPolicy(
+  init: ModelInit,
+  corpus: { messages: ChatMessage[]; tools: ToolSpec[] }[],
+  seed: number,
+  attention?: AttentionSettings,
+): Policy {
+  const tokenizer = loadQwen3Tokenizer();
+  // A model trained from scratch uses the prefix-stable template, so no trajectory drifts.
+  const template = new ChatTemplate(STABLE_TOOL_TEMPLATE, { eosToken: tokenizer.eosToken, bosToken: tokenizer.bosToken });
+  const rendered = corpus.map((c) => tokenizer.encode(template.render(c.messages, { tools: c.tools, addGenerationPrompt: true, extra: TEMPLATE_VARS })));
+  // Digits, punctuation and common words so that unseen numbers and names still have short spellings.
+  const extra = tokenizer.encode("0123456789 0 1 2 3 4 5 6 7 8 9 . , : ; ! ? ' \" ( ) [ ] { } - + * / = _ < > yes no the a an is of to and");
+  const vocab = TrimmedVocab.build(tokenizer, rendered, extra);
+  const codec = tokenCodec(tokenizer, vocab);
+  const cfg = parseHfConfig({
+    architectures: [init.family === "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"],
+    model_type: init.family,
+    hidden_size: init.hiddenSize,
+    num_hidden_layers: init.layers,
+    num_attention_heads: init.heads,
+    num_key_value_heads: init.kvHeads,
+    intermediate_size: init.intermediateSize,
+    vocab_size: codec.size,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    max_position_embeddings: init.maxPositions,
+    tie_word_embeddings: true,
+  });
+  const engine = createRandomModel(cfg, seed, { tokenizerDir: qwen3TokenizerDir(), attention, seed });
+  return { engine, tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS };
+}
+
+/** A policy from a checkpoint folder (its own tokenizer files when present, else Qwen3's). */
+export function loadPolicy(dir: string, attention?: AttentionSettings): Policy {
+  if (!existsSync(dir)) throw new Error(`no checkpoint folder at ${dir}`);
+  const tokenizer = existsSync(`${dir}/tokenizer.json`) ? Tokenizer.fromDir(dir) : loadQwen3Tokenizer();
+  const template = ChatTemplate.fromTokenizer(tokenizer);
+  const vocab = TrimmedVocab.load(dir);
+  const codec = tokenCodec(tokenizer, vocab);
+  const engine = loadEngine(dir, { attention, tokenizerDir: existsSync(`${dir}/tokenizer.json`) ? dir : qwen3TokenizerDir() });
+  if (engine.config.vocabSize !== codec.size) {
+    throw new Error(`the checkpoint's vocab_size (${engine.config.vocabSize}) does not match its tokenizer/vocabulary (${codec.size} ids)`);
+  }
+  return { engine, tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS };
+}
+
+/** Writes the policy as a checkpoint folder (weights, config, tokenizer files, trimmed vocabulary). */
+export async function savePolicy(policy: Policy, dir: string, options: { optimizer?: boolean } = {}): Promise<void> {
+  await policy.engine.save(dir, { optimizer: options.optimizer ?? false });
+  policy.vocab?.save(dir);
+  // The checkpoint carries the template the policy was trained with.
+  const configPath = join(dir, "tokenizer_config.json");
+  if (existsSync(configPath)) {
+    const config = JSON.parse(readFileSync(configPath, "utf8")) as Record<string, unknown>;
+    config.chat_template = policy.template.source;
+    writeFileSync(configPath, JSON.stringify(config, null, 2));
+  }
+}

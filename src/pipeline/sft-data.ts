@@ -1,0 +1,98 @@
+/**
+ * Turns finished conversations (expert episodes, imported chat JSONL) into SFT examples: the token
+ * ids a rollout would have produced for them, with the loss mask on the assistant turns only.
+ *
+ * The ids are built with the rollout's own incremental renderer, so an SFT example and a sampled
+ * trajectory of the same conversation are the same tokens: the model is trained on exactly the layout
+ * it will sample in.
+ */
+import { readFileSync } from "node:fs";
+import type { AssistantMessage, ChatMessage, ToolSpec } from "../gym/chat.js";
+import { IncrementalRenderer } from "../rollout/renderer.js";
+import type { SftExample } from "../rl/sft.js";
+import type { Policy } from "./policy.js";
+
+export interface Conversation {
+  messages: ChatMessage[];
+  tools: ToolSpec[];
+}
+
+/** The text the model writes for an assistant turn (its content, tool calls and end-of-turn token). */
+function assistantText(policy: Policy, before: ChatMessage[], assistant: AssistantMessage, tools: ToolSpec[]): string {
+  const opts = { tools, extra: policy.templateVars };
+  const prompt = policy.template.render(before, { ...opts, addGenerationPrompt: true });
+  const full = policy.template.render([...before, assistant], { ...opts, addGenerationPrompt: false });
+  if (!full.startsWith(prompt)) throw new Error("the chat template renders the conversation differently once an assistant turn is added");
+  const eos = policy.tokenizer.eosToken!;
+  const rest = full.slice(prompt.length);
+  const end = rest.indexOf(eos);
+  if (end < 0) throw new Error(`the chat template did not close the assistant turn with ${eos}`);
+  return rest.slice(0, end + eos.length);
+}
+
+export function conversationToExample(policy: Policy, conv: Conversation): SftExample & { drifted: boolean } {
+  const firstAssistant = conv.messages.findIndex((m) => m.role === "assistant");
+  if (firstAssistant <= 0) throw new Error("a training conversation needs opening messages and at least one assistant turn");
+  const renderer = new IncrementalRenderer(policy.codec, policy.template, { extra: policy.templateVars, onDrift: "flag" });
+  const tokens: number[] = [];
+  const mask: number[] = [];
+  const push = (ids: number[], m: 0 | 1) => {
+    for (const id of ids) {
+      tokens.push(id);
+      mask.push(m);
+    }
+  };
+  push(renderer.start({ messages: conv.messages.slice(0, firstAssistant), tools: conv.tools }), 0);
+  let drifted = false;
+  let i = firstAssistant;
+  while (i < conv.messages.length) {
+    const assistant = conv.messages[i] as AssistantMessage;
+    if (assistant.role !== "assistant") throw new Error(`message ${i} should be an assistant turn, found ${assistant.role}`);
+    let j = i + 1;
+    while (j < conv.messages.length && conv.messages[j]!.role !== "assistant") j++;
+    const sampled = policy.codec.encode(assistantText(policy, [...renderer.conversation], assistant, conv.tools));
+    push(sampled, 1);
+    const observation = conv.messages.slice(i + 1, j);
+    const next = renderer.extend(sampled, assistant, observation);
+    if (next.kind !== "extend") drifted = true;
+    if (j < conv.messages.length) push(next.ids, 0);
+    i = j;
+  }
+  return { tokens, lossMask: Uint8Array.from(mask), drifted };
+}
+
+/** Reads OpenAI-chat JSONL ({messages, tools} per line, tool_calls in assistant messages). */
+export function readChatJsonl(path: string): Conversation[] {
+  const out: Conversation[] = [];
+  readFileSync(path, "utf8")
+    .split("\n")
+    .forEach((line, n) => {
+      if (!line.trim()) return;
+      let rec: { messages?: unknown; tools?: unknown };
+      try {
+        rec = JSON.parse(line);
+      } catch (err) {
+        throw new Error(`${path}:${n + 1}: not valid JSON (${(err as Error).message})`);
+      }
+      if (!Array.isArray(rec.messages)) throw new Error(`${path}:${n + 1}: expected an object with a "messages" array`);
+      const tools = Array.isArray(rec.tools) ? (rec.tools as { function?: ToolSpec }[]).map((t) => t.function ?? (t as ToolSpec)) : [];
+      const messages = (rec.messages as Record<string, any>[]).map((m, k): ChatMessage => {
+        const where = `${path}:${n + 1}: message ${k}`;
+        if (m.role === "assistant") {
+          const calls = Array.isArray(m.tool_calls)
+            ? m.tool_calls.map((c: any, ci: number) => ({
+                id: String(c.id ?? `call_${ci}`),
+                name: String(c.function?.name ?? ""),
+                arguments: typeof c.function?.arguments === "string" ? c.function.arguments : JSON.stringify(c.function?.arguments ?? {}),
+              }))
+            : [];
+          return { role: "assistant", content: String(m.content ?? ""), ...(calls.length ? { toolCalls: calls } : {}) };
+        }
+        if (m.role === "tool") return { role: "tool", toolCallId: String(m.tool_call_id ?? ""), name: String(m.name ?? ""), content: String(m.content ?? "") };
+        if (m.role === "system" || m.role === "user") return { role: m.role, content: String(m.content ?? "") };
+        throw new Error(`${where}: unknown role ${JSON.stringify(m.role)}`);
+      });
+      out.push({ messages, tools });
+    });
+  return out;
+}

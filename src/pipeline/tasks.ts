@@ -1,0 +1,90 @@
+/**
+ * Suites as the pipeline sees them: env ids with options, split into disjoint training and held-out
+ * evaluation tasks, and the expert episodes that become SFT data.
+ */
+import type { AgentTurn, ChatObservation } from "../gym/chat.js";
+import type { Env } from "../gym/env.js";
+import { make, spec } from "../gym/registry.js";
+import { Rng } from "../gym/rng.js";
+import { runExpertEpisode, type ExpertEpisode } from "../envs/suite.js";
+import type { TrainConfig } from "../rl/config.js";
+
+export interface SuitePlan {
+  /** Short name used in tables and metrics, e.g. "arith". */
+  name: string;
+  envId: string;
+  options: Record<string, unknown>;
+  evalOptions: Record<string, unknown>;
+  weight: number;
+  trainTasks: number[];
+  evalTasks: number[];
+}
+
+export function makeChatEnv(envId: string, options: Record<string, unknown>): Promise<Env<ChatObservation, AgentTurn>> {
+  return make(envId, options) as Promise<Env<ChatObservation, AgentTurn>>;
+}
+
+/** Short, unique names for the configured suites (the registry's suite name, or the env id's name). */
+function suiteNames(cfg: TrainConfig): string[] {
+  const names = cfg.suites.map((s) => {
+    try {
+      return spec(s.env).defaults.suite;
+    } catch {
+      return s.env.split("/")[1]!.replace(/-v\d+$/, "");
+    }
+  });
+  return names.map((n, i) => (names.indexOf(n) !== i || names.lastIndexOf(n) !== i ? `${n}-${i}` : n));
+}
+
+/**
+ * Splits every suite's tasks: a seeded permutation; the first `tasksPerSuite` (at most a third of the
+ * tasks) are held out for evaluation, the rest train. With separate eval options (another task set),
+ * evaluation uses that set's first tasks and training uses all of the training set.
+ */
+export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
+  const names = suiteNames(cfg);
+  return Promise.all(
+    cfg.suites.map(async (s, i) => {
+      spec(s.env); // a clear error for an unknown id
+      const env = await makeChatEnv(s.env, s.options);
+      const count = Number(env.metadata.taskCount ?? 0);
+      await env.close();
+      if (!(count > 0)) throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
+      const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
+      let trainTasks: number[];
+      let evalTasks: number[];
+      if (s.evalOptions) {
+        const evalEnv = await makeChatEnv(s.env, s.evalOptions);
+        const evalCount = Number(evalEnv.metadata.taskCount ?? 0);
+        await evalEnv.close();
+        trainTasks = perm;
+        evalTasks = Array.from({ length: Math.min(cfg.eval.tasksPerSuite, evalCount) }, (_, k) => k);
+      } else {
+        const held = Math.min(cfg.eval.tasksPerSuite, Math.floor(count / 3));
+        if (held < 1) throw new Error(`suite ${s.env}: only ${count} tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
+        evalTasks = perm.slice(0, held);
+        trainTasks = perm.slice(held);
+      }
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, trainTasks, evalTasks };
+    }),
+  );
+}
+
+/** Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data. */
+export async function expertEpisodes(plan: SuitePlan, count: number, seed: number, onEpisode?: () => void): Promise<{ kept: ExpertEpisode[]; failed: number }> {
+  const kept: ExpertEpisode[] = [];
+  let failed = 0;
+  const env = await makeChatEnv(plan.envId, plan.options);
+  try {
+    for (let k = 0; k < count && k < plan.trainTasks.length * 4; k++) {
+      const taskIndex = plan.trainTasks[k % plan.trainTasks.length]!;
+      const ep = await runExpertEpisode(env, plan.envId, { taskIndex, seed: seed + k });
+      if (ep.reward >= 1 - 1e-9) kept.push(ep);
+      else failed++;
+      onEpisode?.();
+    }
+  } finally {
+    await env.close();
+  }
+  return { kept, failed };
+}

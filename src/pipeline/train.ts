@@ -1,0 +1,447 @@
+/**
+ * The training pipeline: SFT -> evaluation -> GRPO -> evaluation, from one validated config, with
+ * metrics, trajectories and atomic checkpoints in a run folder, exact resume, and a clean stop.
+ *
+ * Read top to bottom:
+ *   1. plan the suites (train / held-out tasks);
+ *   2. expert episodes -> SFT examples; build (or load) the policy;
+ *   3. SFT; checkpoint; the SFT policy also becomes the frozen reference for the KL term;
+ *   4. evaluate on held-out tasks ("before-rl");
+ *   5. GRPO steps: sample groups (many in flight, bounded staleness) -> advantages -> PPO-clip epochs;
+ *   6. evaluate again ("after-rl").
+ * Every step is seeded from (config seed, step), so a resumed run repeats an uninterrupted one.
+ */
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { registerBundledEnvs } from "../envs/index.js";
+import { Rng } from "../gym/rng.js";
+import type { AttentionSettings } from "../model/transformer.js";
+import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
+import { RolloutScheduler } from "../rollout/scheduler.js";
+import type { Trajectory } from "../rollout/trajectory.js";
+import type { TrainConfig } from "../rl/config.js";
+import { grpoUpdate, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
+import { sftSteps, sftTrain } from "../rl/sft.js";
+import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
+import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
+import { Progress } from "./progress.js";
+import { RunDir, writeJsonAtomic, type RunStatus } from "./run-dir.js";
+import { conversationToExample, readChatJsonl, type Conversation } from "./sft-data.js";
+import { mean } from "./stats.js";
+import { expertEpisodes, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
+
+export interface TrainOptions {
+  resume?: boolean;
+  quiet?: boolean;
+  /** Checked between steps: when it returns true the run saves a checkpoint and stops. */
+  shouldStop?: () => boolean;
+  /** Rollout mode: "incremental" (default) or "recompute" (the naive baseline). */
+  rolloutMode?: "incremental" | "recompute";
+  /** Share the system prompt's and the group's prefill (default true). */
+  sharePrefixes?: boolean;
+  /** Called with each metrics record as it is written. */
+  onMetrics?: (record: Record<string, unknown>) => void;
+}
+
+export interface PhaseTotals {
+  /** Model tokens processed: prefill + sampled (rollouts) and trained (forward/backward). */
+  rolloutTokens: number;
+  trainTokens: number;
+  rolloutMs: number;
+  trainMs: number;
+}
+
+export interface TrainResult {
+  runDir: string;
+  stopped: boolean;
+  evalBefore?: Record<string, SuiteEval>;
+  evalAfter?: Record<string, SuiteEval>;
+  /** GRPO totals (rollouts and updates), for the naive-vs-sinkflex comparison. */
+  grpo: PhaseTotals;
+  /** Mean training reward per GRPO step, in order. */
+  rewardCurve: number[];
+  sftMs: number;
+  totalMs: number;
+  checkpoint?: string;
+}
+
+interface TrainerState {
+  stage: "sft" | "grpo";
+  step: number;
+  sftSteps: number;
+  grpo: PhaseTotals;
+  rewardCurve: number[];
+  sftMs: number;
+}
+
+function mixSeed(a: number, b: number): number {
+  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(b + 1, 0xc2b2ae35);
+  h ^= h >>> 15;
+  return (Math.imul(h, 0x27d4eb2f) ^ (h >>> 13)) >>> 0;
+}
+
+function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
+  return cfg.attention.mode === "sink-window" ? { window: cfg.attention.window, sinks: cfg.attention.sinks } : undefined;
+}
+
+/** The GRPO step's tasks: suites drawn by weight, tasks from each suite's training pool; seeded by step. */
+export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): { plan: SuitePlan; taskIndex: number; seed: number }[] {
+  const rng = new Rng(mixSeed(cfg.seed, step));
+  const totalWeight = plans.reduce((a, p) => a + p.weight, 0);
+  const out = [];
+  for (let b = 0; b < cfg.grpo.batchTasks; b++) {
+    // Every suite gets its share; the remainder is drawn by weight.
+    let plan = plans[b % plans.length]!;
+    if (b >= plans.length * Math.floor(cfg.grpo.batchTasks / plans.length)) {
+      let x = rng.next() * totalWeight;
+      plan = plans.find((p) => (x -= p.weight) < 0) ?? plans[plans.length - 1]!;
+    }
+    out.push({ plan, taskIndex: rng.pick(plan.trainTasks), seed: rng.int(2 ** 31) });
+  }
+  return out;
+}
+
+/** Sequences the trainer learns from: each trajectory segment with its reward (drifted ones excluded). */
+function trainSequences(group: Trajectory[]): TrainSequence[][] {
+  // Trajectories that drifted or failed are left out of the update; the group keeps its other members.
+  const usable = group.filter((t) => t.drift.length === 0 && t.endReason !== "error" && t.segments.length > 0);
+  return [
+    usable.map((t) => {
+      const s = t.segments[0]!;
+      return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward: t.reward, policyVersion: s.policyVersion };
+    }),
+  ];
+}
+
+function trajectoryRecord(policy: Policy, suite: string, groupIdx: number, t: Trajectory, advantage: number | undefined, withTokens: boolean): Record<string, unknown> {
+  const seg = t.segments[0];
+  const messages = [...t.prompt];
+  for (const turn of t.turns) {
+    messages.push({ role: "assistant", content: turn.content, ...(turn.toolCalls.length ? { toolCalls: turn.toolCalls } : {}) });
+    messages.push(...turn.observation);
+  }
+  return {
+    suite,
+    envId: t.envId,
+    taskIndex: t.taskIndex,
+    group: groupIdx,
+    index: t.groupIndex,
+    reward: t.reward,
+    advantage,
+    endReason: t.endReason,
+    error: t.error,
+    policyVersion: t.policyVersion,
+    evidence: t.info.evidence,
+    messages,
+    ...(withTokens && seg
+      ? {
+          tokens: seg.tokens,
+          pieces: seg.tokens.map((id) => policy.codec.decode([id])),
+          lossMask: [...seg.lossMask],
+          logprobs: [...seg.behaviourLogprobs].map((x) => Math.round(x * 1e4) / 1e4),
+        }
+      : {}),
+  };
+}
+
+export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promise<TrainResult> {
+  registerBundledEnvs();
+  const t0 = performance.now();
+  const run = RunDir.create(cfg.runsDir, cfg.name, { resume: options.resume ?? false });
+  const startedAt = new Date().toISOString();
+  const status = (s: Partial<RunStatus>) =>
+    run.writeStatus({ state: "running", stage: "setup", step: 0, totalSteps: 0, startedAt, updatedAt: new Date().toISOString(), ...s });
+  if (options.resume) {
+    const saved = JSON.parse(readFileSync(run.file("config.json"), "utf8")) as TrainConfig;
+    if (JSON.stringify(saved) !== JSON.stringify(cfg)) {
+      throw new Error(`cannot resume ${run.path}: the config differs from the one the run started with (${run.file("config.json")})`);
+    }
+  } else {
+    run.writeConfig(cfg);
+  }
+  status({ stage: "setup" });
+  const log = (msg: string) => {
+    if (!options.quiet) process.stderr.write(`${msg}\n`);
+  };
+  const metrics = (record: Record<string, unknown>) => {
+    const full = { ...record, time: Math.round(performance.now() - t0) / 1000 };
+    run.appendMetrics(full);
+    options.onMetrics?.(full);
+  };
+
+  try {
+    // 1. Suites and their train / held-out tasks.
+    const plans = await planSuites(cfg);
+    log(`suites: ${plans.map((p) => `${p.name} (${p.trainTasks.length} train / ${p.evalTasks.length} eval tasks)`).join(", ")}`);
+
+    // 2. SFT data: expert episodes on training tasks, plus imported chat JSONL.
+    const conversations: Conversation[] = [];
+    if (cfg.sft.enabled || cfg.model.init) {
+      const progress = new Progress("expert episodes", plans.length * cfg.sft.expertEpisodes, "eps", options.quiet);
+      for (const plan of plans) {
+        const { kept, failed } = await expertEpisodes(plan, cfg.sft.expertEpisodes, cfg.seed, () => progress.tick());
+        if (failed > 0) log(`  ${plan.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
+        conversations.push(...kept.map((e) => ({ messages: e.messages, tools: e.tools })));
+      }
+      progress.finish();
+      for (const file of cfg.sft.data) conversations.push(...readChatJsonl(file));
+    }
+
+    // The policy: resumed from the latest checkpoint, loaded, or a fresh model over the data's vocabulary.
+    const latest = options.resume ? run.latestCheckpoint() : undefined;
+    let state: TrainerState = { stage: "sft", step: 0, sftSteps: 0, grpo: { rolloutTokens: 0, trainTokens: 0, rolloutMs: 0, trainMs: 0 }, rewardCurve: [], sftMs: 0 };
+    let policy: Policy;
+    if (latest) {
+      state = JSON.parse(readFileSync(join(latest, "trainer.json"), "utf8")) as TrainerState;
+      policy = loadPolicy(latest, attentionOf(cfg));
+      log(`resuming from ${latest} (${state.stage} step ${state.step})`);
+      run.truncateMetrics((r) => {
+        // Keep what the checkpoint already contains; later records are recomputed identically.
+        if (r.stage === "setup" || r.stage === "eval-before") return true;
+        if (r.stage === "sft") return state.stage === "grpo" || (r.step as number) <= state.step;
+        if (r.stage === "grpo") return state.stage === "grpo" && (r.step as number) <= state.step;
+        return false;
+      });
+    } else if (cfg.model.checkpoint) {
+      policy = loadPolicy(cfg.model.checkpoint, attentionOf(cfg));
+    } else {
+      policy = createPolicy(cfg.model.init!, conversations, cfg.seed, attentionOf(cfg));
+    }
+    const params = policy.engine.weights.data.length;
+    log(`policy: ${policy.engine.config.arch}, ${(params / 1e6).toFixed(2)}M parameters, vocabulary ${policy.codec.size}, kernels ${policy.engine.kernels.describe()}`);
+    if (!latest) metrics({ stage: "setup", step: 0, parameters: params, vocabulary: policy.codec.size, sftConversations: conversations.length });
+
+    const checkpoint = async (name: string, st: TrainerState) => {
+      return run.saveCheckpoint(
+        name,
+        async (dir) => {
+          await savePolicy(policy, dir, { optimizer: true });
+          writeFileSync(join(dir, "trainer.json"), JSON.stringify(st, null, 2));
+        },
+        cfg.keepCheckpoints,
+      );
+    };
+    const stopNow = async (st: TrainerState): Promise<TrainResult> => {
+      const dir = await checkpoint(`${st.stage}-${String(st.step).padStart(5, "0")}`, st);
+      status({ state: "stopped", stage: st.stage, step: st.step });
+      log(`stopped; checkpoint saved at ${dir}; continue with --resume`);
+      return { runDir: run.path, stopped: true, grpo: st.grpo, rewardCurve: st.rewardCurve, sftMs: st.sftMs, totalMs: performance.now() - t0, checkpoint: dir };
+    };
+
+    // 3. SFT.
+    const examples = conversations.map((c) => conversationToExample(policy, c)).filter((e) => !e.drifted);
+    const totalSft = cfg.sft.enabled ? sftSteps(examples.length, cfg.sft) : 0;
+    if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
+      const tSft = performance.now();
+      status({ stage: "sft", step: state.step, totalSteps: totalSft });
+      const progress = new Progress("sft", totalSft - state.step, "steps", options.quiet);
+      let stopped = false;
+      await sftTrain(
+        policy.engine,
+        examples,
+        { ...cfg.sft, maxGradNorm: 1, seed: cfg.seed, microBatch: cfg.sft.batchSize },
+        async (m) => {
+          state.step = m.step;
+          progress.tick(1, `loss ${m.loss.toFixed(3)}`);
+          metrics({ stage: "sft", step: m.step, loss: m.loss, gradNorm: m.gradNorm, tokens: m.tokens });
+          status({ stage: "sft", step: m.step, totalSteps: totalSft });
+        },
+        {
+          startStep: state.step,
+          shouldStop: () => (stopped = options.shouldStop?.() ?? false),
+        },
+      );
+      progress.finish();
+      state.sftMs += performance.now() - tSft;
+      if (stopped) return await stopNow(state);
+    }
+    state.sftSteps = totalSft;
+
+    // The frozen reference policy: the policy as it enters RL (saved once, so a resume finds it).
+    const referenceDir = join(run.path, "checkpoints", "reference");
+    if (state.stage === "sft") {
+      state = { ...state, stage: "grpo", step: 0 };
+      await savePolicy(policy, referenceDir);
+      await checkpoint("grpo-00000", state);
+    }
+    const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir, attentionOf(cfg)).engine : undefined;
+
+    const evalOpts = {
+      samples: cfg.eval.samples,
+      temperature: cfg.eval.temperature,
+      seed: cfg.seed + 1_000_003,
+      maxTurns: cfg.grpo.maxTurns,
+      maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
+      maxContextTokens: cfg.grpo.maxContextTokens,
+      concurrency: cfg.grpo.concurrency,
+      quiet: options.quiet,
+    };
+    // 4. Evaluation before RL (kept across resumes in eval.json).
+    const evalFile = run.file("eval.json");
+    const tables = (existsSync(evalFile) ? JSON.parse(readFileSync(evalFile, "utf8")) : { stages: {} }) as { stages: Record<string, Record<string, SuiteEval>> };
+    if (!tables.stages["before-rl"]) {
+      status({ stage: "eval-before", step: 0, totalSteps: 0 });
+      const before = await evaluate(policy, plans, { ...evalOpts, label: "eval before RL" });
+      tables.stages["before-rl"] = before;
+      run.writeEval(tables);
+      metrics({ stage: "eval-before", step: 0, success: Object.fromEntries(Object.entries(before).map(([k, v]) => [k, v.rate])) });
+    }
+
+    // 5. GRPO.
+    const totalGrpo = cfg.grpo.enabled ? cfg.grpo.steps : 0;
+    if (state.step < totalGrpo) {
+      const progress = new Progress("grpo", totalGrpo - state.step, "steps", options.quiet);
+      const rollout = new Rollout(policy.engine, policy.codec, policy.template, {
+        maxTurns: cfg.grpo.maxTurns,
+        maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
+        maxContextTokens: cfg.grpo.maxContextTokens,
+        temperature: cfg.grpo.temperature,
+        topP: cfg.grpo.topP,
+        seed: cfg.seed,
+        mode: options.rolloutMode ?? "incremental",
+        shareSystemPrompt: options.sharePrefixes ?? true,
+        templateVars: policy.templateVars,
+      });
+      const stepsLeft = Array.from({ length: totalGrpo - state.step }, (_, i) => state.step + 1 + i);
+      const tasks = async function* (): AsyncGenerator<GroupTask> {
+        for (const step of stepsLeft) {
+          for (const t of stepTasks(cfg, plans, step)) {
+            yield {
+              envId: t.plan.envId,
+              makeEnv: () => makeChatEnv(t.plan.envId, t.plan.options),
+              reset: { seed: t.seed, options: { taskIndex: t.taskIndex } },
+              groupSize: options.sharePrefixes === false ? 1 : cfg.grpo.groupSize,
+              // Without prefix sharing each rollout is its own group of one (the naive baseline).
+              ...(options.sharePrefixes === false ? { repeat: cfg.grpo.groupSize } : {}),
+            } as GroupTask;
+          }
+        }
+      };
+      const expanded = async function* (): AsyncGenerator<GroupTask> {
+        for await (const t of tasks()) {
+          const repeat = (t as GroupTask & { repeat?: number }).repeat ?? 1;
+          for (let r = 0; r < repeat; r++) yield t;
+        }
+      };
+      const groupsPerBatch = cfg.grpo.batchTasks * (options.sharePrefixes === false ? cfg.grpo.groupSize : 1);
+      const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: groupsPerBatch, maxStaleness: cfg.grpo.maxStaleness });
+      let tRollout = performance.now();
+      let stepIndex = 0;
+      let lastStats = { ...rollout.stats };
+      for await (const batch of scheduler.batches(expanded())) {
+        const step = stepsLeft[stepIndex++]!;
+        const rolloutMs = performance.now() - tRollout;
+        // Regroup: without prefix sharing, G consecutive groups of one make one task's group.
+        let groups = batch.groups;
+        if (options.sharePrefixes === false) {
+          const merged: Trajectory[][] = [];
+          for (let i = 0; i < groups.length; i += cfg.grpo.groupSize) merged.push(groups.slice(i, i + cfg.grpo.groupSize).flat());
+          groups = merged;
+        }
+        const stepTaskList = stepTasks(cfg, plans, step);
+        // Rewards per suite, then the update (weights change between decoding steps only).
+        const tTrain = performance.now();
+        const trainGroups = groups.flatMap(trainSequences);
+        let m: GrpoStepMetrics | undefined;
+        await rollout.decoder.swapWeights(async () => {
+          m = await grpoUpdate(policy.engine, reference, trainGroups, {
+            ...cfg.grpo,
+            microBatch: 8,
+          });
+        });
+        const trainMs = performance.now() - tTrain;
+        const rewardBySuite: Record<string, number[]> = {};
+        groups.forEach((g, i) => {
+          const name = stepTaskList[i]!.plan.name;
+          (rewardBySuite[name] ??= []).push(...g.map((t) => t.reward));
+        });
+        // Model tokens of this step's rollouts: the rollout's counters since the last step (shared
+        // prompt prefills are counted once, where they happen).
+        const sampled = rollout.stats.sampledTokens - lastStats.sampledTokens;
+        const prefilled = rollout.stats.prefillTokens - lastStats.prefillTokens;
+        lastStats = { ...rollout.stats };
+        const trainedTokens = trainGroups.flat().reduce((a, s) => a + s.tokens.length, 0) * cfg.grpo.epochs;
+        state.grpo.rolloutTokens += sampled + prefilled;
+        state.grpo.trainTokens += trainedTokens;
+        state.grpo.rolloutMs += rolloutMs;
+        state.grpo.trainMs += trainMs;
+        const allRewards = groups.flat().map((t) => t.reward);
+        state.rewardCurve.push(mean(allRewards));
+        state.step = step;
+        metrics({
+          stage: "grpo",
+          step,
+          policyVersion: policy.engine.policyVersion,
+          reward: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v)])),
+          success: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v.map((r) => (r >= SUCCESS_THRESHOLD ? 1 : 0)))])),
+          rewardMean: mean(allRewards),
+          loss: m!.loss,
+          kl: m!.kl,
+          clipFraction: m!.clipFraction,
+          entropy: m!.entropyEstimate,
+          ratioMean: m!.ratioMean,
+          gradNorm: m!.gradNorm,
+          staleness: m!.staleness,
+          degenerateGroups: m!.degenerateGroups,
+          trajectories: groups.flat().length,
+          tokens: { prefill: prefilled, sampled, trained: trainedTokens },
+          tokensPerSec: Math.round((sampled + prefilled + trainedTokens) / ((rolloutMs + trainMs) / 1000)),
+          phaseMs: { rollout: Math.round(rolloutMs), train: Math.round(trainMs) },
+        });
+        // The step's trajectories for the dashboard (tokens for the first group of each suite).
+        const seenSuite = new Set<string>();
+        const records = groups.flatMap((g, gi) => {
+          const name = stepTaskList[gi]!.plan.name;
+          const withTokens = !seenSuite.has(name);
+          seenSuite.add(name);
+          const rewards = g.map((t) => t.reward);
+          const mu = mean(rewards);
+          const sd = Math.sqrt(mean(rewards.map((r) => (r - mu) ** 2)));
+          return g.map((t) => trajectoryRecord(policy, name, gi, t, cfg.grpo.estimator === "grpo" ? (t.reward - mu) / (sd + 1e-6) : t.reward - mu, withTokens));
+        });
+        run.writeTrajectories("grpo", step, records);
+        progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m!.kl.toFixed(4)}`);
+        status({ stage: "grpo", step, totalSteps: totalGrpo });
+        const stop = options.shouldStop?.() ?? false;
+        if (step % cfg.checkpointEvery === 0 || step === totalGrpo || stop) {
+          await checkpoint(`grpo-${String(step).padStart(5, "0")}`, state);
+        }
+        if (stop) {
+          await rollout.close();
+          status({ state: "stopped", stage: "grpo", step });
+          log(`stopped after GRPO step ${step}; continue with --resume`);
+          return { runDir: run.path, stopped: true, grpo: state.grpo, rewardCurve: state.rewardCurve, sftMs: state.sftMs, totalMs: performance.now() - t0, checkpoint: run.latestCheckpoint() };
+        }
+        tRollout = performance.now();
+      }
+      progress.finish();
+      await rollout.close();
+    }
+
+    // 6. Evaluation after RL.
+    status({ stage: "eval-after", step: totalGrpo, totalSteps: totalGrpo });
+    const after = await evaluate(policy, plans, { ...evalOpts, label: "eval after RL" });
+    tables.stages["after-rl"] = after;
+    run.writeEval(tables);
+    metrics({ stage: "eval-after", step: totalGrpo, success: Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v.rate])) });
+    const finalDir = join(run.path, "final");
+    await savePolicy(policy, finalDir);
+    writeJsonAtomic(join(run.path, "result.json"), { grpo: state.grpo, rewardCurve: state.rewardCurve, sftMs: state.sftMs });
+    status({ state: "done", stage: "done", step: totalGrpo, totalSteps: totalGrpo });
+    reference?.dispose();
+    return {
+      runDir: run.path,
+      stopped: false,
+      evalBefore: tables.stages["before-rl"],
+      evalAfter: after,
+      grpo: state.grpo,
+      rewardCurve: state.rewardCurve,
+      sftMs: state.sftMs,
+      totalMs: performance.now() - t0,
+      checkpoint: finalDir,
+    };
+  } catch (err) {
+    status({ state: "failed", error: err instanceof Error ? err.message : String(err) });
+    throw err;
+  }
+}
