@@ -85,7 +85,7 @@ function sameMessages(a: ChatObservation, b: ChatObservation): boolean {
 export class Rollout {
   readonly decoder: BatchDecoder;
   readonly stats: RolloutStats = { prefillTokens: 0, sampledTokens: 0, systemPrefills: 0, systemReuses: 0, groupPrefills: 0, trajectories: 0 };
-  private readonly systemSessions = new Map<string, { ids: number[]; session: Promise<EngineSession> }>();
+  private readonly systemSessions = new Map<string, { ids: number[]; session: Promise<EngineSession>; version: number }>();
   private readonly parser: ToolCallParser;
   private readonly opts: Required<Omit<RolloutOptions, "parser" | "templateVars" | "topK" | "topP" | "temperature">> & RolloutOptions;
 
@@ -139,9 +139,15 @@ export class Rollout {
       const sysText = this.template.render([first], { tools: obs.tools, addGenerationPrompt: false, extra: this.opts.templateVars });
       if (sysText.length < promptText.length && promptText.startsWith(sysText)) {
         let cached = this.systemSessions.get(sysText);
+        if (cached && cached.version !== this.sampler.policyVersion) {
+          // The weights changed: the cached keys and values belong to the old policy.
+          (await cached.session).close();
+          this.systemSessions.delete(sysText);
+          cached = undefined;
+        }
         if (!cached) {
           const ids = this.codec.encode(sysText);
-          cached = { ids, session: this.sampler.session(ids) };
+          cached = { ids, session: this.sampler.session(ids), version: this.sampler.policyVersion };
           this.systemSessions.set(sysText, cached);
           this.stats.systemPrefills++;
           this.stats.prefillTokens += ids.length;

@@ -74,6 +74,11 @@ describe("Rollout on the embedded engine", () => {
     // The 8 rollouts of a group differ (different sampling seeds) but share the prompt ids.
     expect(new Set(g1.map((t) => t.turns[0]!.text)).size).toBeGreaterThan(1);
     expect(g2.every((t) => t.segments[0]!.tokens.length > 0)).toBe(true);
+    // New weights: the cached system prompt belongs to the old policy and is prefilled again.
+    engine.policyVersion++;
+    const g3 = await rollout.runGroup(groupTask(2, 2, 1));
+    expect(rollout.stats.systemPrefills).toBe(2);
+    expect(g3.every((t) => t.policyVersion === 1)).toBe(true);
     await rollout.close();
   });
 
