@@ -124,7 +124,7 @@ export class McpToolSource {
     const { $schema: _ignored, ...parameters } = inputSchema ?? {};
     if (parameters.type === undefined) parameters.type = "object";
     const timeoutMs = this.options.callTimeoutMs ?? 30_000;
-    return {
+    const tool: Tool<Record<string, unknown>> = {
       name: `${this.options.namePrefix ?? ""}${mcpName}`,
       description,
       parameters,
@@ -132,6 +132,8 @@ export class McpToolSource {
       timeoutMs: timeoutMs + 2_000,
       execute: (args, ctx) => this.call(mcpName, args, ctx.signal),
     };
+    mcpNames.set(tool, mcpName);
+    return tool;
   }
 
   /** Calls one MCP tool; returns its text, or throws its error text. */
@@ -162,6 +164,22 @@ export class McpToolSource {
     await this.client.close().catch(() => undefined);
     await this.onClose().catch(() => undefined);
   }
+}
+
+/** The MCP-side name of each tool a source made (its `name` may carry a prefix). */
+const mcpNames = new WeakMap<Tool, string>();
+
+/**
+ * The same tools, each call sent to the MCP server held in the episode's state instead of the source
+ * that listed them: start one server per episode in `open` (and close it in `dispose`), and no state
+ * of the server leaks from one episode to the next.
+ */
+export function routeMcpTools<State>(tools: Tool<Record<string, unknown>>[], source: (state: State) => McpToolSource): Tool<Record<string, unknown>, State>[] {
+  return tools.map((t) => {
+    const mcpName = mcpNames.get(t);
+    if (mcpName === undefined) throw new Error(`routeMcpTools: "${t.name}" was not made by an McpToolSource.`);
+    return { ...t, execute: (args, ctx) => source(ctx.state).call(mcpName, args, ctx.signal) };
+  });
 }
 
 function contentText(items: McpContentItem[]): string {

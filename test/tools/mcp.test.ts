@@ -8,7 +8,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { McpToolSource } from "../../src/tools/mcp.js";
+import { McpToolSource, routeMcpTools } from "../../src/tools/mcp.js";
 import { ToolEnv, arrayTasks } from "../../src/tools/tool-env.js";
 import { notesServer, startHttpMcpServer, type NotesStore } from "./fixtures/mcp-servers.js";
 
@@ -124,5 +124,31 @@ describe("MCP in-process", () => {
       await env.close();
       await source.close();
     }
+  });
+});
+
+describe("MCP with one server per episode", () => {
+  it("routes each call to the episode's own server, so nothing leaks between episodes", async () => {
+    const template = await McpToolSource.connect({ kind: "in-process", server: notesServer() }, { namePrefix: "n_" });
+    await template.close();
+    const env = new ToolEnv<string, McpToolSource>({
+      name: "NotesPerEpisodeEnv",
+      tasks: arrayTasks(["note"]),
+      tools: routeMcpTools(template.tools, (source: McpToolSource) => source),
+      open: async (task) => ({ state: await McpToolSource.connect({ kind: "in-process", server: notesServer() }), messages: [{ role: "user" as const, content: task }] }),
+      dispose: (source) => source.close(),
+      score: async () => ({ reward: 0, evidence: {} }),
+    });
+    try {
+      const call = (name: string, args: string) => env.step({ content: "", toolCalls: [{ id: "x", name, arguments: args }] });
+      await env.reset({ seed: 1 });
+      expect((await call("n_add_note", '{"text": "first episode"}'))[0].messages[0]!.content).toBe("added note 1");
+      expect((await call("n_list_notes", "{}"))[0].messages[0]!.content).toBe("1. first episode");
+      await env.reset({ seed: 2 });
+      expect((await call("n_list_notes", "{}"))[0].messages[0]!.content).toBe("no notes");
+    } finally {
+      await env.close();
+    }
+    expect(() => routeMcpTools([{ name: "f", description: "", parameters: {}, execute: () => 1 }], () => template)).toThrow(/was not made by an McpToolSource/);
   });
 });
