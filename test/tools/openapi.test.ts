@@ -108,6 +108,35 @@ describe("OpenAPI requests that fail", () => {
     }
   });
 
+  it("resolves recursive schemas and keeps formats, with operation parameters overriding path ones", () => {
+    const doc = {
+      openapi: "3.1.0",
+      paths: {
+        "/trees/{id}": {
+          parameters: [{ name: "id", in: "path", required: true, schema: { type: "string" } }],
+          post: {
+            operationId: "plantTree",
+            parameters: [
+              { name: "id", in: "path", required: true, schema: { type: "integer" } },
+              { name: "on", in: "query", schema: { type: "string", format: "date" } },
+            ],
+            requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/Node" } } } },
+          },
+        },
+      },
+      components: {
+        schemas: { Node: { type: "object", required: ["value"], properties: { value: { type: "string" }, children: { type: "array", items: { $ref: "#/components/schemas/Node" } } } } },
+      },
+    };
+    const [tool] = openApiTools(doc, { baseUrl: "http://127.0.0.1:1" });
+    const p = tool!.parameters as any;
+    expect(p.properties.id).toEqual({ type: "integer" });
+    expect(p.required).toEqual(["id", "value"]);
+    expect(p.properties.children.items).toEqual({ type: "object", description: "(recursive: same shape as Node)" });
+    expect(validateArguments(p, { id: 1, value: "root", children: [{ value: "leaf", children: [{ value: "x", children: [] }] }] })).toEqual({ ok: true });
+    expect(validateArguments(p, { id: 1, value: "root", on: "yesterday" })).toMatchObject({ ok: false, message: 'argument on: must match format "date"' });
+  });
+
   it("rejects Swagger 2.0, remote refs and a missing base URL with what to do", () => {
     expect(() => openApiTools({ swagger: "2.0", paths: {} }, { baseUrl: "http://x" })).toThrow(/only OpenAPI 3.0 and 3.1.*found Swagger 2.0/);
     expect(() => openApiTools({ openapi: "3.1.0", paths: {} })).toThrow(/no base URL: pass `baseUrl`/);
