@@ -8,6 +8,7 @@
  * same format) or generated ones with difficulty levels. The reward and its evidence come from
  * `result.ts`. This file is the env's wiring; it does not parse SQL or compare results itself.
  */
+import { existsSync } from "node:fs";
 import { z } from "zod";
 import type { ChatMessage } from "../../gym/chat.js";
 import { functionTool, type Tool } from "../../tools/tool.js";
@@ -168,6 +169,7 @@ export function createBackend(options: SqlEnvOptions): SqlBackend {
     return new PostgresBackend(options.pgUrl, (db) => schemas[db] ?? db);
   }
   const dbDir = options.dbDir ?? defaultDbDir();
+  if (!existsSync(dbDir)) throw new Error(`the database folder ${dbDir} does not exist; pass dbDir (a folder of <db>.sqlite files) or set SINKFLEX_DATA_DIR`);
   return new SqliteBackend((db) => dbFile(dbDir, db));
 }
 

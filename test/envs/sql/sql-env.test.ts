@@ -252,6 +252,7 @@ describe("generated tasks, the expert, determinism", () => {
     await env.close();
     await env.close();
     await expect(env.reset({ seed: 1 })).rejects.toThrow(/after close/);
+    expect(() => createSqlEnv({ dbDir: "/nonexistent/spider" })).toThrow(/database folder \/nonexistent\/spider does not exist/);
     expect(() => createSqlEnv({ questionFile: "q.json" } as SqlEnvOptions)).toThrow(/unknown option\(s\) questionFile; the options are questionsFile/);
   });
 });
