@@ -1,0 +1,20 @@
+/**
+ * Sink-normalized attention: the probe and its SinkProfile, the canonical mask description, the
+ * rewriter, the masked (evicting) KV session, and the learnable per-head sink logit. This file only
+ * re-exports the module's public API.
+ */
+export {
+  attentionSettings, canonicalMask, checkMaskConfig, documentStarts, keeps, keptKeys, keyBound, MaskError,
+  type CanonicalMask, type SinkMaskConfig,
+} from "./mask.js";
+export {
+  formatProfile, ProfileError, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
+  type LayerSinks, type PositionSink, type SinkProfile, type TokenSink,
+} from "./profile.js";
+export { attentionMass, ProbeError, probeSinks, type ProbeOptions } from "./probe.js";
+export { rewriteForSinks, sinkSlotTokens, type RewriterConfig, type RewrittenSequence } from "./rewriter.js";
+export { MaskedSession, type AppendOptions, type MaskedSessionOptions } from "./session.js";
+export {
+  initSinkLogits, maxLogitDifference, minRowLse, sequenceLogits, SinkLogitError, withSinkLogits,
+  type SinkInitResult,
+} from "./sink-logit.js";

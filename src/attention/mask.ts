@@ -1,0 +1,113 @@
+/**
+ * The canonical sink mask as one description: K sink slots at the start of each document, pinned
+ * positions, a sliding window of W tokens, and document ids.
+ *
+ *   keep(q, kv) = kv <= q  AND  doc(q) == doc(kv)  AND  (kv is a sink slot OR kv is pinned OR q - kv < W)
+ *
+ * The same `CanonicalMask` object is what the attention kernels read in training and scoring (it is the
+ * kernels' `AttentionMask` for one sequence) and what `MaskedSession` reads to decide which keys to evict
+ * from its KV cache, so rollout and trainer see the same keys. This file only describes and evaluates the
+ * mask; it computes no attention and holds no cache.
+ *
+ * Shapes: T = sequence length; docIds, pinned are [T].
+ */
+import type { AttentionMask } from "../kernels/kernels.js";
+import type { AttentionSettings } from "../model/transformer.js";
+
+/** The mask settings shared by every sequence of a model: K sink slots and the window W. */
+export interface SinkMaskConfig {
+  /** K: the first `sinks` positions of each document are kept by every later query of that document. */
+  sinks: number;
+  /** W: a query keeps the kv positions with q - kv < W. 0 = no window (full causal attention). */
+  window: number;
+}
+
+/**
+ * The mask of one sequence: the settings plus its per-position document ids and pinned flags.
+ * Structurally the kernels' `AttentionMask` (with B = 1), so it can be handed to them as is.
+ */
+export interface CanonicalMask extends AttentionMask {
+  /** [T] document id of each position (non-decreasing along the sequence), or null = one document. */
+  docIds: Int32Array | null;
+  /** [T] 1 = pinned (kept like a sink slot by every later query of its document), or null = none. */
+  pinned: Uint8Array | null;
+}
+
+export class MaskError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "MaskError";
+  }
+}
+
+/** Checks K and W (integers >= 0) and returns them normalized (an infinite window becomes 0). */
+export function checkMaskConfig(cfg: SinkMaskConfig): SinkMaskConfig {
+  const window = cfg.window === Infinity ? 0 : cfg.window;
+  if (!(Number.isInteger(cfg.sinks) && cfg.sinks >= 0)) {
+    throw new MaskError(`sinks (K) must be an integer >= 0, got ${cfg.sinks}`);
+  }
+  if (!(Number.isInteger(window) && window >= 0)) {
+    throw new MaskError(`window (W) must be an integer >= 0 (0 = no window), got ${cfg.window}`);
+  }
+  return { sinks: cfg.sinks, window };
+}
+
+/** A mask for one sequence of T tokens; docIds and pinned must have T entries when given. */
+export function canonicalMask(
+  cfg: SinkMaskConfig, T: number, docIds: Int32Array | null = null, pinned: Uint8Array | null = null,
+): CanonicalMask {
+  const { sinks, window } = checkMaskConfig(cfg);
+  if (docIds) {
+    if (docIds.length !== T) throw new MaskError(`docIds has ${docIds.length} entries for a sequence of ${T} tokens`);
+    for (let t = 1; t < T; t++) {
+      if (docIds[t]! < docIds[t - 1]!) {
+        throw new MaskError(`docIds must not decrease along the sequence (position ${t}: ${docIds[t]} after ${docIds[t - 1]}); give each packed document a larger id than the one before`);
+      }
+    }
+  }
+  if (pinned && pinned.length !== T) throw new MaskError(`pinned has ${pinned.length} entries for a sequence of ${T} tokens`);
+  return { sinks, window, docIds, pinned };
+}
+
+/** Start position of the document of each position: [T]. */
+export function documentStarts(mask: CanonicalMask, T: number): Int32Array {
+  const start = new Int32Array(T);
+  for (let t = 1; t < T; t++) {
+    start[t] = mask.docIds && mask.docIds[t] !== mask.docIds[t - 1] ? t : start[t - 1]!;
+  }
+  return start;
+}
+
+/**
+ * keep(q, kv) for one sequence. `docStart` is `documentStarts(mask, T)` (passed in so a loop over many
+ * pairs computes it once).
+ */
+export function keeps(mask: CanonicalMask, docStart: Int32Array, q: number, kv: number): boolean {
+  if (kv > q || kv < 0) return false;
+  const start = docStart[q]!;
+  if (kv < start) return false; // another (earlier) document
+  if (kv - start < mask.sinks) return true;
+  if (mask.pinned && mask.pinned[kv] === 1) return true;
+  return mask.window === 0 || q - kv < mask.window;
+}
+
+/** The kv positions query q keeps, in increasing order. */
+export function keptKeys(mask: CanonicalMask, docStart: Int32Array, q: number): number[] {
+  const out: number[] = [];
+  for (let kv = docStart[q]!; kv <= q; kv++) if (keeps(mask, docStart, q, kv)) out.push(kv);
+  return out;
+}
+
+/** The engine's per-model settings for this mask (window and sink-slot count). */
+export function attentionSettings(cfg: SinkMaskConfig): AttentionSettings {
+  const { sinks, window } = checkMaskConfig(cfg);
+  return { window, sinks };
+}
+
+/** The largest number of keys any query keeps: K + pinned + W (Infinity without a window). */
+export function keyBound(mask: CanonicalMask): number {
+  if (mask.window === 0) return Infinity;
+  let pinned = 0;
+  if (mask.pinned) for (const p of mask.pinned) pinned += p;
+  return mask.sinks + pinned + mask.window;
+}
