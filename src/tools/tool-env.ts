@@ -173,7 +173,8 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
     };
     const tool = this.toolsByName.get(name);
     if (!tool) {
-      return fail("unknown_tool", `unknown tool "${name}". Available tools: ${[...this.toolsByName.keys()].join(", ")}.`);
+      const shown = name.length > 80 ? `${name.slice(0, 80)}...` : name;
+      return fail("unknown_tool", `unknown tool "${shown}". Available tools: ${[...this.toolsByName.keys()].join(", ")}.`);
     }
     let args: unknown;
     try {

@@ -95,6 +95,7 @@ describe.skipIf(!pgUrl)("PostgreSQL (real server)", () => {
         await expect(s.query(sql), sql).rejects.toThrow(/not allowed: each episode runs in its own transaction/);
       }
       await expect(s.query("SELECT 1; COMMIT")).rejects.toThrow(/one SQL statement at a time/);
+      await expect(s.query("SELECT set_config('statement_timeout', '0', false)")).rejects.toThrow(/set_config\(\) is not allowed/);
       // A data-modifying WITH runs (not as a cursor) and returns its rows.
       const w = await s.query("WITH d AS (DELETE FROM singer WHERE id = 2 RETURNING name) SELECT name FROM d");
       expect(w.rows).toEqual([["Bob"]]);

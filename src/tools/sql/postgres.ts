@@ -175,6 +175,7 @@ class PostgresSession implements SqlSession {
       if (text === "") throw new SqlError("the query is empty; send one SQL statement.");
       const keyword = firstKeyword(text);
       if (TRANSACTION_CONTROL.has(keyword)) throw new SqlError(`${keyword} statements are not allowed: each episode runs in its own transaction, managed for you.`);
+      if (/\bset_config\s*\(/i.test(text)) throw new SqlError("set_config() is not allowed: the session's settings (statement timeout, search path) are managed for you.");
       const signal = options.signal;
       if (signal?.aborted) throw new SqlError("the statement was cancelled.");
       const maxRows = this.db.maxRows;
