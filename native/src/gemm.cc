@@ -353,6 +353,22 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
     scaleC(g);
     return;
   }
+  // A few rows (decoding): matrix-vector products straight from B, no packing, no padded tiles.
+  if (M <= 4) {
+    std::vector<float> row(transA ? static_cast<size_t>(K) : 0);
+    for (int i = 0; i < M; i++) {
+      const float* a = A + static_cast<size_t>(i) * lda;
+      if (transA) {
+        for (int p = 0; p < K; p++) row[p] = A[static_cast<size_t>(p) * lda + i];
+        a = row.data();
+      }
+      float* c = C + static_cast<size_t>(i) * ldc;
+      // tb: B is [N, K], c = alpha * B a; else B is [K, N], c = alpha * B^T a
+      if (transB) sgemv(false, N, K, alpha, B, ldb, a, beta, c);
+      else sgemv(true, K, N, alpha, B, ldb, a, beta, c);
+    }
+    return;
+  }
   static const KernelInfo kern = pickKernel();
   const int MR = kern.MR, NR = kern.NR;
   // Split C into a tm x tn grid of rectangles, one per task, keeping every rectangle wide enough for the
