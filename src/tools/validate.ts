@@ -32,7 +32,13 @@ export function validateArguments(schema: JsonSchema, args: unknown): Validation
     }
     cache.set(schema, validate);
   }
-  if (validate === "unchecked" || validate(args)) return { ok: true };
+  if (validate === "unchecked") return { ok: true };
+  try {
+    if (validate(args)) return { ok: true };
+  } catch (err) {
+    // A pathological value (nesting deep enough to exhaust the stack) cannot be checked: it is refused.
+    return { ok: false, message: `arguments could not be checked (${(err as Error).message}); send smaller, less deeply nested arguments` };
+  }
   return { ok: false, message: describeErrors(validate.errors ?? []) };
 }
 

@@ -34,3 +34,10 @@ it("writes short call signatures", () => {
   ).toBe('find({q: string, kind?: "a" | "b", ids?: integer[], v?: string | null})');
   expect(signature("many", { type: "object", properties: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`p${i}`, { type: "string" }])) })).toHaveLength(300);
 });
+
+it("refuses a value nested too deeply to check, instead of throwing", () => {
+  const tree = { $defs: { t: { type: "array", items: { $ref: "#/$defs/t" } } }, type: "object", properties: { a: { $ref: "#/$defs/t" } } };
+  const deep = JSON.parse(`{"a":${"[".repeat(200_000)}${"]".repeat(200_000)}}`);
+  expect(validateArguments(tree, deep)).toMatchObject({ ok: false, message: expect.stringMatching(/^arguments could not be checked \(Maximum call stack size exceeded\)/) });
+  expect(validateArguments(tree, { a: [[[]]] })).toEqual({ ok: true });
+});
