@@ -3,10 +3,12 @@
  * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
  */
 import { registerArith } from "./arith/index.js";
+import { registerBash } from "./bash/index.js";
 import { registerHousehold } from "./household/index.js";
 import { registerSqlSuite } from "./sql/index.js";
 import { registerCrmSuite } from "./crm/index.js";
 import { registerTau } from "./tau/index.js";
+import { registerRestApiSuite } from "./restapi/index.js";
 
 let registered = false;
 
@@ -16,7 +18,9 @@ export function registerBundledEnvs(): void {
   // Suites register here, one line each.
   registerArith();
   registerHousehold();
+  registerBash();
   registerSqlSuite();
   registerCrmSuite();
   registerTau();
+  registerRestApiSuite();
 }
