@@ -8,7 +8,6 @@ import { registerHousehold } from "./household/index.js";
 import { registerSqlSuite } from "./sql/index.js";
 import { registerCrmSuite } from "./crm/index.js";
 import { registerTau } from "./tau/index.js";
-import { registerRestApiSuite } from "./restapi/index.js";
 
 let registered = false;
 
@@ -22,5 +21,4 @@ export function registerBundledEnvs(): void {
   registerSqlSuite();
   registerCrmSuite();
   registerTau();
-  registerRestApiSuite();
 }
