@@ -375,7 +375,9 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
   // micro-kernel. Small problems run on the calling thread.
   int threads = poolThreads();
   double flops = 2.0 * M * N * static_cast<double>(K);
-  int tasks = flops < 2.0e6 ? 1 : threads;
+  // Large products get a few rectangles per thread, taken dynamically, so that a thread slowed by other
+  // load on the machine does not hold up the call.
+  int tasks = flops < 2.0e6 ? 1 : (flops < 1.0e8 || threads == 1 ? threads : threads * 4);
   int nStrips = (N + NR - 1) / NR, mStrips = (M + MR - 1) / MR;
   int tm = 1, tn = 1;
   // Pick the grid that gives the most balanced work: prefer splitting N (no duplicated B packing per task
