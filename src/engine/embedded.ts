@@ -27,7 +27,7 @@ import {
   type AttentionSettings, type Model,
 } from "../model/transformer.js";
 import { KvBlockPool } from "./kv-cache.js";
-import { resolveSampleParams, Sampler } from "./sampler.js";
+import { resolveSampleParams, Sampler, type ResolvedSampleParams } from "./sampler.js";
 import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, TokenLoss } from "./types.js";
 
 export class EngineError extends Error {
@@ -71,6 +71,15 @@ export interface SequenceMasks {
   docIds?: Int32Array[];
   /** One [L] array per sequence, 1 = pinned. */
   pinned?: Uint8Array[];
+}
+
+interface SampleRequest {
+  session: EmbeddedSession;
+  params: ResolvedSampleParams;
+  rng: Rng;
+  result: SampleResult;
+  resolve: (r: SampleResult) => void;
+  reject: (e: unknown) => void;
 }
 
 const OPTIMIZER_FILE = "optimizer.safetensors";
@@ -140,12 +149,12 @@ export class EmbeddedEngine implements Engine {
     return s;
   }
 
+  /**
+   * Samples from many sessions. Requests from all concurrent `sample` / `sampleBatch` calls are decoded
+   * together: each step runs one batched forward over every unfinished request (continuous batching),
+   * and the event loop runs between steps, so environment I/O overlaps decoding.
+   */
   async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {
-    return this.sampleBatchSync(sessions, params);
-  }
-
-  /** Samples from many sessions; each step decodes every unfinished session in one batched forward. */
-  sampleBatchSync(sessions: EngineSession[], params: SampleParams[]): SampleResult[] {
     this.alive();
     if (sessions.length !== params.length) {
       throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
@@ -153,36 +162,117 @@ export class EmbeddedEngine implements Engine {
     const list = sessions.map((s) => this.own(s));
     if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
     const ps = params.map(resolveSampleParams);
-    const rngs = ps.map((p) => (p.seed === undefined ? this.rng : new Rng(p.seed)));
-    const results: SampleResult[] = list.map(() => ({ tokens: [], logprobs: [], finishReason: "length" }));
-    let active: number[] = [];
-    for (let i = 0; i < list.length; i++) {
-      if (list[i]!.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
-      if (ps[i]!.maxTokens > 0) active.push(i);
-    }
-    if (active.length > 0) this.sync(active.map((i) => list[i]!));
-    while (active.length > 0) {
-      const next: number[] = [];
-      for (const i of active) {
-        const s = list[i]!;
-        const p = ps[i]!;
-        const { token, logprob } = this.sampler.sample(s.logits!, p, rngs[i]!);
-        const r = results[i]!;
-        r.tokens.push(token);
-        r.logprobs.push(logprob);
-        s.pushToken(token);
-        if (p.stopTokens.has(token)) r.finishReason = "stop";
-        else if (r.tokens.length < p.maxTokens) next.push(i);
-      }
-      active = next;
-      if (active.length > 0) this.decodeStep(active.map((i) => list[i]!));
-    }
-    return results;
+    for (const s of list) if (s.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
+    return Promise.all(list.map((s, i) => this.enqueue(s, ps[i]!)));
   }
 
-  /** Samples one session (the single-session case of sampleBatch). */
-  sampleOne(s: EmbeddedSession, p: SampleParams): SampleResult {
-    return this.sampleBatchSync([s], [p])[0]!;
+  /**
+   * The synchronous form of sampleBatch (no other caller's requests join; the event loop is blocked until
+   * all are done). The same seeds give the same tokens as the asynchronous form.
+   */
+  sampleBatchSync(sessions: EngineSession[], params: SampleParams[]): SampleResult[] {
+    this.alive();
+    if (sessions.length !== params.length) {
+      throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
+    }
+    const list = sessions.map((s) => this.own(s));
+    if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
+    const reqs = params.map((p, i) => this.request(list[i]!, resolveSampleParams(p)));
+    if (list.some((s) => s.busy)) throw new EngineError("a session is already sampling; wait for it or fork it");
+    for (const r of reqs) r.session.busy = true;
+    try {
+      let active = reqs.filter((r) => r.params.maxTokens > 0);
+      if (active.length > 0) this.sync(active.map((r) => r.session));
+      while (active.length > 0) {
+        active = this.sampleStep(active);
+        if (active.length > 0) this.decodeStep(active.map((r) => r.session));
+      }
+    } finally {
+      for (const r of reqs) r.session.busy = false;
+    }
+    return reqs.map((r) => r.result);
+  }
+
+  /** Counters of the decoding loop (for benchmarks and tests). */
+  readonly stats = { decodeSteps: 0, decodeRows: 0, prefillTokens: 0 };
+
+  private request(session: EmbeddedSession, params: ResolvedSampleParams): SampleRequest {
+    if (session.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
+    return {
+      session, params,
+      rng: params.seed === undefined ? this.rng : new Rng(params.seed),
+      result: { tokens: [], logprobs: [], finishReason: "length" },
+      resolve: () => {}, reject: () => {},
+    };
+  }
+
+  /** Samples one token for each request; returns those still unfinished. */
+  private sampleStep(active: SampleRequest[]): SampleRequest[] {
+    const next: SampleRequest[] = [];
+    for (const r of active) {
+      const { token, logprob } = this.sampler.sample(r.session.logits!, r.params, r.rng);
+      r.result.tokens.push(token);
+      r.result.logprobs.push(logprob);
+      r.session.pushToken(token);
+      if (r.params.stopTokens.has(token)) r.result.finishReason = "stop";
+      else if (r.result.tokens.length < r.params.maxTokens) next.push(r);
+    }
+    return next;
+  }
+
+  private queue: SampleRequest[] = [];
+  private looping = false;
+
+  private enqueue(session: EmbeddedSession, params: ResolvedSampleParams): Promise<SampleResult> {
+    const req = this.request(session, params);
+    if (params.maxTokens === 0) return Promise.resolve(req.result);
+    if (session.busy) return Promise.reject(new EngineError("the session is already sampling; wait for it or fork it"));
+    session.busy = true;
+    const done = new Promise<SampleResult>((resolve, reject) => {
+      req.resolve = resolve;
+      req.reject = reject;
+    });
+    this.queue.push(req);
+    if (!this.looping) {
+      this.looping = true;
+      void this.decodeLoop();
+    }
+    return done;
+  }
+
+  private async decodeLoop(): Promise<void> {
+    let active: SampleRequest[] = [];
+    const finish = (r: SampleRequest, err?: unknown) => {
+      r.session.busy = false;
+      if (err === undefined) r.resolve(r.result);
+      else r.reject(err);
+    };
+    try {
+      while (true) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        this.alive();
+        if (this.queue.length > 0) {
+          const fresh = this.queue.splice(0);
+          for (const r of fresh) {
+            try {
+              this.sync([r.session]);
+              active.push(r);
+            } catch (e) {
+              finish(r, e);
+            }
+          }
+        }
+        if (active.length === 0) break;
+        const next = this.sampleStep(active);
+        for (const r of active) if (!next.includes(r)) finish(r);
+        active = next;
+        if (active.length > 0) this.decodeStep(active.map((r) => r.session));
+      }
+    } catch (e) {
+      for (const r of [...active, ...this.queue.splice(0)]) finish(r, e);
+    } finally {
+      this.looping = false;
+    }
   }
 
   // ---- scoring and training -----------------------------------------------------------------------------
@@ -303,9 +393,13 @@ export class EmbeddedEngine implements Engine {
     for (const s of this.sessions) s.invalidate();
   }
 
+  /** Closes every session (pending samples are rejected) and refuses further calls. */
   dispose(): void {
-    for (const s of [...this.sessions]) s.close();
     this.disposed = true;
+    for (const s of [...this.sessions]) {
+      s.busy = false;
+      s.close();
+    }
   }
 
   // ---- internals used by sessions -------------------------------------------------------------------------
@@ -338,6 +432,7 @@ export class EmbeddedEngine implements Engine {
     const V = this.config.vocabSize;
     if (!s.logits) s.logits = new Float32Array(V);
     this.checkIds(ids);
+    this.stats.prefillTokens += Tq;
     cachedForward(this.model, this.cachedWs, this.pool, {
       B: 1, Tq, ids, positions, blockTable: Int32Array.from(s.blocks), maxBlocks: s.blocks.length,
       seqLens: Int32Array.of(s.length), logitRows: Int32Array.of(Tq - 1), logits: s.logits,
@@ -369,6 +464,8 @@ export class EmbeddedEngine implements Engine {
     });
     this.checkIds(ids);
     if (this.decodeLogits.length < B * V) this.decodeLogits = new Float32Array(B * V);
+    this.stats.decodeSteps++;
+    this.stats.decodeRows += B;
     cachedForward(this.model, this.cachedWs, this.pool, {
       B, Tq: 1, ids, positions, blockTable, maxBlocks, seqLens, logitRows: rows, logits: this.decodeLogits,
     });
@@ -428,6 +525,8 @@ export class EmbeddedSession implements EngineSession {
   /** @internal */ logits: Float32Array | null = null;
   /** @internal */ logitsFor = -1;
   closed = false;
+  /** A sample request of this session is in flight. */
+  /** @internal */ busy = false;
 
   constructor(readonly engine: EmbeddedEngine) {}
 
@@ -467,7 +566,7 @@ export class EmbeddedSession implements EngineSession {
   }
 
   async sample(params: SampleParams): Promise<SampleResult> {
-    return this.engine.sampleOne(this, params);
+    return (await this.engine.sampleBatch([this], [params]))[0]!;
   }
 
   fork(): EmbeddedSession {
@@ -495,6 +594,7 @@ export class EmbeddedSession implements EngineSession {
 
   close(): void {
     if (this.closed) return;
+    if (this.busy) throw new EngineError("the session is sampling; close it after sample() finishes");
     for (const b of this.blocks) this.engine.pool.release(b);
     this.blocks = [];
     this.closed = true;
@@ -547,6 +647,7 @@ export class EmbeddedSession implements EngineSession {
 
   private check(): void {
     if (this.closed) throw new EngineError("the session is closed");
+    if (this.busy) throw new EngineError("the session is sampling; wait for sample() to finish (or fork it before sampling)");
   }
 }
 

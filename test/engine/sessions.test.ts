@@ -148,3 +148,35 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels"
     expect((await s.sample({ maxTokens: 2, seed: 1 })).tokens.length).toBe(2);
   });
 });
+
+describe("continuous batching", () => {
+  it("concurrent sample() calls are decoded together and give the same tokens as alone", async () => {
+    const engine = createRandomModel(tinyConfig(), 12, { kernels: kernels[kernels.length - 1]!, std: 0.15 });
+    const prompts = Array.from({ length: 6 }, (_, i) => randomTokens(20 + i, 4 + i, V));
+    const sessions = await Promise.all(prompts.map((p) => engine.session(p)));
+    const before = engine.stats.decodeSteps;
+    // each agent loop calls sample() on its own, at slightly different times
+    const results = await Promise.all(sessions.map(async (s, i) => {
+      if (i % 2 === 1) await new Promise((r) => setImmediate(r));
+      return s.sample({ maxTokens: 10, seed: i });
+    }));
+    const steps = engine.stats.decodeSteps - before;
+    expect(steps).toBeLessThanOrEqual(12); // not 6 x 10
+    const sync = engine.sampleBatchSync(prompts.map((p) => engine.sessionSync(p)), prompts.map((_, i) => ({ maxTokens: 10, seed: i })));
+    results.forEach((r, i) => expect(r.tokens).toEqual(sync[i]!.tokens));
+  });
+
+  it("a session that is sampling refuses other work until it is done", async () => {
+    const engine = createRandomModel(tinyConfig(), 12, { kernels: kernels[0]! });
+    const s = await engine.session([1, 2, 3]);
+    const p = s.sample({ maxTokens: 3, seed: 1 });
+    expect(() => s.truncate(1)).toThrow(/sampling/);
+    await expect(s.sample({ maxTokens: 1 })).rejects.toThrow(/already sampling/);
+    await p;
+    s.truncate(1);
+    expect(s.tokens()).toEqual([1]);
+    const q = s.sample({ maxTokens: 50 });
+    engine.dispose();
+    await expect(q).rejects.toThrow(/disposed/);
+  });
+});
