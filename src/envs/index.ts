@@ -8,6 +8,7 @@ import { registerHousehold } from "./household/index.js";
 import { registerSqlSuite } from "./sql/index.js";
 import { registerCrmSuite } from "./crm/index.js";
 import { registerTau } from "./tau/index.js";
+import { registerRestApiSuite } from "./restapi/index.js";
 
 let registered = false;
 
@@ -21,4 +22,5 @@ export function registerBundledEnvs(): void {
   registerSqlSuite();
   registerCrmSuite();
   registerTau();
+  registerRestApiSuite();
 }

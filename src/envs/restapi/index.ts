@@ -1,0 +1,63 @@
+/**
+ * The restapi suite (modeled on ToolBench): registers `sinkflex/restapi-v0` with the gym registry and
+ * the suite (its scripted expert and replay) with the suite list. The env itself is in `env.ts`.
+ */
+import { register } from "../../gym/registry.js";
+import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
+import { createRestApiEnv, RESTAPI_ENV_ID, type RestApiEnvOptions } from "./env.js";
+import { RestApiExpert } from "./expert.js";
+import type { RestTask } from "./tasks.js";
+
+export { createRestApiEnv, RESTAPI_ENV_ID, RESTAPI_SYSTEM_PROMPT, RestApiEnv, type RestApiEnvOptions, type RestApiState, type RestFaultOptions } from "./env.js";
+export { RestApiExpert, valueAt } from "./expert.js";
+export { RestWorld, TODAY } from "./world.js";
+export { ENDPOINTS, handleRequest, restApiDocument } from "./api.js";
+export { startRestApiServer, FAULT_KINDS, type FaultKind, type FaultSchedule, type RestApiServer } from "./server.js";
+export { generateRestTasks, restTaskKinds, LEVELS, type RestTask, type GoldCall } from "./tasks.js";
+export { answerMatches, firstNumber, normalizeText } from "./answer.js";
+
+/** Plays the scripted expert over the task set (the suite has no separate gold trajectories); all must succeed. */
+export async function replayRestApi(envId: string, options: ReplayOptions): Promise<ReplayReport> {
+  if (envId !== RESTAPI_ENV_ID) throw new Error(`the restapi suite has no env "${envId}"; use ${RESTAPI_ENV_ID}`);
+  if (options.tasks || options.dbDir || options.games) throw new Error("the restapi suite generates its world and tasks from a seed; it takes no --tasks, --db-dir or --games");
+  const env = await createRestApiEnv();
+  const report: ReplayReport = { total: 0, succeeded: 0, expectedRate: 1, failures: [] };
+  try {
+    const n = Math.min(env.metadata.taskCount ?? 0, options.limit ?? Infinity);
+    for (let i = 0; i < n; i++) {
+      const ep = await runExpertEpisode(env, envId, { taskIndex: i, seed: i });
+      const task = env.current!.task;
+      report.total++;
+      if (ep.reward === 1) report.succeeded++;
+      else {
+        const ev = (ep.info.evidence ?? {}) as Record<string, unknown>;
+        report.failures.push({ task: `${task.id} (${task.kind})`, reason: String(ep.info.rewardError ?? `expected ${JSON.stringify(ev.expected)}, submitted ${JSON.stringify(ev.submitted)}`) });
+      }
+      options.onProgress?.(i + 1, n);
+    }
+  } finally {
+    await env.close();
+  }
+  return report;
+}
+
+export const restApiSuite: Suite = {
+  name: "restapi",
+  envIds: [RESTAPI_ENV_ID],
+  createExpert: (_envId, task) => new RestApiExpert(task as RestTask),
+  replay: replayRestApi,
+};
+
+let registered = false;
+
+export function registerRestApiSuite(): void {
+  if (registered) return;
+  registered = true;
+  register(RESTAPI_ENV_ID, (options) => createRestApiEnv(options as RestApiEnvOptions), {
+    suite: "restapi",
+    description: "ToolBench-style questions over a local HTTP API (28 endpoints, 8 services, OpenAPI tools); 1-4 chained calls; answer correctness; optional faults.",
+    taskCount: 120,
+    maxEpisodeSteps: 20,
+  });
+  registerSuite(restApiSuite);
+}

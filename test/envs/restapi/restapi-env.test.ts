@@ -1,0 +1,232 @@
+/**
+ * The restapi env over its real HTTP server on 127.0.0.1: deterministic world and tasks, the
+ * endpoints and their OpenAPI 3.1 document, tools generated from it (enum parameters included),
+ * the reward (numeric tolerance, normalized text), each fault kind reaching the agent as a readable
+ * error while the episode goes on, the scripted expert on every task kind, and a clean close.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AgentTurn } from "../../../src/gym/chat.js";
+import { checkEnv, formatCheckReport, sampledActions } from "../../../src/gym/check.js";
+import { make } from "../../../src/gym/registry.js";
+import { runExpertEpisode } from "../../../src/envs/suite.js";
+import {
+  answerMatches,
+  createRestApiEnv,
+  ENDPOINTS,
+  generateRestTasks,
+  registerRestApiSuite,
+  replayRestApi,
+  restTaskKinds,
+  RestWorld,
+  RESTAPI_ENV_ID,
+  type RestApiEnv,
+} from "../../../src/envs/restapi/index.js";
+
+registerRestApiSuite();
+
+const call = (name: string, args: Record<string, unknown>): AgentTurn => ({ content: "", toolCalls: [{ id: "c1", name, arguments: JSON.stringify(args) }] });
+
+let env: RestApiEnv;
+beforeAll(async () => {
+  env = await createRestApiEnv({ count: 24 });
+});
+afterAll(async () => {
+  await env.close();
+});
+
+describe("world and tasks", () => {
+  it("are deterministic per seed and differ between seeds", () => {
+    const a = new RestWorld(3);
+    const b = new RestWorld(3);
+    expect(JSON.stringify(generateRestTasks(a, { count: 40 }))).toBe(JSON.stringify(generateRestTasks(b, { count: 40 })));
+    expect(a.companies).toEqual(b.companies);
+    expect(new RestWorld(4).companies).not.toEqual(a.companies);
+    expect(generateRestTasks(new RestWorld(4), { count: 40 }).map((t) => t.answer)).not.toEqual(generateRestTasks(a, { count: 40 }).map((t) => t.answer));
+  });
+
+  it("need as many calls as their level, cover every template, and filter by level", () => {
+    const tasks = generateRestTasks(new RestWorld(0), { count: 24 });
+    for (const t of tasks) expect(t.chain).toHaveLength(t.level);
+    const kinds = restTaskKinds();
+    expect(new Set(tasks.map((t) => t.kind))).toEqual(new Set(Object.values(kinds).flat()));
+    expect(generateRestTasks(new RestWorld(0), { count: 8, levels: [4] }).every((t) => t.level === 4)).toBe(true);
+    expect(() => generateRestTasks(new RestWorld(0), { count: 2, levels: [5] })).toThrow(/level 5/);
+  });
+});
+
+describe("the HTTP API", () => {
+  it("serves its OpenAPI 3.1 document: 28 operations over 8 services, enum parameters", async () => {
+    const doc = (await (await fetch(`${env.server.url}/openapi.json`)).json()) as any;
+    expect(doc.openapi).toBe("3.1.0");
+    expect(doc.servers[0].url).toBe(env.server.url);
+    expect(Object.keys(doc.paths)).toHaveLength(ENDPOINTS.length);
+    expect(ENDPOINTS.length).toBeGreaterThanOrEqual(28);
+    expect(doc.tags.map((t: { name: string }) => t.name).sort()).toEqual(["calendar", "currency", "flights", "geography", "recipes", "stocks", "units", "weather"]);
+    const cabin = doc.paths["/flights/search"].get.parameters.find((p: { name: string }) => p.name === "cabin");
+    expect(cabin.schema.enum).toEqual(["economy", "business"]);
+  });
+
+  it("answers from the world and rejects bad requests with clear messages", async () => {
+    const base = env.server.url;
+    const w = (await (await fetch(`${base}/weather/current?city=Osaka&units=imperial`)).json()) as any;
+    expect(w).toMatchObject({ city: "Osaka", temperature_unit: "F" });
+    const flights = (await (await fetch(`${base}/flights/search?from=CDG&to=HND&date=2025-06-10&sort=price`)).json()) as any;
+    const prices = flights.flights.map((f: { price: number }) => f.price);
+    expect(prices).toEqual([...prices].sort((a, b) => a - b));
+    const conv = (await (await fetch(`${base}/units/convert?value=42.195&from=km&to=mi`)).json()) as any;
+    expect(conv.result).toBeCloseTo(26.2188, 4);
+    const bad = async (path: string, status: number, message: RegExp) => {
+      const r = await fetch(`${base}${path}`);
+      expect(r.status).toBe(status);
+      expect(((await r.json()) as any).error).toMatch(message);
+    };
+    await bad("/weather/current?city=Paris&units=kelvin", 400, /units.*one of metric, imperial/);
+    await bad("/weather/current", 400, /missing required query parameter "city"/);
+    await bad("/weather/current?city=Atlantis", 404, /unknown city "Atlantis"/);
+    await bad("/units/convert?value=1&from=kg&to=mi", 400, /cannot convert kilogram/);
+    await bad("/geo/countries?colour=red", 400, /unknown query parameter/);
+    await bad("/calendar/weekday?date=2025-02-30", 400, /real date/);
+    await bad("/nowhere", 404, /no endpoint/);
+    expect((await fetch(`${base}/geo/countries`, { method: "POST" })).status).toBe(405);
+  });
+
+  it("is what the agent's tools call; a bad enum is refused by the tool's schema", async () => {
+    const [obs] = await env.reset({ seed: 1, options: { taskIndex: 0 } });
+    const names = obs.tools!.map((t) => t.name);
+    expect(names).toHaveLength(ENDPOINTS.length + 1);
+    expect(names).toEqual(expect.arrayContaining(["getCurrentWeather", "searchFlights", "convertCurrency", "getRecipeNutrition", "submit_answer"]));
+    const search = obs.tools!.find((t) => t.name === "searchFlights")!;
+    expect((search.parameters as any).properties.sort.enum).toEqual(["price", "departure", "duration"]);
+    const [o1, , done1] = await env.step(call("getCountry", { code: "JP" }));
+    expect(JSON.parse(o1.messages[0]!.content)).toMatchObject({ capital: "Tokyo", currency: "JPY" });
+    expect(done1).toBe(false);
+    const [o2, , , , info] = await env.step(call("getCurrentWeather", { city: "Tokyo", units: "kelvin" }));
+    expect(o2.messages[0]).toMatchObject({ isError: true });
+    expect(o2.messages[0]!.content).toMatch(/units/);
+    expect((info.toolErrors as { kind: string }[])[0]!.kind).toBe("invalid_arguments");
+  });
+});
+
+describe("reward", () => {
+  it("numbers within tolerance, text after normalization; wrong or missing answers score 0", async () => {
+    expect(answerMatches(26.2188, "26.2188 miles")).toBe(true);
+    expect(answerMatches(1234.5, "1,234.50")).toBe(true);
+    expect(answerMatches(12.3, 12.305)).toBe(true);
+    expect(answerMatches(12.3, 12.4)).toBe(false);
+    expect(answerMatches("Tuesday", " tuesday. ")).toBe(true);
+    expect(answerMatches("Tuesday", "Wednesday")).toBe(false);
+
+    const task = env.hooks.tasks.get(0);
+    const play = async (answer: unknown) => {
+      await env.reset({ seed: 0, options: { taskIndex: 0 } });
+      const [, reward, terminated, , info] = await env.step(call("submit_answer", { answer }));
+      expect(terminated).toBe(true);
+      return { reward, evidence: info.evidence as Record<string, unknown> };
+    };
+    const right = await play(task.answer);
+    expect(right.reward).toBe(1);
+    expect(right.evidence).toMatchObject({ expected: task.answer, match: true, level: task.level });
+    const wrong = await play(typeof task.answer === "number" ? task.answer + 1 : "nonsense");
+    expect(wrong.reward).toBe(0);
+    expect(wrong.evidence.match).toBe(false);
+
+    await env.reset({ seed: 0, options: { taskIndex: 0 } });
+    const [, reward, terminated, , info] = await env.step({ content: "I think it is 3.", toolCalls: [] });
+    expect([reward, terminated]).toEqual([0, true]);
+    expect((info.evidence as { reason: string }).reason).toMatch(/no answer was submitted/);
+  });
+});
+
+describe("scripted expert", () => {
+  it("solves every task of every kind and level (reads the answer off the API)", async () => {
+    for (let i = 0; i < env.hooks.tasks.size; i++) {
+      const ep = await runExpertEpisode(env, RESTAPI_ENV_ID, { taskIndex: i });
+      expect(ep.reward, JSON.stringify(ep.info.evidence)).toBe(1);
+      expect(ep.turns).toBe(env.hooks.tasks.get(i).level + 1);
+    }
+  });
+
+  it("replay reports every task solved", async () => {
+    const report = await replayRestApi(RESTAPI_ENV_ID, { gold: false, limit: 8 });
+    expect(report).toMatchObject({ total: 8, succeeded: 8, expectedRate: 1, failures: [] });
+  });
+});
+
+describe("faults", () => {
+  const cases = [
+    ["5xx", /HTTP 503 .*temporarily unavailable/],
+    ["slow", /got no answer within 300 ms/],
+    ["malformed", /not valid JSON/],
+  ] as const;
+  for (const [kind, message] of cases) {
+    it(`${kind}: a readable error observation, the episode goes on, and a retry succeeds`, async () => {
+      const local = await createRestApiEnv({ count: 8, requestTimeoutMs: 300, faults: { plan: [{ request: 1, kind }] } });
+      try {
+        await local.reset({ seed: 5, options: { taskIndex: 0 } });
+        const gold = local.current!.task.chain[0]!;
+        const [o1, r1, t1, tr1, info] = await local.step(call(gold.tool, gold.args));
+        expect(o1.messages[0]).toMatchObject({ role: "tool", isError: true });
+        expect(o1.messages[0]!.content).toMatch(message);
+        expect([r1, t1, tr1]).toEqual([0, false, false]);
+        expect((info.toolErrors as { kind: string }[])[0]!.kind).toBe("tool_error");
+        const [o2] = await local.step(call(gold.tool, gold.args));
+        expect(o2.messages[0]).not.toHaveProperty("isError");
+        expect(() => JSON.parse(o2.messages[0]!.content)).not.toThrow();
+        expect(local.server.injected).toEqual([{ request: 1, kind, path: expect.any(String) }]);
+      } finally {
+        await local.close();
+      }
+    });
+  }
+
+  it("random faults repeat with the episode seed, and the expert retries through them", async () => {
+    const noisy = await createRestApiEnv({ count: 12, requestTimeoutMs: 200, faults: { rate: 0.3, kinds: ["5xx", "malformed", "slow"] } });
+    try {
+      const injectedFor = async (seed: number) => {
+        const ep = await runExpertEpisode(noisy, RESTAPI_ENV_ID, { taskIndex: 10, seed });
+        expect(ep.reward, JSON.stringify(ep.info.evidence)).toBe(1);
+        return (ep.info.evidence as { faults: unknown[] }).faults;
+      };
+      const seeds = [1, 2, 3, 4];
+      const first = [];
+      for (const s of seeds) first.push(await injectedFor(s));
+      expect(first.some((f) => f.length > 0)).toBe(true);
+      expect(await injectedFor(3)).toEqual(first[2]);
+    } finally {
+      await noisy.close();
+    }
+  });
+
+  it("per-task faults: every task has one planned fault and the expert still solves it", async () => {
+    const local = await createRestApiEnv({ count: 6, requestTimeoutMs: 200, taskFaults: ["5xx", "malformed", "slow"] });
+    try {
+      for (let i = 0; i < 6; i++) {
+        const ep = await runExpertEpisode(local, RESTAPI_ENV_ID, { taskIndex: i });
+        expect(ep.reward).toBe(1);
+        expect((ep.info.evidence as { faults: unknown[] }).faults).toHaveLength(1);
+      }
+    } finally {
+      await local.close();
+    }
+  });
+});
+
+describe("options, registry and close", () => {
+  it("unknown or malformed options are errors that name the options", async () => {
+    await expect(createRestApiEnv({ colour: 1 } as never)).rejects.toThrow(/unknown option\(s\) colour; the options are seed/);
+    await expect(createRestApiEnv({ faults: { rate: 2 } })).rejects.toThrow(/rate must be a number in \[0, 1\]/);
+    await expect(createRestApiEnv({ faults: { kinds: ["fire"] as never } })).rejects.toThrow(/"5xx", "slow", "malformed"/);
+  });
+
+  it("passes checkEnv from the registry, and its server is gone after close", async () => {
+    const made = await make(RESTAPI_ENV_ID, { maxEpisodeSteps: 4 });
+    const report = await checkEnv(made, { seed: 11, episodes: 2, maxSteps: 6, actions: sampledActions(made) });
+    expect(report.passed, formatCheckReport(report)).toBe(true);
+    const local = await createRestApiEnv({ count: 2 });
+    const url = local.server.url;
+    expect((await fetch(`${url}/openapi.json`)).ok).toBe(true);
+    await local.close();
+    await local.close();
+    await expect(fetch(`${url}/openapi.json`)).rejects.toThrow();
+  });
+});
