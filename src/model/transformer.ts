@@ -133,7 +133,8 @@ export class TrainWorkspace {
   /** Whether `logits` holds all rows of the last forward (no recompute needed in backward). */
   logitsComplete = false;
 
-  constructor(private readonly cfg: ModelConfig) {}
+  /** `logitsBudget`: the most logits floats kept at once ([rows, V]); longer batches go in row chunks. */
+  constructor(private readonly cfg: ModelConfig, private readonly logitsBudget = LOGITS_BUDGET) {}
 
   /** Grows (never shrinks) the buffers to hold N tokens. */
   ensure(N: number, withBackward: boolean): void {
@@ -163,7 +164,7 @@ export class TrainWorkspace {
       this.rstdf = new Float32Array(cap);
       this.logprob = new Float32Array(cap);
       this.lse = new Float32Array(cap);
-      this.logitRows = Math.max(1, Math.min(cap, Math.floor(LOGITS_BUDGET / V)));
+      this.logitRows = Math.max(1, Math.min(cap, Math.floor(this.logitsBudget / V)));
       this.logits = new Float32Array(this.logitRows * V);
       this.dResid = new Float32Array(0);
     }

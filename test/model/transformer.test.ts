@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { loadCheckpoint } from "../../src/model/checkpoint.js";
 import { bindParams } from "../../src/model/params.js";
-import { buildModel } from "../../src/model/instance.js";
+import { buildModel, randomWeights } from "../../src/model/instance.js";
 import { packSequences, trainBackward, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
 import { FIXTURE_MODELS, kernelSets, loadFixture } from "./fixtures.js";
 
@@ -47,5 +47,31 @@ describe.each(kernels.map((k) => [k.name, k] as const))("decoder vs transformers
       }
       expect(diff, `${e.name}: max |diff| ${diff} vs max |grad| ${scale}`).toBeLessThanOrEqual(1e-4 * scale + 1e-7);
     }
+  });
+});
+
+describe("LM head in row chunks", () => {
+  it("gives the same log-probs and gradients as one block", () => {
+    const cfg = { arch: "qwen2", hiddenSize: 32, numLayers: 1, numHeads: 4, numKvHeads: 2, headDim: 8, intermediateSize: 48,
+      vocabSize: 50, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" }, maxPositionEmbeddings: 512,
+      tieWordEmbeddings: true, qkvBias: true } as const;
+    const w = randomWeights(cfg, 3, { std: 0.2 });
+    const model = buildModel(w, kernels[0]!);
+    const batch = packSequences([[1, 5, 9, 2, 7, 3, 3, 8], [4, 4, 1, 0, 49, 12, 6]]);
+    const N = batch.ids.length;
+    const dLogprob = Float32Array.from(batch.targets, (t, i) => (t >= 0 ? -0.1 * ((i % 3) + 1) : 0));
+    const run = (ws: TrainWorkspace) => {
+      trainForward(model, ws, batch);
+      const lp = ws.logprob.slice(0, N);
+      const g = new Float32Array(w.data.length);
+      trainBackward(model, ws, batch, dLogprob, bindParams(w.cfg, w.entries, g));
+      return { lp, g };
+    };
+    const whole = run(new TrainWorkspace(w.cfg));
+    const chunked = run(new TrainWorkspace(w.cfg, 4 * cfg.vocabSize)); // 4 rows at a time
+    for (let i = 0; i < N; i++) expect(Math.abs(chunked.lp[i]! - whole.lp[i]!)).toBeLessThan(1e-6);
+    let d = 0;
+    for (let i = 0; i < whole.g.length; i++) d = Math.max(d, Math.abs(chunked.g[i]! - whole.g[i]!));
+    expect(d).toBeLessThan(1e-6);
   });
 });
