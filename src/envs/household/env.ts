@@ -54,6 +54,8 @@ export interface HouseholdEnvOptions {
   games?: string;
   /** Only the games that have a gold trajectory (`gt_traj.txt`). */
   goldOnly?: boolean;
+  /** Also the games whose file says `"solvable": false` (left out by default). */
+  includeUnsolvable?: boolean;
   /** Generated games: how many, the generator's seed, the level (1-3; all levels when absent). */
   count?: number;
   taskSeed?: number;
@@ -64,7 +66,9 @@ function readTasks(options: Record<string, unknown>): TaskSet<HouseholdTask> {
   const source = options.source ?? "games";
   if (source === "games") {
     if (options.games !== undefined && typeof options.games !== "string") throw new TypeError("household: options.games must be a folder path");
-    return arrayTasks(listGames((options.games as string | undefined) ?? defaultGamesDir(), { goldOnly: options.goldOnly === true }));
+    return arrayTasks(
+      listGames((options.games as string | undefined) ?? defaultGamesDir(), { goldOnly: options.goldOnly === true, solvableOnly: options.includeUnsolvable !== true }),
+    );
   }
   if (source === "generated") {
     const count = options.count ?? 200;

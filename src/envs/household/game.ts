@@ -117,16 +117,32 @@ export class Simulator {
 
   /** The admissible commands (sorted, unique) with their actions. */
   admissible(): Admissible[] {
-    if (this.admissibleCache) return this.admissibleCache;
+    if (!this.admissibleCache) this.admissibleCache = this.ground(this.game.domain.actions);
+    return this.admissibleCache;
+  }
+
+  /** The admissible commands of the given action schemas, sorted, first grounding of each command kept. */
+  private ground(schemas: Domain["actions"]): Admissible[] {
     const byCommand = new Map<string, Admissible>();
-    for (const action of applicableActions(this.state, this.game.domain)) {
+    for (const action of applicableActions(this.state, { actions: schemas })) {
       const text = this.game.grammar.actions.get(action.schema.name);
       if (!text) continue;
       const command = this.formatCommand(text.template, action);
       if (!byCommand.has(command)) byCommand.set(command, { command, action });
     }
-    this.admissibleCache = [...byCommand.values()].sort((a, b) => (a.command < b.command ? -1 : a.command > b.command ? 1 : 0));
-    return this.admissibleCache;
+    return [...byCommand.values()].sort((a, b) => (a.command < b.command ? -1 : a.command > b.command ? 1 : 0));
+  }
+
+  /** The schemas whose command template could produce `typed` (by the template's fixed first word). */
+  private schemasFor(typed: string): Domain["actions"] {
+    const verb = typed.split(" ")[0]!;
+    const putLike = ["put", "move", "place"].includes(verb);
+    return this.game.domain.actions.filter((schema) => {
+      const template = this.game.grammar.actions.get(schema.name)?.template.toLowerCase();
+      if (!template) return false;
+      const first = template.split(" ")[0]!;
+      return first === verb || (putLike && (first === "put" || first === "move"));
+    });
   }
 
   admissibleCommands(): string[] {
@@ -160,7 +176,8 @@ export class Simulator {
   /** The admissible command a typed command stands for, or undefined. */
   find(command: string): Admissible | undefined {
     const typed = normalize(command);
-    const all = this.admissible();
+    // Only the actions whose command starts with the same word need grounding (unless all are known).
+    const all = this.admissibleCache ?? this.ground(this.schemasFor(typed));
     const exact = all.find((a) => normalize(a.command) === typed);
     if (exact) return exact;
     const put = /^(?:put|move|place) (.+?) (?:in\/on|into|in|on|to) (.+)$/.exec(typed);

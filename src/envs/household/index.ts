@@ -19,7 +19,7 @@ const GENERATED_COUNT = 300;
 export function registerHousehold(): void {
   register(ALFWORLD_ENV_ID, (options) => createHouseholdEnv(options), {
     suite: "household",
-    description: "ALFWorld household games (TextWorld-PDDL): text commands through act; reward 1 when the goal holds.",
+    description: "ALFWorld household games (TextWorld-PDDL; the solvable ones unless includeUnsolvable): text commands through act; reward 1 when the goal holds.",
     maxEpisodeSteps: 50,
     options: { source: "games" },
   });
@@ -61,15 +61,17 @@ async function replayHousehold(envId: string, options: ReplayOptions): Promise<R
     throw new Error(`household: ${ALFWORLD_GEN_ENV_ID} has no gold trajectories or game folder; replay it without --gold/--games, or replay ${ALFWORLD_ENV_ID}`);
   }
   const gamesDir = options.games ?? defaultGamesDir();
-  const env = await make(envId, generated ? { maxEpisodeSteps: 1000 } : { games: gamesDir, goldOnly: options.gold, maxEpisodeSteps: 1000 });
+  // Gold: every game with a gt_traj.txt; expert: every game marked solvable (the env's default set).
+  const listing = options.gold ? { goldOnly: true } : { solvableOnly: true };
+  const env = await make(envId, generated ? { maxEpisodeSteps: 1000 } : { games: gamesDir, goldOnly: options.gold === true, includeUnsolvable: options.gold === true, maxEpisodeSteps: 1000 });
   const failures: ReplayReport["failures"] = [];
   let indices: number[];
   let tasks: HouseholdTask[] = [];
   if (generated) {
     indices = Array.from({ length: Math.min(options.limit ?? GENERATED_COUNT, GENERATED_COUNT) }, (_, i) => i);
   } else {
-    tasks = listGames(gamesDir, { goldOnly: options.gold });
-    indices = tasks.map((_, i) => i).filter((i) => options.gold || loadGame(tasks[i]!).data.solvable === true);
+    tasks = listGames(gamesDir, listing);
+    indices = tasks.map((_, i) => i);
     if (options.limit !== undefined) indices = indices.slice(0, options.limit);
   }
   try {

@@ -51,8 +51,11 @@ export function taskTypeOf(folder: string): TaskType {
   throw new Error(`household: cannot tell the task type of the game folder "${folder}"; folders are named like pick_and_place_simple-Book-None-Desk-308`);
 }
 
-/** Every game under `dir` laid out as `<task>/<trial>/game.tw-pddl`, sorted by id. */
-export function listGames(dir: string, options: { goldOnly?: boolean } = {}): HouseholdTask[] {
+/**
+ * Every game under `dir` laid out as `<task>/<trial>/game.tw-pddl`, sorted by id; with `goldOnly`, only
+ * those with a `gt_traj.txt`; with `solvableOnly`, only those whose file says `"solvable": true`.
+ */
+export function listGames(dir: string, options: { goldOnly?: boolean; solvableOnly?: boolean } = {}): HouseholdTask[] {
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     throw new Error(`household: the games folder ${dir} does not exist; pass a folder laid out as <task>/<trial>/game.tw-pddl (or set SINKFLEX_DATA_DIR)`);
   }
@@ -66,6 +69,7 @@ export function listGames(dir: string, options: { goldOnly?: boolean } = {}): Ho
       const goldFile = join(taskDir, trial, "gt_traj.txt");
       const hasGold = existsSync(goldFile);
       if (options.goldOnly && !hasGold) continue;
+      if (options.solvableOnly && !/"solvable"\s*:\s*true/.test(readFileSync(gameFile, "utf8"))) continue;
       tasks.push({ id: `${folder}/${trial}`, taskType: taskTypeOf(folder), gameFile, ...(hasGold ? { goldFile } : {}) });
     }
   }

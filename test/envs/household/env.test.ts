@@ -16,7 +16,7 @@ registerBundledEnvs();
 
 const act = (command: string, id = "c1"): AgentTurn => ({ content: "", toolCalls: [{ id, name: "act", arguments: JSON.stringify({ command }) }] });
 const text = (obs: ChatObservation) => obs.messages.map((m) => m.content).join("\n");
-const bowlTask = listGames(defaultGamesDir()).findIndex((t) => t.id === "pick_clean_then_place_in_recep-Bowl-None-Cabinet-10/trial_T20190909_061130_844814");
+const bowlTask = listGames(defaultGamesDir(), { solvableOnly: true }).findIndex((t) => t.id === "pick_clean_then_place_in_recep-Bowl-None-Cabinet-10/trial_T20190909_061130_844814");
 
 describe("sinkflex/alfworld-v0", () => {
   it("opens with ALFWorld's welcome, the room and the task, and lists admissible commands", async () => {
@@ -69,6 +69,10 @@ describe("sinkflex/alfworld-v0", () => {
     const report = await suiteForEnv(ALFWORLD_ENV_ID).replay!(ALFWORLD_ENV_ID, { gold: false, limit: 25 });
     expect(report.failures).toEqual([]);
     expect(report.total).toBe(25);
+    const env = await make(ALFWORLD_ENV_ID);
+    expect(env.metadata.taskCount).toBe(101);
+    expect((await make(ALFWORLD_ENV_ID, { includeUnsolvable: true })).metadata.taskCount).toBe(162);
+    await env.close();
     expect(report.succeeded).toBe(report.total);
   }, 60_000);
 
