@@ -7,6 +7,8 @@
  */
 import { Command, CommanderError } from "commander";
 import { registerDashboardCommands } from "./commands/dashboard.js";
+import { registerDemoCommands } from "./commands/demo.js";
+import { registerTrainCommands } from "./commands/train.js";
 import { registerEnvsCommands } from "./commands/envs.js";
 import { registerEnvsPlayCommand } from "./commands/envs-play.js";
 import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
@@ -25,6 +27,8 @@ export function buildProgram(): Command {
     .version("0.1.0")
     .showHelpAfterError("(run with --help for usage)");
   // Command groups register here.
+  registerDemoCommands(program);
+  registerTrainCommands(program);
   registerDashboardCommands(program);
   registerEnvsCommands(program);
   registerEnvsReplayCommands(program);

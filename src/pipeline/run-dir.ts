@@ -123,7 +123,7 @@ export class RunDir {
     writeFileSync(join(root, "latest.tmp"), name);
     renameSync(join(root, "latest.tmp"), join(root, "latest"));
     const complete = readdirSync(root)
-      .filter((n) => !n.startsWith(".") && n !== "latest" && n !== "latest.tmp")
+      .filter((n) => checkpointOrder(n) >= 0) // step checkpoints only ("reference" and others are kept)
       .sort((a, b) => checkpointOrder(a) - checkpointOrder(b));
     for (const old of complete.slice(0, Math.max(0, complete.length - keep))) {
       if (old !== name) rmSync(join(root, old), { recursive: true, force: true });

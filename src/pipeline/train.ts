@@ -35,10 +35,13 @@ export interface TrainOptions {
   quiet?: boolean;
   /** Checked between steps: when it returns true the run saves a checkpoint and stops. */
   shouldStop?: () => boolean;
-  /** Rollout mode: "incremental" (default) or "recompute" (the naive baseline). */
+  /**
+   * Rollout mode: "incremental" (default: KV cache kept, prompt prefills shared by the group and the
+   * suite) or "recompute" (the naive baseline: the whole context re-encoded every turn, nothing shared).
+   */
   rolloutMode?: "incremental" | "recompute";
-  /** Share the system prompt's and the group's prefill (default true). */
-  sharePrefixes?: boolean;
+  /** Skip both evaluations (a baseline run that only measures GRPO). */
+  skipEval?: boolean;
   /** Called with each metrics record as it is written. */
   onMetrics?: (record: Record<string, unknown>) => void;
 }
@@ -279,7 +282,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // 4. Evaluation before RL (kept across resumes in eval.json).
     const evalFile = run.file("eval.json");
     const tables = (existsSync(evalFile) ? JSON.parse(readFileSync(evalFile, "utf8")) : { stages: {} }) as { stages: Record<string, Record<string, SuiteEval>> };
-    if (!tables.stages["before-rl"]) {
+    if (!tables.stages["before-rl"] && !options.skipEval) {
       status({ stage: "eval-before", step: 0, totalSteps: 0 });
       const before = await evaluate(policy, plans, { ...evalOpts, label: "eval before RL" });
       tables.stages["before-rl"] = before;
@@ -299,7 +302,6 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         topP: cfg.grpo.topP,
         seed: cfg.seed,
         mode: options.rolloutMode ?? "incremental",
-        shareSystemPrompt: options.sharePrefixes ?? true,
         templateVars: policy.templateVars,
       });
       const stepsLeft = Array.from({ length: totalGrpo - state.step }, (_, i) => state.step + 1 + i);
@@ -310,34 +312,19 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
               envId: t.plan.envId,
               makeEnv: () => makeChatEnv(t.plan.envId, t.plan.options),
               reset: { seed: t.seed, options: { taskIndex: t.taskIndex } },
-              groupSize: options.sharePrefixes === false ? 1 : cfg.grpo.groupSize,
-              // Without prefix sharing each rollout is its own group of one (the naive baseline).
-              ...(options.sharePrefixes === false ? { repeat: cfg.grpo.groupSize } : {}),
-            } as GroupTask;
+              groupSize: cfg.grpo.groupSize,
+            };
           }
         }
       };
-      const expanded = async function* (): AsyncGenerator<GroupTask> {
-        for await (const t of tasks()) {
-          const repeat = (t as GroupTask & { repeat?: number }).repeat ?? 1;
-          for (let r = 0; r < repeat; r++) yield t;
-        }
-      };
-      const groupsPerBatch = cfg.grpo.batchTasks * (options.sharePrefixes === false ? cfg.grpo.groupSize : 1);
-      const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: groupsPerBatch, maxStaleness: cfg.grpo.maxStaleness });
+      const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: cfg.grpo.batchTasks, maxStaleness: cfg.grpo.maxStaleness });
       let tRollout = performance.now();
       let stepIndex = 0;
       let lastStats = { ...rollout.stats };
-      for await (const batch of scheduler.batches(expanded())) {
+      for await (const batch of scheduler.batches(tasks())) {
         const step = stepsLeft[stepIndex++]!;
         const rolloutMs = performance.now() - tRollout;
-        // Regroup: without prefix sharing, G consecutive groups of one make one task's group.
-        let groups = batch.groups;
-        if (options.sharePrefixes === false) {
-          const merged: Trajectory[][] = [];
-          for (let i = 0; i < groups.length; i += cfg.grpo.groupSize) merged.push(groups.slice(i, i + cfg.grpo.groupSize).flat());
-          groups = merged;
-        }
+        const groups = batch.groups;
         const stepTaskList = stepTasks(cfg, plans, step);
         // Rewards per suite, then the update (weights change between decoding steps only).
         const tTrain = performance.now();
@@ -419,11 +406,14 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     }
 
     // 6. Evaluation after RL.
-    status({ stage: "eval-after", step: totalGrpo, totalSteps: totalGrpo });
-    const after = await evaluate(policy, plans, { ...evalOpts, label: "eval after RL" });
-    tables.stages["after-rl"] = after;
-    run.writeEval(tables);
-    metrics({ stage: "eval-after", step: totalGrpo, success: Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v.rate])) });
+    let after: Record<string, SuiteEval> | undefined;
+    if (!options.skipEval) {
+      status({ stage: "eval-after", step: totalGrpo, totalSteps: totalGrpo });
+      after = await evaluate(policy, plans, { ...evalOpts, label: "eval after RL" });
+      tables.stages["after-rl"] = after;
+      run.writeEval(tables);
+      metrics({ stage: "eval-after", step: totalGrpo, success: Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v.rate])) });
+    }
     const finalDir = join(run.path, "final");
     await savePolicy(policy, finalDir);
     writeJsonAtomic(join(run.path, "result.json"), { grpo: state.grpo, rewardCurve: state.rewardCurve, sftMs: state.sftMs });

@@ -1,0 +1,46 @@
+/**
+ * `sinkflex demo`: the main job. Trains a small model across four suites on this machine's CPU and
+ * prints the results table (see src/pipeline/demo.ts).
+ */
+import type { Command } from "commander";
+import { formatDemoTable, runDemo } from "../../pipeline/demo.js";
+import { writeJsonAtomic } from "../../pipeline/run-dir.js";
+import { UsageError } from "../main.js";
+import { dashboardForRun, installStopHandler } from "./train.js";
+
+export function registerDemoCommands(program: Command): void {
+  program
+    .command("demo")
+    .description("Build a small model, SFT it on expert trajectories, train it with GRPO on four suites, and print the before/after results table")
+    .option("--runs <dir>", "folder for the run (metrics, checkpoints, trajectories)", "runs")
+    .option("--json <file>", "also write the tables as JSON")
+    .option("--quick", "a tiny smoke-test run (about a minute); its numbers mean nothing")
+    .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", "2")
+    .option("--seed <n>", "seed of everything", "0")
+    .option("--quiet", "no progress lines")
+    .option("--no-dashboard", "do not serve the dashboard during the run")
+    .option("--no-open", "serve the dashboard but do not open a browser")
+    .action(async (opts: { runs: string; json?: string; quick?: boolean; naiveSteps: string; seed: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+      const naiveSteps = Number(opts.naiveSteps);
+      if (!Number.isInteger(naiveSteps) || naiveSteps < 0) throw new UsageError(`--naive-steps must be a non-negative integer, got "${opts.naiveSteps}"`);
+      const seed = Number(opts.seed);
+      if (!Number.isInteger(seed)) throw new UsageError(`--seed must be an integer, got "${opts.seed}"`);
+      const { mkdirSync, rmSync, existsSync } = await import("node:fs");
+      mkdirSync(opts.runs, { recursive: true });
+      // The demo always starts fresh: an earlier demo run in the same folder is replaced.
+      for (const name of opts.quick ? ["demo-quick", "demo-quick-naive"] : ["demo", "demo-naive"]) {
+        const dir = `${opts.runs}/${name}`;
+        if (existsSync(dir)) rmSync(dir, { recursive: true, force: true });
+      }
+      const stopper = installStopHandler();
+      const closeDashboard = opts.dashboard ? await dashboardForRun(opts.runs, opts.open) : undefined;
+      try {
+        const result = await runDemo({ runsDir: opts.runs, quick: opts.quick, naiveSteps, quiet: opts.quiet, shouldStop: stopper.shouldStop, seed });
+        console.log(`\n${formatDemoTable(result)}`);
+        if (opts.json) writeJsonAtomic(opts.json, result);
+      } finally {
+        stopper.dispose();
+        closeDashboard?.();
+      }
+    });
+}

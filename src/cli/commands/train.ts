@@ -1,0 +1,152 @@
+/**
+ * `sinkflex train --config FILE` and `sinkflex eval <checkpoint>`: the training pipeline and the
+ * evaluation table from the command line.
+ */
+import type { Command } from "commander";
+import { existsSync } from "node:fs";
+import { evaluate, type SuiteEval } from "../../pipeline/evaluate.js";
+import { loadPolicy } from "../../pipeline/policy.js";
+import { planSuites } from "../../pipeline/tasks.js";
+import { train } from "../../pipeline/train.js";
+import { registerBundledEnvs } from "../../envs/index.js";
+import { ConfigError, loadConfigFile, validateConfig } from "../../rl/config.js";
+import { UsageError } from "../main.js";
+import { startDashboard } from "../../dashboard/server.js";
+import { openInBrowser } from "./dashboard.js";
+
+/** Stops the run cleanly on the first Ctrl-C (after saving); a second one exits at once. */
+export function installStopHandler(): { shouldStop: () => boolean; dispose: () => void } {
+  let stop = false;
+  const onSignal = () => {
+    if (stop) process.exit(130);
+    stop = true;
+    process.stderr.write("\nstopping after the current step (saving a checkpoint); press Ctrl-C again to quit at once\n");
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  return {
+    shouldStop: () => stop,
+    dispose: () => {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    },
+  };
+}
+
+/** Serves the dashboard over the runs folder for the duration of a run (loopback, any free port). */
+export async function dashboardForRun(runsDir: string, open: boolean): Promise<(() => void) | undefined> {
+  try {
+    const { server, url } = await startDashboard({ runsDir, port: 0 });
+    process.stderr.write(`dashboard: ${url}\n`);
+    if (open) openInBrowser(url);
+    return () => server.close();
+  } catch (err) {
+    process.stderr.write(`dashboard not started: ${(err as Error).message}\n`);
+    return undefined;
+  }
+}
+
+export function formatEvalTable(table: Record<string, SuiteEval>): string {
+  const rows = [["suite", "success", "95% CI", `pass@k`, "avg reward", "tasks", "tokens", "wall"]];
+  for (const [suite, e] of Object.entries(table)) {
+    rows.push([
+      suite,
+      `${(100 * e.rate).toFixed(1)}%`,
+      `${(100 * e.ciLow).toFixed(0)}-${(100 * e.ciHigh).toFixed(0)}%`,
+      `${(100 * e.passAtK).toFixed(1)}% (k=${e.k})`,
+      e.avgReward.toFixed(3),
+      String(e.trials),
+      String(e.tokens),
+      `${(e.wallMs / 1000).toFixed(1)}s`,
+    ]);
+  }
+  return alignTable(rows);
+}
+
+export function alignTable(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? "").length)));
+  return rows.map((r, i) => {
+    const line = r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join("  ");
+    return i === 0 ? `${line}\n${widths.map((w) => "-".repeat(w)).join("  ")}` : line;
+  }).join("\n");
+}
+
+export function registerTrainCommands(program: Command): void {
+  program
+    .command("train")
+    .description("Train a policy: SFT -> GRPO -> evaluation, from one config file (YAML or JSON)")
+    .requiredOption("--config <file>", "the training config (see docs/training.md for every field)")
+    .option("--resume", "continue the run in the config's run folder from its latest checkpoint")
+    .option("--name <name>", "run name (overrides the config's name; the run folder is <runsDir>/<name>)")
+    .option("--quiet", "no progress lines")
+    .option("--no-dashboard", "do not serve the dashboard during the run")
+    .option("--no-open", "serve the dashboard but do not open a browser")
+    .action(async (opts: { config: string; resume?: boolean; name?: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+      if (!existsSync(opts.config)) throw new UsageError(`no config file at ${opts.config}`);
+      let cfg;
+      try {
+        cfg = loadConfigFile(opts.config);
+        if (opts.name) cfg = validateConfig({ ...cfg, name: opts.name }, opts.config);
+      } catch (err) {
+        if (err instanceof ConfigError) throw new UsageError(err.message);
+        throw err;
+      }
+      const stopper = installStopHandler();
+      const closeDashboard = opts.dashboard ? await dashboardForRun(cfg.runsDir, opts.open) : undefined;
+      try {
+        const result = await train(cfg, { resume: opts.resume, quiet: opts.quiet, shouldStop: stopper.shouldStop });
+        if (result.evalBefore && result.evalAfter) {
+          console.log(`\nbefore RL (after SFT):\n${formatEvalTable(result.evalBefore)}\n\nafter RL:\n${formatEvalTable(result.evalAfter)}`);
+        }
+        console.log(`\nrun folder: ${result.runDir}${result.checkpoint ? `\ncheckpoint: ${result.checkpoint}` : ""}`);
+        if (result.stopped) process.exitCode = 130;
+      } finally {
+        stopper.dispose();
+        closeDashboard?.();
+      }
+    });
+
+  program
+    .command("eval")
+    .description("Evaluate a checkpoint on held-out tasks: success per suite with 95% intervals, pass@k, reward, tokens")
+    .argument("<checkpoint>", "a checkpoint folder (Hugging Face layout, as written by sinkflex)")
+    .option("--suites <ids...>", "env ids to evaluate", ["sinkflex/arith-v0"])
+    .option("--tasks <n>", "tasks per suite", "50")
+    .option("--samples <k>", "samples per task (for pass@k; needs --temperature > 0 when k > 1)", "1")
+    .option("--temperature <t>", "sampling temperature (0 = greedy)", "0")
+    .option("--seed <n>", "seed of the task split and the sampling", "0")
+    .option("--max-turns <n>", "turns per episode", "20")
+    .option("--json <file>", "also write the table as JSON")
+    .action(async (checkpoint: string, opts: Record<string, string | string[]>) => {
+      registerBundledEnvs();
+      let cfg;
+      try {
+        cfg = validateConfig({
+          seed: Number(opts.seed),
+          suites: (opts.suites as string[]).map((env) => ({ env })),
+          model: { checkpoint },
+          eval: { tasksPerSuite: Number(opts.tasks), samples: Number(opts.samples), temperature: Number(opts.temperature) },
+          grpo: { maxTurns: Number(opts.maxTurns) },
+        }, "the eval options");
+      } catch (err) {
+        if (err instanceof ConfigError) throw new UsageError(err.message.replace("is not a valid training config", "are not valid"));
+        throw err;
+      }
+      const policy = loadPolicy(checkpoint);
+      const plans = await planSuites(cfg);
+      const table = await evaluate(policy, plans, {
+        samples: cfg.eval.samples,
+        temperature: cfg.eval.temperature,
+        seed: cfg.seed + 1_000_003,
+        maxTurns: cfg.grpo.maxTurns,
+        maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
+        maxContextTokens: cfg.grpo.maxContextTokens,
+        concurrency: cfg.grpo.concurrency,
+      });
+      console.log(formatEvalTable(table));
+      if (opts.json) {
+        const { writeJsonAtomic } = await import("../../pipeline/run-dir.js");
+        writeJsonAtomic(opts.json as string, { checkpoint, suites: table });
+      }
+    });
+}

@@ -1,0 +1,37 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfigFile, referenceGrpo, validateConfig } from "../../src/rl/config.js";
+
+const minimal = { suites: [{ env: "sinkflex/arith-v0" }], model: { init: {} } };
+
+describe("training config", () => {
+  it("fills defaults: the reference GRPO hyperparameters", () => {
+    const cfg = validateConfig(minimal);
+    expect(cfg.grpo).toMatchObject({ lr: 5e-6, batchTasks: 32, groupSize: 8, klCoef: 0.04, epochs: 3, estimator: "grpo" });
+    expect(cfg.grpo).toMatchObject(referenceGrpo());
+  });
+  it("names the field and the allowed values", () => {
+    expect(() => validateConfig({ ...minimal, grpo: { estimator: "ppo" } })).toThrow(/grpo\.estimator: must be one of "grpo", "dr-grpo", "rloo"/);
+    expect(() => validateConfig({ ...minimal, grpo: { lr: -1 } })).toThrow(/grpo\.lr/);
+    expect(() => validateConfig({ ...minimal, grpo: { learningRate: 1 } })).toThrow(/grpo: unknown field\(s\) "learningRate"/);
+    expect(() => validateConfig({ ...minimal, suites: [] })).toThrow(/suites: list at least one suite/);
+    expect(() => validateConfig({ ...minimal, model: {} })).toThrow(/model: set exactly one of model.checkpoint or model.init/);
+  });
+  it("rejects unsupported combinations instead of ignoring them", () => {
+    expect(() => validateConfig({ ...minimal, grpo: { groupSize: 1 } })).toThrow(/groupSize >= 2/);
+    expect(() => validateConfig({ ...minimal, grpo: { estimator: "dr-grpo", aggregation: "sequence" } })).toThrow(/Dr. GRPO/);
+    expect(() => validateConfig({ ...minimal, eval: { samples: 4, temperature: 0 } })).toThrow(/pass@k/);
+    expect(() => validateConfig({ ...minimal, attention: { mode: "sink-window", sinks: 8, window: 4 } })).toThrow(/window must be larger/);
+  });
+  it("loads YAML and JSON files and reports parse errors with the file name", () => {
+    const dir = mkdtempSync(join(tmpdir(), "cfg-"));
+    writeFileSync(join(dir, "a.yaml"), "suites:\n  - env: sinkflex/arith-v0\nmodel:\n  init: {hiddenSize: 64}\ngrpo:\n  steps: 3\n");
+    expect(loadConfigFile(join(dir, "a.yaml")).grpo.steps).toBe(3);
+    writeFileSync(join(dir, "b.json"), "{ not json");
+    expect(() => loadConfigFile(join(dir, "b.json"))).toThrow(ConfigError);
+    expect(() => loadConfigFile(join(dir, "b.json"))).toThrow(/b\.json is not valid JSON/);
+    expect(() => loadConfigFile(join(dir, "missing.yaml"))).toThrow(/cannot read/);
+  });
+});
