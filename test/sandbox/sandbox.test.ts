@@ -95,7 +95,7 @@ describe("sandbox", () => {
       it("contains a fork bomb with the process limit", async () => {
         const r = await sandbox.exec(":(){ :|:& };:; sleep 1; echo survived");
         expect(r.limit).toBe("processes");
-        expect(r.durationMs).toBeLessThan(5_000);
+        expect(r.durationMs).toBeLessThan(8_000);
         expect(processesOf(sandbox.uid)).toBe("");
       });
 
@@ -109,7 +109,7 @@ describe("sandbox", () => {
       it("kills a command that never returns, with everything it started", async () => {
         const r = await sandbox.exec("sleep 1000 & sleep 1000");
         expect(r.limit).toBe("timeout");
-        expect(r.durationMs).toBeLessThan(4_000);
+        expect(r.durationMs).toBeLessThan(8_000);
         expect(processesOf(sandbox.uid)).toBe("");
       });
 
