@@ -3,3 +3,5 @@
  */
 export * from "./tools/index.js";
 export * from "./engine/index.js";
+export * from "./rollout/index.js";
+export * from "./serve/index.js";

@@ -1,0 +1,12 @@
+/**
+ * The public API of `rollout/`: the agent loop, its scheduler, the incremental renderer, tool-call
+ * parsers, trajectory records, the batch decoder and the OpenAI-compatible policy client.
+ * Re-exports only.
+ */
+export { Rollout, type GroupTask, type RolloutOptions, type RolloutStats } from "./agent-loop.js";
+export { RolloutScheduler, type RolloutBatch, type SchedulerOptions } from "./scheduler.js";
+export { IncrementalRenderer, assistantCloseTail, type DriftReport, type ExtendResult, type RendererOptions } from "./renderer.js";
+export { qwenToolParser, plainTextParser, toolParser, toolParserForTemplate, type ParsedTurn, type ToolCallParser } from "./tool-parser.js";
+export { checkTrajectory, trajectoryToJSON, type EndReason, type Trajectory, type TrajectorySegment, type TurnRecord } from "./trajectory.js";
+export { BatchDecoder, type DecoderStats, type Sampler as PolicySampler, type VersionedSample } from "./batch-decoder.js";
+export { OpenAIPolicy, OpenAIPolicyError, type OpenAIPolicyOptions } from "./openai-policy.js";
