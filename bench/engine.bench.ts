@@ -278,7 +278,7 @@ function nativeGemmSeconds(k: Kernels, s: GemmShape, seconds: number): number {
   let best = Infinity;
   const start = performance.now();
   let n = 0;
-  while (n < 3 || performance.now() - start < seconds * 1000) {
+  while (n < 2 || performance.now() - start < seconds * 1000) {
     const t0 = performance.now();
     run();
     best = Math.min(best, performance.now() - t0);
@@ -288,8 +288,8 @@ function nativeGemmSeconds(k: Kernels, s: GemmShape, seconds: number): number {
 }
 
 async function gemmSection(o: Options, k: Kernels, peak: number, peers: Map<string, Peer>, out: Record<string, unknown>) {
-  const rounds = o.quick ? 1 : 3;
-  const seconds = o.quick ? 0.2 : 0.6;
+  const rounds = o.quick ? 1 : 2;
+  const seconds = o.quick ? 0.2 : 0.4;
   const rows: Record<string, unknown>[] = [];
   for (const s of gemmShapes(o.quick)) {
     const flops = 2 * s.M * s.N * s.K;
@@ -432,7 +432,9 @@ function memorySection(o: Options, out: Record<string, unknown>) {
 
 function commitOf(): string {
   const r = spawnSync("git", ["rev-parse", "--short", "HEAD"], { cwd: join(here, ".."), encoding: "utf8" });
-  const dirty = spawnSync("git", ["status", "--porcelain", "--", "src", "native", "bench"], { cwd: join(here, ".."), encoding: "utf8" });
+  const dirty = spawnSync("git", ["status", "--porcelain", "--untracked-files=no", "--", "src", "native", "bench"], {
+    cwd: join(here, ".."), encoding: "utf8",
+  });
   return (r.stdout.trim() || "unknown") + (dirty.stdout.trim() ? "+dirty" : "");
 }
 

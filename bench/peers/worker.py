@@ -77,7 +77,7 @@ def _best_time(fn, seconds):
     best = float("inf")
     start = time.perf_counter()
     n = 0
-    while n < 3 or time.perf_counter() - start < seconds:
+    while n < 2 or time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
