@@ -74,8 +74,18 @@ export function analyzeGoal(goal: Formula): GoalNeeds {
   return { objects, receptacles, lamp: lampVar ? otypes.get(lampVar) : undefined };
 }
 
+export interface PlanOptions {
+  /**
+   * true (default): search for objects as a player would — visit receptacles that can hold the wanted
+   * type, then the others, opening closed ones, remembering what was seen — and act on what the
+   * observations showed. false: go straight to the objects (the shortest plan, using the hidden state).
+   */
+  explore?: boolean;
+}
+
 /** Plans the commands that reach the goal of `game`, checking each on a private simulator. */
-export function plan(game: Game): string[] {
+export function plan(game: Game, planOptions: PlanOptions = {}): string[] {
+  const explore = planOptions.explore ?? true;
   const sim = new Simulator(game);
   const s = sim.state;
   const commands: string[] = [];
@@ -119,6 +129,48 @@ export function plan(game: Game): string[] {
     run(`take ${name(o)} from ${name(r)}`);
     closeOpened();
   };
+  // What the player has seen: object -> the receptacle it was seen in (updated on every visit).
+  const seen = new Map<string, string>();
+  const visited = new Set<string>();
+  const look = (r: string) => {
+    if (s.has("openable", [r]) && !s.has("opened", [r])) return;
+    for (const [o, at] of [...seen]) if (at === r) seen.delete(o);
+    for (const t of s.tuples("inreceptacle", 1, r)) seen.set(t[0]!, r);
+  };
+  /**
+   * Finds an object that `wanted` accepts: where one was seen already, else by visiting receptacles
+   * (those whose type can hold `otype` first) and opening closed ones. Returns it with the agent at its
+   * receptacle (opened if needed; the caller closes).
+   */
+  const locate = (wanted: (o: string) => boolean, otype: string, what: string): { o: string; r: string } => {
+    const known = [...seen].filter(([o, r]) => wanted(o) && s.has("inreceptacle", [o, r])).sort((a, b) => byName(a[0], b[0]))[0];
+    if (known) {
+      goTo(known[1]);
+      openIfClosed(known[1]);
+      return { o: known[0], r: known[1] };
+    }
+    const all = [...s.objectsOf("receptacle")].filter((r) => locationOf(r) !== undefined).sort(byName);
+    const holds = (r: string) => {
+      const rt = first(s.tuples("receptacletype", 0, r))?.[1];
+      return rt !== undefined && s.has("cancontain", [rt, otype]);
+    };
+    for (const r of [...all.filter(holds), ...all.filter((r) => !holds(r))]) {
+      if (visited.has(r)) continue;
+      visited.add(r);
+      goTo(r);
+      look(r);
+      openIfClosed(r);
+      look(r);
+      const found = [...s.tuples("inreceptacle", 1, r)].map((t) => t[0]!).filter(wanted).sort(byName)[0];
+      if (found) return { o: found, r };
+      closeOpened();
+    }
+    throw new Error(`household expert: searched every receptacle and found no ${what} in ${game.source}`);
+  };
+  const takeHere = (found: { o: string; r: string }) => {
+    run(`take ${name(found.o)} from ${name(found.r)}`);
+    closeOpened();
+  };
   const putDown = (o: string, r: string) => {
     goTo(r);
     openIfClosed(r);
@@ -155,23 +207,42 @@ export function plan(game: Game): string[] {
   for (const need of needs.objects) {
     const target = need.recepVar ? targets.get(need.recepVar) : undefined;
     // Objects already in the target come last: one of them serves only if it still needs transforming.
-    const reachable = ofType("objecttype", need.otype).filter((o) => !used.has(o) && s.has("pickupable", [o]) && containerOf(o) !== undefined);
-    const candidates = [...reachable.filter((o) => containerOf(o) !== target), ...(need.props.size > 0 ? reachable.filter((o) => containerOf(o) === target) : [])];
-    const o = candidates[0];
-    if (!o) throw new Error(`household expert: no ${need.otype} left to take in ${game.source}`);
-    used.add(o);
-    if (need.props.has("issliced")) {
-      const knife = [...ofType("objecttype", "knifetype"), ...ofType("objecttype", "butterknifetype")].find((k) => containerOf(k) !== undefined);
-      if (!knife) throw new Error(`household expert: no knife to slice with in ${game.source}`);
-      fetch(knife);
-      const at = containerOf(o)!;
-      goTo(at);
-      openIfClosed(at);
-      run(`slice ${name(o)} with ${name(knife)}`);
-      run(`put ${name(knife)} in/on ${name(at)}`);
-      closeOpened();
+    const usable = (o: string) =>
+      !used.has(o) && s.has("objecttype", [o, need.otype]) && s.has("pickupable", [o]) && containerOf(o) !== undefined && (need.props.size > 0 || containerOf(o) !== target);
+    let o: string;
+    if (explore) {
+      if (need.props.has("issliced")) {
+        const isKnife = (k: string) => (s.has("objecttype", [k, "knifetype"]) || s.has("objecttype", [k, "butterknifetype"])) && containerOf(k) !== undefined;
+        takeHere(locate(isKnife, "knifetype", "knife"));
+      }
+      const found = locate(usable, need.otype, need.otype.replace(/type$/, ""));
+      o = found.o;
+      used.add(o);
+      if (need.props.has("issliced")) {
+        const knife = first(s.tuples("holds", 0, agent))![1]!;
+        run(`slice ${name(o)} with ${name(knife)}`);
+        run(`put ${name(knife)} in/on ${name(found.r)}`);
+      }
+      takeHere(found);
+    } else {
+      const reachable = ofType("objecttype", need.otype).filter(usable);
+      const candidates = [...reachable.filter((x) => containerOf(x) !== target), ...reachable.filter((x) => containerOf(x) === target)];
+      if (!candidates[0]) throw new Error(`household expert: no ${need.otype} left to take in ${game.source}`);
+      o = candidates[0];
+      used.add(o);
+      if (need.props.has("issliced")) {
+        const knife = [...ofType("objecttype", "knifetype"), ...ofType("objecttype", "butterknifetype")].find((k) => containerOf(k) !== undefined);
+        if (!knife) throw new Error(`household expert: no knife to slice with in ${game.source}`);
+        fetch(knife);
+        const at = containerOf(o)!;
+        goTo(at);
+        openIfClosed(at);
+        run(`slice ${name(o)} with ${name(knife)}`);
+        run(`put ${name(knife)} in/on ${name(at)}`);
+        closeOpened();
+      }
+      fetch(o);
     }
-    fetch(o);
     for (const prop of ["isclean", "ishot", "iscool"]) {
       if (!need.props.has(prop)) continue;
       const appliance = applianceFor[prop]!.flatMap((t) => ofType("receptacletype", t))[0];
@@ -182,10 +253,17 @@ export function plan(game: Game): string[] {
     if (target) putDown(o, target);
   }
   if (needs.lamp) {
-    const lamp = ofType("objecttype", needs.lamp).find((l) => containerOf(l) !== undefined);
-    if (!lamp) throw new Error(`household expert: no ${needs.lamp} on a receptacle in ${game.source}`);
-    goTo(containerOf(lamp)!);
+    const lampType = needs.lamp;
+    let lamp: string | undefined;
+    if (explore) {
+      lamp = locate((l) => s.has("objecttype", [l, lampType]) && s.has("toggleable", [l]), lampType, lampType.replace(/type$/, "")).o;
+    } else {
+      lamp = ofType("objecttype", lampType).find((l) => containerOf(l) !== undefined);
+      if (!lamp) throw new Error(`household expert: no ${lampType} on a receptacle in ${game.source}`);
+      goTo(containerOf(lamp)!);
+    }
     run(`use ${name(lamp)}`);
+    closeOpened();
   }
   if (!sim.won()) throw new Error(`household expert: the plan for ${game.source} does not reach the goal (${commands.join("; ")})`);
   return commands;

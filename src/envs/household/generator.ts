@@ -7,7 +7,8 @@
  * from a small catalog. Difficulty: 1 = few receptacles, nothing closed away, no look-alike objects;
  * 2 = more receptacles, objects may be inside closed ones; 3 = a large room, targets usually closed
  * away, several objects of the target's type scattered about. Every generated game is checked: the
- * scripted expert must reach its goal, or the draw is repeated. This file does not run episodes.
+ * scripted (searching) expert must reach its goal within 40 commands, or the draw is repeated. This
+ * file does not run episodes.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -137,6 +138,9 @@ export interface GenerateOptions {
   /** Task types to draw from (all six by default); they cycle in order. */
   types?: readonly TaskType[];
 }
+
+/** The longest expert episode a generated game may need (the env's time limit is 50 steps). */
+const MAX_EXPERT_STEPS = 40;
 
 let sharedText: { domain: string; grammar: string } | undefined;
 function sharedGameText(): { domain: string; grammar: string } {
@@ -328,7 +332,8 @@ export function generateTask(options: Omit<GenerateOptions, "count">, index: num
     const game = new Game(drawn.data, id);
     if (new Simulator(game).won()) continue;
     try {
-      plan(game);
+      // The searching expert must finish well within the registered 50-step limit.
+      if (plan(game).length > MAX_EXPERT_STEPS) continue;
     } catch {
       continue;
     }
