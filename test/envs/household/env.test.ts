@@ -10,7 +10,8 @@ import { make } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";
 import { runExpertEpisode, suiteForEnv } from "../../../src/envs/suite.js";
 import { ALFWORLD_ENV_ID } from "../../../src/envs/household/index.js";
-import { defaultGamesDir, listGames } from "../../../src/envs/household/tasks.js";
+import { plan } from "../../../src/envs/household/expert.js";
+import { defaultGamesDir, listGames, loadGame } from "../../../src/envs/household/tasks.js";
 
 registerBundledEnvs();
 
@@ -75,6 +76,15 @@ describe("sinkflex/alfworld-v0", () => {
     await env.close();
     expect(report.succeeded).toBe(report.total);
   }, 60_000);
+
+  it("the expert searches like a player by default, and can go straight to the objects", () => {
+    const game = loadGame(listGames(defaultGamesDir(), { solvableOnly: true })[bowlTask]!);
+    const searching = plan(game);
+    const direct = plan(game, { explore: false });
+    expect(direct).toEqual(["go to countertop 3", "take bowl 1 from countertop 3", "go to sinkbasin 1", "clean bowl 1 with sinkbasin 1", "go to cabinet 1", "put bowl 1 in/on cabinet 1"]);
+    expect(searching.length).toBeGreaterThan(direct.length);
+    expect(searching.filter((c) => c.startsWith("open ")).length).toBe(searching.filter((c) => c.startsWith("close ")).length);
+  });
 
   it("the same seed and the same actions give the same trajectory", async () => {
     const play = async () => {
