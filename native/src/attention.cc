@@ -1,7 +1,9 @@
 // Attention kernels: causal grouped-query attention with the canonical sink mask (forward and backward,
 // flash-style: the backward recomputes probabilities from the saved log-sum-exp), and attention of new
-// tokens against a paged KV cache. Rows are processed one query at a time with SIMD over the head size;
-// work is split over (batch, kv head, query range) so no two tasks write the same output.
+// tokens against a paged KV cache. Training attention works on blocks of 64 queries: the kv rows any of
+// them keeps are gathered, and scores, probabilities and gradients are small GEMMs on the calling thread.
+// Work is split over (batch, kv head, query blocks) so no two tasks write the same output. Cached
+// attention (few queries) goes one query row at a time with SIMD over the head size.
 // Not here: the mask's meaning is defined in src/kernels/kernels.ts; GEMM lives in gemm.cc.
 #include <algorithm>
 #include <cmath>
@@ -25,26 +27,6 @@ static std::vector<int32_t> docStarts(int B, int T, const int32_t* docIds) {
     }
   }
   return st;
-}
-
-// The kv positions query t of batch row b keeps, ascending.
-static void keptPositions(const AttnMask& m, int T, const int32_t* docStart, int b, int t, std::vector<int>& idx) {
-  idx.clear();
-  const size_t row = static_cast<size_t>(b) * T;
-  const int W = m.window;
-  if (!m.docIds && !m.pinned) {
-    int lo = W > 0 ? std::max(0, t - W + 1) : 0;
-    int sinkEnd = std::min(m.sinks, lo);
-    for (int j = 0; j < sinkEnd; j++) idx.push_back(j);
-    for (int j = lo; j <= t; j++) idx.push_back(j);
-    return;
-  }
-  const int32_t qDoc = m.docIds ? m.docIds[row + t] : 0;
-  for (int j = 0; j <= t; j++) {
-    if (m.docIds && m.docIds[row + j] != qDoc) continue;
-    if (W > 0 && t - j >= W && j - docStart[row + j] >= m.sinks && !(m.pinned && m.pinned[row + j])) continue;
-    idx.push_back(j);
-  }
 }
 
 static inline float dotD(const float* a, const float* b, int D) {
@@ -82,25 +64,89 @@ SFX_CLONES static float rowForward(const float* q, const float* const* kRows, co
   return mx + std::log(sum);
 }
 
-// One query row of the backward: dq (overwritten), dk_j and dv_j (accumulated). Returns delta = dOut . out.
-SFX_CLONES static void rowBackward(const float* q, const float* dOut, float delta, float lse,
-                                   const float* const* kRows, const float* const* vRows, float* const* dkRows,
-                                   float* const* dvRows, int n, int D, float scale, float* dq) {
-  for (int d = 0; d < D; d++) dq[d] = 0.f;
-  for (int j = 0; j < n; j++) {
-    const float* k = kRows[j];
-    float sc = dotD(q, k, D) * scale;
-    float dp = dotD(dOut, vRows[j], D);
-    float p = expApprox(sc - lse);
-    float ds = p * (dp - delta) * scale;
-    float* dk = dkRows[j];
-    float* dv = dvRows[j];
-#pragma omp simd
-    for (int d = 0; d < D; d++) {
-      dq[d] += ds * k[d];
-      dk[d] += ds * q[d];
-      dv[d] += p * dOut[d];
+// The canonical mask for batch row b.
+struct MaskCtx {
+  const AttnMask& m;
+  int T;
+  const int32_t* docStart;
+  int b;
+  bool keep(int q, int j) const {
+    if (j > q) return false;
+    const size_t row = static_cast<size_t>(b) * T;
+    if (m.docIds && m.docIds[row + q] != m.docIds[row + j]) return false;
+    if (m.window <= 0 || q - j < m.window) return true;
+    if (j - docStart[row + j] < m.sinks) return true;
+    return m.pinned && m.pinned[row + j];
+  }
+};
+
+// The kv positions that at least one query of [t0, t1) keeps, ascending.
+static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols) {
+  cols.clear();
+  if (!c.m.docIds && !c.m.pinned) {
+    int lo = c.m.window > 0 ? std::max(0, t0 - c.m.window + 1) : 0;
+    for (int j = 0; j < std::min(c.m.sinks, lo); j++) cols.push_back(j);
+    for (int j = lo; j < t1; j++) cols.push_back(j);
+    return;
+  }
+  for (int j = 0; j < t1; j++) {
+    for (int q = std::max(j, t0); q < t1; q++) {
+      if (c.keep(q, j)) {
+        cols.push_back(j);
+        break;
+      }
     }
+  }
+}
+
+// Copies rows cols[c] of one kv head ([T, KVH, D] layout from `base`) into a dense [n, D] buffer.
+static void gatherRows(const float* base, const std::vector<int>& cols, size_t rowStride, int D, float* dst) {
+  for (size_t c = 0; c < cols.size(); c++) std::copy(base + cols[c] * rowStride, base + cols[c] * rowStride + D, dst + c * D);
+}
+
+// Masked entries of a score row are -inf on entry. Turns the row into probabilities exp(s - lse) (0 where
+// masked) and returns lse (including the sink logit, if any).
+SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink) {
+  float mx = hasSink ? sink : -INFINITY;
+  for (int j = 0; j < n; j++) mx = std::max(mx, s[j]);
+  if (mx == -INFINITY) {
+    for (int j = 0; j < n; j++) s[j] = 0.f;
+    return -INFINITY;
+  }
+  float sum = hasSink ? expApprox(sink - mx) : 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; j++) {
+    float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - mx);
+    s[j] = p;
+    sum += p;
+  }
+  float inv = 1.f / sum;
+#pragma omp simd
+  for (int j = 0; j < n; j++) s[j] *= inv;
+  return mx + std::log(sum);
+}
+
+// P = exp(s - lse) (0 where masked, -inf in s); dS = P * (dP - delta) * scale written over dP.
+SFX_CLONES static void backwardRow(float* s, float* dp, int n, float lse, float delta, float scale) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) {
+    float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - lse);
+    s[j] = p;
+    dp[j] = p * (dp[j] - delta) * scale;
+  }
+}
+
+constexpr int kQBlock = 64;
+
+// Scores of one (query block, head): S [R, n] = scale * Q K^T, masked entries set to -inf.
+static void blockScores(const MaskCtx& mc, int t0, int R, const std::vector<int>& cols, const float* Q, int ldq,
+                        const float* Kc, int D, float scale, float* S) {
+  const int n = static_cast<int>(cols.size());
+  sgemmSerial(false, true, R, n, D, scale, Q, ldq, Kc, D, 0.f, S, n);
+  for (int r = 0; r < R; r++) {
+    float* row = S + static_cast<size_t>(r) * n;
+    for (int c = 0; c < n; c++)
+      if (!mc.keep(t0 + r, cols[c])) row[c] = -INFINITY;
   }
 }
 
@@ -108,30 +154,30 @@ void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, co
                       const float* sinkLogit, float* out, float* lse) {
   const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   std::vector<int32_t> ds = docStarts(B, T, m.docIds);
-  // tasks: (b, kvh, query chunk); later queries cost more, so chunks are interleaved rows
-  int threads = poolThreads();
-  int chunks = std::max(1, std::min(T, (threads * 4 + B * KVH - 1) / (B * KVH)));
-  int tasks = B * KVH * chunks;
-  parallelFor(tasks, [&](int task) {
-    int c = task % chunks, bk = task / chunks, b = bk / KVH, kvh = bk % KVH;
-    std::vector<int> idx;
-    std::vector<const float*> kRows, vRows;
-    std::vector<float> s(static_cast<size_t>(T));
-    for (int t = c; t < T; t += chunks) {
-      keptPositions(m, T, ds.data(), b, t, idx);
-      int n = static_cast<int>(idx.size());
-      kRows.resize(static_cast<size_t>(n));
-      vRows.resize(static_cast<size_t>(n));
-      for (int j = 0; j < n; j++) {
-        size_t o = ((static_cast<size_t>(b) * T + idx[j]) * KVH + kvh) * D;
-        kRows[j] = k + o;
-        vRows[j] = v + o;
-      }
-      for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-        size_t qo = ((static_cast<size_t>(b) * T + t) * H + h) * D;
-        lse[(static_cast<size_t>(b) * T + t) * H + h] =
-            rowForward(q + qo, kRows.data(), vRows.data(), n, D, sh.scale, sinkLogit != nullptr,
-                       sinkLogit ? sinkLogit[h] : 0.f, s.data(), out + qo);
+  const int nBlocks = (T + kQBlock - 1) / kQBlock;
+  const size_t kvRow = static_cast<size_t>(KVH) * D;
+  // tasks: (b, kv head, query block); each computes S = Q K^T and O = P V with small GEMMs
+  parallelFor(B * KVH * nBlocks, [&](int task) {
+    int qb = task % nBlocks, bk = task / nBlocks, b = bk / KVH, kvh = bk % KVH;
+    int t0 = qb * kQBlock, t1 = std::min(T, t0 + kQBlock), R = t1 - t0;
+    MaskCtx mc{m, T, ds.data(), b};
+    std::vector<int> cols;
+    blockColumns(mc, t0, t1, cols);
+    const int n = static_cast<int>(cols.size());
+    std::vector<float> Kc(static_cast<size_t>(n) * D), Vc(static_cast<size_t>(n) * D), S(static_cast<size_t>(R) * n);
+    const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+    gatherRows(k + base, cols, kvRow, D, Kc.data());
+    gatherRows(v + base, cols, kvRow, D, Vc.data());
+    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+      const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
+      blockScores(mc, t0, R, cols, q + qo, H * D, Kc.data(), D, sh.scale, S.data());
+      for (int r = 0; r < R; r++)
+        lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] =
+            softmaxRow(S.data() + static_cast<size_t>(r) * n, n, sinkLogit != nullptr, sinkLogit ? sinkLogit[h] : 0.f);
+      if (n == 0) {
+        for (int r = 0; r < R; r++) std::fill(out + qo + static_cast<size_t>(r) * H * D, out + qo + static_cast<size_t>(r) * H * D + D, 0.f);
+      } else {
+        sgemmSerial(false, false, R, D, n, 1.f, S.data(), n, Vc.data(), D, 0.f, out + qo, H * D);
       }
     }
   });
@@ -142,13 +188,15 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
                        float* dK, float* dV, float* dSinkLogit) {
   const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   std::vector<int32_t> ds = docStarts(B, T, m.docIds);
-  const size_t kvSize = static_cast<size_t>(B) * T * KVH * D;
+  const size_t kvRow = static_cast<size_t>(KVH) * D;
+  const size_t kvSize = static_cast<size_t>(B) * T * kvRow;
   std::fill(dK, dK + kvSize, 0.f);
   std::fill(dV, dV + kvSize, 0.f);
-  // tasks: (b, kvh, query chunk). With more than one chunk per (b, kvh), each chunk accumulates dK/dV in a
-  // private [T, D] buffer that is added afterwards (rows of a chunk touch many kv rows).
+  const int nBlocks = (T + kQBlock - 1) / kQBlock;
+  // tasks: (b, kv head, share of the query blocks). With more than one share per (b, kv head), each share
+  // accumulates dK/dV in a private [T, D] buffer that is added afterwards.
   int threads = poolThreads();
-  int chunks = B * KVH >= threads ? 1 : std::max(1, std::min(T, (threads + B * KVH - 1) / (B * KVH)));
+  int chunks = B * KVH >= threads ? 1 : std::max(1, std::min(nBlocks, (threads + B * KVH - 1) / (B * KVH)));
   int tasks = B * KVH * chunks;
   std::vector<std::vector<float>> privK(chunks > 1 ? static_cast<size_t>(tasks) : 0),
       privV(chunks > 1 ? static_cast<size_t>(tasks) : 0);
@@ -157,47 +205,71 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
     int c = task % chunks, bk = task / chunks, b = bk / KVH, kvh = bk % KVH;
     float* dKb;
     float* dVb;
-    size_t strideKV;  // between consecutive t rows of this (b, kvh)
+    size_t stride;
     if (chunks > 1) {
       privK[task].assign(static_cast<size_t>(T) * D, 0.f);
       privV[task].assign(static_cast<size_t>(T) * D, 0.f);
       dKb = privK[task].data();
       dVb = privV[task].data();
-      strideKV = D;
+      stride = D;
     } else {
-      dKb = dK + (static_cast<size_t>(b) * T * KVH + kvh) * D;
-      dVb = dV + (static_cast<size_t>(b) * T * KVH + kvh) * D;
-      strideKV = static_cast<size_t>(KVH) * D;
+      dKb = dK + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+      dVb = dV + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+      stride = kvRow;
     }
-    std::vector<int> idx;
-    std::vector<const float*> kRows, vRows;
-    std::vector<float*> dkRows, dvRows;
-    for (int t = c; t < T; t += chunks) {
-      keptPositions(m, T, ds.data(), b, t, idx);
-      int n = static_cast<int>(idx.size());
-      kRows.resize(static_cast<size_t>(n));
-      vRows.resize(static_cast<size_t>(n));
-      dkRows.resize(static_cast<size_t>(n));
-      dvRows.resize(static_cast<size_t>(n));
-      for (int j = 0; j < n; j++) {
-        size_t o = ((static_cast<size_t>(b) * T + idx[j]) * KVH + kvh) * D;
-        kRows[j] = k + o;
-        vRows[j] = v + o;
-        dkRows[j] = dKb + idx[j] * strideKV;
-        dvRows[j] = dVb + idx[j] * strideKV;
-      }
+    MaskCtx mc{m, T, ds.data(), b};
+    std::vector<int> cols;
+    std::vector<float> Kc, Vc, dKc, dVc, S, dP;
+    const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+    for (int qb = c; qb < nBlocks; qb += chunks) {
+      int t0 = qb * kQBlock, t1 = std::min(T, t0 + kQBlock), R = t1 - t0;
+      blockColumns(mc, t0, t1, cols);
+      const int n = static_cast<int>(cols.size());
+      Kc.resize(static_cast<size_t>(n) * D);
+      Vc.resize(static_cast<size_t>(n) * D);
+      dKc.assign(static_cast<size_t>(n) * D, 0.f);
+      dVc.assign(static_cast<size_t>(n) * D, 0.f);
+      S.resize(static_cast<size_t>(R) * n);
+      dP.resize(static_cast<size_t>(R) * n);
+      gatherRows(k + base, cols, kvRow, D, Kc.data());
+      gatherRows(v + base, cols, kvRow, D, Vc.data());
       for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-        size_t r = (static_cast<size_t>(b) * T + t) * H + h;
-        size_t qo = r * D;
-        float l = lse[r];
-        if (std::isinf(l) && l < 0) {
-          std::fill(dQ + qo, dQ + qo + D, 0.f);
+        const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
+        const int ld = H * D;
+        if (n == 0) {
+          for (int r = 0; r < R; r++) std::fill(dQ + qo + static_cast<size_t>(r) * ld, dQ + qo + static_cast<size_t>(r) * ld + D, 0.f);
           continue;
         }
-        float delta = dotD(dOut + qo, out + qo, D);
-        if (sinkLogit) sinkPart[static_cast<size_t>(task) * H + h] -= std::exp(sinkLogit[h] - l) * delta;
-        rowBackward(q + qo, dOut + qo, delta, l, kRows.data(), vRows.data(), dkRows.data(), dvRows.data(), n, D,
-                    sh.scale, dQ + qo);
+        blockScores(mc, t0, R, cols, q + qo, ld, Kc.data(), D, sh.scale, S.data());
+        sgemmSerial(false, true, R, n, D, 1.f, dOut + qo, ld, Vc.data(), D, 0.f, dP.data(), n);
+        for (int r = 0; r < R; r++) {
+          const size_t ro = (static_cast<size_t>(b) * T + t0 + r) * H + h;
+          const float l = lse[ro];
+          float* sRow = S.data() + static_cast<size_t>(r) * n;
+          float* dpRow = dP.data() + static_cast<size_t>(r) * n;
+          if (std::isinf(l) && l < 0) {
+            std::fill(sRow, sRow + n, 0.f);
+            std::fill(dpRow, dpRow + n, 0.f);
+            continue;
+          }
+          const float delta = dotD(dOut + ro * D, out + ro * D, D);
+          if (sinkLogit) sinkPart[static_cast<size_t>(task) * H + h] -= std::exp(sinkLogit[h] - l) * delta;
+          backwardRow(sRow, dpRow, n, l, delta, sh.scale);
+        }
+        // dQ = dS K; dK += dS^T Q; dV += P^T dO
+        sgemmSerial(false, false, R, D, n, 1.f, dP.data(), n, Kc.data(), D, 0.f, dQ + qo, ld);
+        sgemmSerial(true, false, n, D, R, 1.f, dP.data(), n, q + qo, ld, 1.f, dKc.data(), D);
+        sgemmSerial(true, false, n, D, R, 1.f, S.data(), n, dOut + qo, ld, 1.f, dVc.data(), D);
+      }
+      for (int ci = 0; ci < n; ci++) {
+        float* dk = dKb + cols[ci] * stride;
+        float* dv = dVb + cols[ci] * stride;
+        const float* sk = dKc.data() + static_cast<size_t>(ci) * D;
+        const float* sv = dVc.data() + static_cast<size_t>(ci) * D;
+        for (int d = 0; d < D; d++) {
+          dk[d] += sk[d];
+          dv[d] += sv[d];
+        }
       }
     }
   });
@@ -208,7 +280,7 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
         const float* pk = privK[static_cast<size_t>(bk) * chunks + c].data();
         const float* pv = privV[static_cast<size_t>(bk) * chunks + c].data();
         for (int t = 0; t < T; t++) {
-          size_t o = ((static_cast<size_t>(b) * T + t) * KVH + kvh) * D;
+          size_t o = (static_cast<size_t>(b) * T + t) * kvRow + static_cast<size_t>(kvh) * D;
           for (int d = 0; d < D; d++) {
             dK[o + d] += pk[static_cast<size_t>(t) * D + d];
             dV[o + d] += pv[static_cast<size_t>(t) * D + d];

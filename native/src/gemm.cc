@@ -411,6 +411,18 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
   });
 }
 
+void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  GemmArgs g{transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  if (K <= 0 || alpha == 0.f) {
+    scaleC(g);
+    return;
+  }
+  static const KernelInfo kern = pickKernel();
+  gemmRect(g, kern, 0, M, 0, N);
+}
+
 // ------------------------------------------------------------------------------------------ gemv
 
 __attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvRows(

@@ -8,6 +8,9 @@ namespace sfx {
 
 void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc);
+// The same product on the calling thread only (for kernels that already run inside a parallel task).
+void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc);
 void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y);
 
 void axpy(size_t n, float alpha, const float* x, float* y);

@@ -333,6 +333,34 @@ describe("native attention", () => {
     }
   });
 
+  it("sequences longer than one query block (64), with windows, documents and pins across blocks", () => {
+    const s: AttentionShape = { B: 2, T: 150, H: 4, KVH: 2, D: 8, scale: 0.35 };
+    const docs = new Int32Array(s.B * s.T);
+    const pins = new Uint8Array(s.B * s.T);
+    for (let t = 0; t < s.T; t++) {
+      docs[t] = t < 70 ? 1 : 2;
+      docs[s.T + t] = t < 20 ? 0 : t < 130 ? 1 : 2;
+      pins[t] = t === 3 || t === 90 ? 1 : 0;
+      pins[s.T + t] = t === 64 ? 1 : 0;
+    }
+    const cases: [string, AttentionMask][] = [
+      ["full causal", { window: 0, sinks: 0, docIds: null, pinned: null }],
+      ["window 40 + 3 sinks", { window: 40, sinks: 3, docIds: null, pinned: null }],
+      ["window 30 + 2 sinks + documents + pinned", { window: 30, sinks: 2, docIds: docs, pinned: pins }],
+    ];
+    for (const [name, mask] of cases) {
+      const x = attnInputs(13, s);
+      const a = runAttention(nat, s, mask, x, true);
+      const b = runAttention(ref, s, mask, x, true);
+      expectClose(a.out, b.out, `T=150 ${name} out`, 1e-4, 1e-5);
+      expectClose(a.lse, b.lse, `T=150 ${name} lse`, 1e-5, 1e-5);
+      expectClose(a.dQ, b.dQ, `T=150 ${name} dQ`, 1e-3, 1e-5);
+      expectClose(a.dK, b.dK, `T=150 ${name} dK`, 1e-3, 1e-5);
+      expectClose(a.dV, b.dV, `T=150 ${name} dV`, 1e-3, 1e-5);
+      expectClose(a.dSink!, b.dSink!, `T=150 ${name} dSinkLogit`, 1e-3, 1e-5);
+    }
+  });
+
   it("cached attention over a shuffled paged cache equals full attention's last rows", () => {
     const s = { B: 3, T: 29, H: 6, KVH: 2, D: 32, scale: 0.2 };
     const x = attnInputs(8, s);
