@@ -17,7 +17,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -453,11 +453,16 @@ async function main(): Promise<void> {
   const peak = k.name === "native" ? measurePeakGflops(o.quick ? 0.3 : 1, o.threads) : NaN;
   const out: Record<string, unknown> = {
     commit: commitOf(), date: new Date().toISOString(), quick: o.quick,
-    machine: { cpu, cores: cpus().length, threads: o.threads, kernels: k.describe(), peakGflops1Thread: peak1, peakGflops: peak },
+    machine: {
+      cpu, cores: cpus().length, threads: o.threads, kernels: k.describe(), peakGflops1Thread: peak1, peakGflops: peak,
+      loadAverageAtStart: loadavg(),
+    },
   };
   console.log(`sinkflex engine benchmark  commit ${out.commit as string}  ${out.date as string}${o.quick ? "  (--quick: small sizes)" : ""}`);
   console.log(`machine: ${cpu}, ${cpus().length} cores; ${o.threads} threads for every contender; kernels: ${k.describe()}`);
   console.log(`measured peak (FMA loop): ${fmt(peak1)} GFLOP/s on 1 thread, ${fmt(peak)} GFLOP/s on ${o.threads}`);
+  // Other processes on the machine slow every contender alike; the load average says how busy it was.
+  console.log(`load average at start: ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
 
   const peers = new Map<string, Peer>();
   const needTorch = o.only.has("gemm") || o.only.has("train") || o.only.has("decode");
@@ -479,6 +484,8 @@ async function main(): Promise<void> {
     for (const p of peers.values()) p.close();
   }
   if (o.only.has("memory")) memorySection(o, out);
+  (out.machine as Record<string, unknown>).loadAverageAtEnd = loadavg();
+  console.log(`\nload average at end: ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
   if (o.json) {
     writeFileSync(o.json, JSON.stringify(out, null, 2) + "\n");
     console.log(`\nwrote ${o.json}`);
