@@ -4,7 +4,7 @@
  * memory and file-size bombs. Each must end with a clear limit or error and leave nothing behind.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,7 +23,16 @@ function processesOf(uid: number | undefined): string {
   }
 }
 
-const sandboxDirs = () => readdirSync(tmpdir()).filter((n) => n.startsWith("sinkflex-sandbox-")).sort();
+// This file's own temporary folder, so that what other test files create at the same time is not counted.
+const scratch = mkdtempSync(join(tmpdir(), "sinkflex-test-sandbox-"));
+chmodSync(scratch, 0o755); // the sandbox's uid must reach the folders created inside
+process.env.TMPDIR = scratch;
+
+afterAll(() => {
+  const left = readdirSync(scratch);
+  rmSync(scratch, { recursive: true, force: true });
+  expect(left, "nothing may be left in the temporary folder").toEqual([]);
+});
 
 describe("sandbox", () => {
   it("has an isolation backend here", () => {
@@ -38,7 +47,6 @@ describe("sandbox", () => {
       let server: Server;
       let port = 0;
       let connections = 0;
-      const before = sandboxDirs();
 
       beforeAll(async () => {
         tree = makeTreeDir();
@@ -64,7 +72,6 @@ describe("sandbox", () => {
         await new Promise<void>((resolve) => server.close(() => resolve()));
         removeTree(tree);
         rmSync(outside, { recursive: true, force: true });
-        expect(sandboxDirs()).toEqual(before);
       });
 
       it("runs a shell in the tree, which it may change", async () => {

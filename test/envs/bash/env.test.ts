@@ -3,8 +3,9 @@
  * readable error observations, the reward against the reference on a fresh tree (output and tree), the
  * scripted expert over a sample of NL2Bash and generated tasks, and no temporary folder left behind.
  */
-import { readdirSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
 import type { Env } from "../../../src/gym/env.js";
@@ -20,13 +21,16 @@ if (!registeredIds().includes(NL2BASH_ENV_ID)) registerBash();
 
 const call = (name: string, command: string): AgentTurn => ({ content: "", toolCalls: [{ id: "c", name, arguments: JSON.stringify({ command }) }] });
 const text = (obs: ChatObservation) => obs.messages.map((m) => m.content).join("\n");
-const tempDirs = () => readdirSync(tmpdir()).filter((n) => n.startsWith("sinkflex-bash-") || n.startsWith("sinkflex-sandbox-")).sort();
+// This file's own temporary folder, so that what other test files create at the same time is not counted.
+const scratch = mkdtempSync(join(tmpdir(), "sinkflex-test-bash-"));
+chmodSync(scratch, 0o755); // the sandbox's uid must reach the trees created inside
+process.env.TMPDIR = scratch;
 const tasks = loadNl2BashTasks();
 const indexOf = (gold: string) => tasks.findIndex((t) => t.gold === gold);
-const before = tempDirs();
-
 afterAll(() => {
-  expect(tempDirs()).toEqual(before);
+  const left = readdirSync(scratch);
+  rmSync(scratch, { recursive: true, force: true });
+  expect(left, "every episode's tree and sandbox folder must be removed").toEqual([]);
 });
 
 describe("sinkflex/nl2bash-v0", () => {
