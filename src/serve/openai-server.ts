@@ -338,7 +338,9 @@ export class OpenAIServer {
     const tools = body.tool_choice === "none" ? undefined : toToolSpecs(body.tools);
     const text = o.template.render(messages, { tools, addGenerationPrompt: true, extra: { ...o.templateVars, ...(body.chat_template_kwargs as Json | undefined) } });
     const promptIds = o.codec.encode(text);
-    const { params, n } = this.sampling(body, promptIds.length, o.maxTokens ?? 4096);
+    // Without max_tokens, a chat reply may use whatever context is left (up to the server's cap).
+    const room = (o.maxContextTokens ?? 32768) - promptIds.length;
+    const { params, n } = this.sampling(body, promptIds.length, Math.max(1, Math.min(o.maxTokens ?? 4096, room)));
     const wantLogprobs = body.logprobs === true;
     const withIds = body.return_token_ids === true;
     const id = `chatcmpl-${++this.counter}`;

@@ -70,6 +70,10 @@ describe("sinkflex serve with the openai client", () => {
     }
     expect(r.usage!.prompt_tokens).toBeGreaterThan(50);
     expect(r.usage!.total_tokens).toBe(r.usage!.prompt_tokens + r.usage!.completion_tokens);
+    // Without max_tokens the reply may use the server's cap (64 here).
+    const free = await client().chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }], seed: 1, temperature: 0 });
+    expect(free.usage!.completion_tokens).toBeGreaterThan(0);
+    expect(free.usage!.completion_tokens).toBeLessThanOrEqual(64);
   });
 
   it("streams chat and completion chunks as server-sent events", async () => {
