@@ -46,13 +46,30 @@ export function resolveSampleParams(p: SampleParams): ResolvedSampleParams {
 }
 
 /** Samples tokens from logits rows; holds scratch space for a vocabulary of V. */
+const BINS_PER_NAT = 256;
+const NUM_BINS = 256 * 24;
+
 export class Sampler {
   private readonly probs: Float64Array;
   private readonly order: Int32Array;
 
+  private readonly bins: Int32Array;
+  private readonly binMass = new Float64Array(NUM_BINS);
+  private readonly binCount = new Int32Array(NUM_BINS);
+
   constructor(readonly V: number) {
     this.probs = new Float64Array(V);
     this.order = new Int32Array(V);
+    this.bins = new Int32Array(V);
+  }
+
+  /** Puts the ids of bin b into order[0..n), by descending probability (ties by ascending id); returns n. */
+  private sortBin(b: number, V: number): number {
+    const { bins, order, probs } = this;
+    let n = 0;
+    for (let i = 0; i < V; i++) if (bins[i] === b) order[n++] = i;
+    order.subarray(0, n).sort((x, y) => probs[y]! - probs[x]! || x - y);
+    return n;
   }
 
   /** Picks a token from logits [V]; returns it with its log-prob under the sampling distribution. */
@@ -87,55 +104,80 @@ export class Sampler {
       while (probs[tok] === 0 && tok > 0) tok--;
       return { token: tok, logprob: logits[tok]! * invT - mx - Math.log(Z) };
     }
-    // Candidates in descending probability (ties by id), cut by top-k then top-p. Only tokens at or above
-    // a threshold are sorted: the threshold is lowered until those tokens hold the top-p mass and number
-    // at least top-k (or all tokens), so the kept set is exactly the one a full sort would give.
-    const order = this.order;
-    const wantK = p.topK > 0 ? Math.min(p.topK, V) : 0;
-    const wantMass = p.topP * Z;
-    let n = 0;
-    for (let shift = 8; ; shift += 8) {
-      const tau = shift >= 1000 ? 0 : 2 ** -shift; // probs are relative to the largest, which is 1
-      n = 0;
-      let mass = 0;
-      for (let i = 0; i < V; i++) {
-        if (probs[i]! >= tau) {
-          order[n++] = i;
-          mass += probs[i]!;
-        }
-      }
-      if (tau === 0 || (wantK > 0 ? n >= wantK : mass >= wantMass)) break;
+    // Top-k, then top-p over the renormalized top-k distribution. Tokens are binned by log-probability
+    // (bins 1/256 nat wide, from the largest down); whole bins above a cut are kept, and only the bin the
+    // cut falls in is sorted, so the kept set is exactly what a full sort would give, at O(V) cost.
+    const { bins, binMass, binCount, order } = this;
+    binMass.fill(0);
+    binCount.fill(0);
+    const last = NUM_BINS - 1;
+    for (let i = 0; i < V; i++) {
+      const b = Math.min(last, Math.floor((mx - logits[i]! * invT) * BINS_PER_NAT));
+      bins[i] = b;
+      binMass[b]! += probs[i]!;
+      binCount[b]!++;
     }
-    const cand = order.subarray(0, n);
-    cand.sort((a, b) => probs[b]! - probs[a]! || a - b);
-    let keep = wantK > 0 ? Math.min(wantK, n) : n;
-    if (p.topP < 1) {
-      // top-p over the distribution left by top-k, renormalized (as transformers and vLLM do)
-      let cum = 0;
-      let massK = Z;
-      if (wantK > 0) {
-        massK = 0;
-        for (let i = 0; i < keep; i++) massK += probs[order[i]!]!;
-      }
-      const target = p.topP * massK;
-      for (let i = 0; i < keep; i++) {
-        cum += probs[order[i]!]!;
-        if (cum >= target) {
-          keep = i + 1;
+    // cutBin: bins below it are kept whole; `partial` (sorted, descending) holds what is kept of cutBin.
+    let cutBin = NUM_BINS;
+    let partial = 0;
+    let keptMass = Z;
+    if (p.topK > 0 && p.topK < V) {
+      let count = 0;
+      let mass = 0;
+      for (let b = 0; b < NUM_BINS; b++) {
+        if (count + binCount[b]! >= p.topK) {
+          cutBin = b;
+          this.sortBin(b, V);
+          partial = p.topK - count;
+          for (let j = 0; j < partial; j++) mass += probs[order[j]!]!;
           break;
         }
+        count += binCount[b]!;
+        mass += binMass[b]!;
+      }
+      keptMass = mass;
+    }
+    if (p.topP < 1) {
+      const target = p.topP * keptMass;
+      let cum = 0;
+      for (let b = 0; b <= Math.min(cutBin, last); b++) {
+        const whole = b < cutBin;
+        const m = whole ? binMass[b]! : 0;
+        if (whole && cum + m < target) {
+          cum += m;
+          continue;
+        }
+        // the cut falls in bin b: keep its tokens in descending order until the mass is reached
+        const n = whole ? this.sortBin(b, V) : partial;
+        let j = 0;
+        while (j < n) {
+          cum += probs[order[j]!]!;
+          j++;
+          if (cum >= target) break;
+        }
+        cutBin = b;
+        partial = j;
+        break;
       }
     }
     let Zk = 0;
-    for (let i = 0; i < keep; i++) Zk += probs[order[i]!]!;
+    for (let i = 0; i < V; i++) if (bins[i]! < cutBin) Zk += probs[i]!;
+    for (let j = 0; j < partial; j++) Zk += probs[order[j]!]!;
     let u = rng.uniform() * Zk;
-    let tok = order[keep - 1]!;
-    for (let i = 0; i < keep; i++) {
-      u -= probs[order[i]!]!;
-      if (u < 0) {
-        tok = order[i]!;
-        break;
+    let tok = -1;
+    for (let i = 0; i < V && tok < 0; i++) {
+      if (bins[i]! < cutBin) {
+        u -= probs[i]!;
+        if (u < 0) tok = i;
       }
+    }
+    for (let j = 0; j < partial && tok < 0; j++) {
+      u -= probs[order[j]!]!;
+      if (u < 0 || j === partial - 1) tok = order[j]!;
+    }
+    if (tok < 0) {
+      // rounding left u >= 0 after every kept token: take the last kept whole-bin token
+      for (let i = V - 1; i >= 0 && tok < 0; i--) if (bins[i]! < cutBin) tok = i;
     }
     return { token: tok, logprob: Math.log(probs[tok]! / Zk) };
   }

@@ -33,7 +33,7 @@ describe("Sampler", () => {
     const rng = new Rng(7);
     const sampler = new Sampler(V);
     for (let trial = 0; trial < 20; trial++) {
-      const scale = trial % 2 === 0 ? 3 : 12; // flat and peaked distributions
+      const scale = [3, 12, 0.002, 40][trial % 4]!; // flat (one bin), spread, peaked, beyond the last bin
       const logits = Float32Array.from({ length: V }, () => rng.normal() * scale);
       const want = bruteForce(logits, T, topK, topP);
       const params = resolveSampleParams({ maxTokens: 1, temperature: T, topK, topP });
