@@ -56,11 +56,17 @@ export function withSinkLogits(weights: ModelWeights, values?: Float32Array[]): 
   return { cfg, entries, data };
 }
 
-/** logits [T, V] of one sequence (full rows). */
-export function sequenceLogits(model: Model, ws: TrainWorkspace, tokens: number[]): Float32Array {
+/**
+ * logits [T, V] of one sequence (every row), under the model's attention settings and, when given, the
+ * sequence's document ids [T] and pinned flags [T].
+ */
+export function sequenceLogits(
+  model: Model, ws: TrainWorkspace, tokens: number[], mask: { docIds?: Int32Array | null; pinned?: Uint8Array | null } = {},
+): Float32Array {
   const { hiddenSize: C, vocabSize: V } = model.cfg;
   const T = tokens.length;
-  trainForward(model, ws, packSequences([tokens]), false);
+  const batch = packSequences([tokens], mask.docIds ? [mask.docIds] : null, mask.pinned ? [mask.pinned] : null);
+  trainForward(model, ws, batch, false);
   const out = new Float32Array(T * V);
   model.kernels.sgemm(false, true, T, V, C, 1, ws.lnf, C, model.params.lmHead, C, 0, out, V);
   return out;

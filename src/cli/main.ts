@@ -13,6 +13,7 @@ import { registerEnvsCommands } from "./commands/envs.js";
 import { registerEnvsPlayCommand } from "./commands/envs-play.js";
 import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
 import { registerServeCommands } from "./commands/serve.js";
+import { registerSinksCommands } from "./commands/sinks.js";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -34,6 +35,7 @@ export function buildProgram(): Command {
   registerEnvsReplayCommands(program);
   registerEnvsPlayCommand(program);
   registerServeCommands(program);
+  registerSinksCommands(program);
   return program;
 }
 
