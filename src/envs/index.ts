@@ -9,6 +9,7 @@ import { registerSqlSuite } from "./sql/index.js";
 import { registerCrmSuite } from "./crm/index.js";
 import { registerTau } from "./tau/index.js";
 import { registerRestApiSuite } from "./restapi/index.js";
+import { registerCodeSuite } from "./code/index.js";
 
 let registered = false;
 
@@ -23,4 +24,5 @@ export function registerBundledEnvs(): void {
   registerCrmSuite();
   registerTau();
   registerRestApiSuite();
+  registerCodeSuite();
 }
