@@ -87,10 +87,9 @@ const OPTIMIZER_FILE = "optimizer.safetensors";
 export class EmbeddedEngine implements Engine {
   readonly model: Model;
   readonly weights: ModelWeights;
-  /** Accumulated gradients, same layout as `weights.data`. */
-  readonly grads: Float32Array;
-  readonly gradParams: ModelParams;
-  readonly optimizer: AdamW;
+  private gradBuf: Float32Array | null = null;
+  private gradViews: ModelParams | null = null;
+  private adamw: AdamW | null = null;
   readonly pool: KvBlockPool;
   policyVersion: number;
   tokenizerDir: string | undefined;
@@ -109,9 +108,6 @@ export class EmbeddedEngine implements Engine {
     this.weights = weights;
     this.model = buildModel(weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
     const cfg = weights.cfg;
-    this.grads = new Float32Array(weights.data.length);
-    this.gradParams = bindParams(cfg, weights.entries, this.grads);
-    this.optimizer = new AdamW(weights.data.length);
     this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16);
     this.trainWs = new TrainWorkspace(cfg);
     this.cachedWs = new CachedWorkspace(cfg);
@@ -119,6 +115,27 @@ export class EmbeddedEngine implements Engine {
     this.rng = new Rng(opts.seed ?? 0);
     this.policyVersion = opts.policyVersion ?? 0;
     this.tokenizerDir = opts.tokenizerDir;
+  }
+
+  /**
+   * Accumulated gradients, same layout as `weights.data`. Allocated on first use, so an engine that only
+   * samples holds the weights alone (no gradients, no AdamW moments).
+   */
+  get grads(): Float32Array {
+    if (!this.gradBuf) this.gradBuf = new Float32Array(this.weights.data.length);
+    return this.gradBuf;
+  }
+
+  /** Typed views of `grads`, one per parameter. */
+  get gradParams(): ModelParams {
+    if (!this.gradViews) this.gradViews = bindParams(this.config, this.weights.entries, this.grads);
+    return this.gradViews;
+  }
+
+  /** The AdamW state (allocated on first use). */
+  get optimizer(): AdamW {
+    if (!this.adamw) this.adamw = new AdamW(this.weights.data.length);
+    return this.adamw;
   }
 
   get config(): ModelConfig {
@@ -341,7 +358,7 @@ export class EmbeddedEngine implements Engine {
 
   /** Drops accumulated gradients without stepping. */
   zeroGrad(): void {
-    this.grads.fill(0);
+    this.gradBuf?.fill(0);
     this.accumulated = 0;
   }
 
@@ -366,7 +383,7 @@ export class EmbeddedEngine implements Engine {
       dtype: opts.dtype,
       maxShardBytes: opts.maxShardBytes,
       tokenizerFrom: this.tokenizerDir,
-      meta: { policyVersion: this.policyVersion, optimizerStep: this.optimizer.step },
+      meta: { policyVersion: this.policyVersion, optimizerStep: this.adamw?.step ?? 0 },
       extraFiles,
     });
   }
@@ -388,9 +405,28 @@ export class EmbeddedEngine implements Engine {
     if (!same) throw new EngineError(`load: ${dir} has a different model shape than this engine; use loadEngine instead`);
     this.weights.data.set(ck.data);
     this.policyVersion = ck.meta?.policyVersion ?? this.policyVersion;
-    loadOptimizerState(this.optimizer, dir, ck.meta?.optimizerStep);
+    this.restoreOptimizer(dir, ck.meta?.optimizerStep);
     this.zeroGrad();
     for (const s of this.sessions) s.invalidate();
+  }
+
+  /** Reads `optimizer.safetensors` from a checkpoint folder, or starts AdamW fresh when there is none. */
+  restoreOptimizer(dir: string, step: unknown): void {
+    const p = join(dir, OPTIMIZER_FILE);
+    if (!existsSync(p)) {
+      this.adamw = null;
+      return;
+    }
+    const t = readSafetensors(p);
+    const m = t.get("exp_avg");
+    const v = t.get("exp_avg_sq");
+    const opt = this.optimizer;
+    if (!m || !v || m.data.length !== opt.size || v.data.length !== opt.size) {
+      throw new EngineError(`${p} does not match this model's parameters; delete it to start the optimizer fresh`);
+    }
+    opt.m.set(m.data);
+    opt.v.set(v.data);
+    opt.step = typeof step === "number" ? step : 0;
   }
 
   /** Closes every session (pending samples are rejected) and refuses further calls. */
@@ -651,25 +687,6 @@ export class EmbeddedSession implements EngineSession {
   }
 }
 
-function loadOptimizerState(opt: AdamW, dir: string, step: unknown): void {
-  const p = join(dir, OPTIMIZER_FILE);
-  if (!existsSync(p)) {
-    opt.m.fill(0);
-    opt.v.fill(0);
-    opt.step = 0;
-    return;
-  }
-  const t = readSafetensors(p);
-  const m = t.get("exp_avg");
-  const v = t.get("exp_avg_sq");
-  if (!m || !v || m.data.length !== opt.size || v.data.length !== opt.size) {
-    throw new EngineError(`${p} does not match this model's parameters; delete it to start the optimizer fresh`);
-  }
-  opt.m.set(m.data);
-  opt.v.set(v.data);
-  opt.step = typeof step === "number" ? step : 0;
-}
-
 /** A new engine over a fresh random model (tests, demos, benchmarks). */
 export function createRandomModel(
   cfg: ModelConfig, seed: number, opts: EmbeddedEngineOptions & { std?: number; sinkLogits?: boolean } = {},
@@ -685,6 +702,6 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
     policyVersion: ck.meta?.policyVersion ?? 0,
     ...opts,
   });
-  loadOptimizerState(engine.optimizer, dir, ck.meta?.optimizerStep);
+  engine.restoreOptimizer(dir, ck.meta?.optimizerStep);
   return engine;
 }
