@@ -12,7 +12,10 @@ import { basename, dirname, join, resolve } from "node:path";
 import { parseHfConfig, toHfConfig, type ModelConfig } from "./config.js";
 import type { ModelWeights } from "./instance.js";
 import { paramLayout, type ParamEntry } from "./params.js";
-import { readSafetensorsDir, writeSafetensors, writeSafetensorsDir, type StDtype, type TensorMap } from "./safetensors.js";
+import {
+  INDEX_FILE, readSafetensorsDir, readSafetensorsHeader, SINGLE_FILE, writeSafetensors, writeSafetensorsDir,
+  type StDtype, type TensorMap,
+} from "./safetensors.js";
 
 export class CheckpointError extends Error {
   constructor(message: string) {
@@ -43,11 +46,27 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
   const cfgPath = join(dir, "config.json");
   if (!existsSync(cfgPath)) throw new CheckpointError(`${dir}: no config.json; pass a Hugging Face checkpoint folder`);
   const config = parseHfConfig(JSON.parse(readFileSync(cfgPath, "utf8")));
-  const tensors = readSafetensorsDir(dir);
-  const sinkLogits = [...tensors.keys()].some((n) => n.endsWith(".self_attn.sinks"));
+  // The layout depends on whether sink logits are present: read the headers first.
+  const names = tensorNames(dir);
+  const sinkLogits = names.some((n) => n.endsWith(".self_attn.sinks"));
   const { entries, total } = paramLayout(config, { sinkLogits });
-  const data = new Float32Array(total);
   const known = new Set(entries.map((e) => e.name));
+  const unexpected = names.filter(
+    (n) => !known.has(n) && !n.endsWith("rotary_emb.inv_freq") && !(config.tieWordEmbeddings && n === "lm_head.weight"),
+  );
+  if (unexpected.length > 0) {
+    throw new CheckpointError(
+      `${dir}: unexpected tensors ${unexpected.slice(0, 5).join(", ")}${unexpected.length > 5 ? ", ..." : ""}; ` +
+        `this is not a plain Qwen2/Llama decoder checkpoint`,
+    );
+  }
+  const data = new Float32Array(total);
+  const byName = new Map(entries.map((e) => [e.name, e]));
+  const tensors = readSafetensorsDir(dir, (name, shape) => {
+    const e = byName.get(name);
+    if (!e || shape.length !== e.shape.length || shape.some((x, i) => x !== e.shape[i])) return undefined;
+    return data.subarray(e.offset, e.offset + e.size);
+  });
   for (const e of entries) {
     const t = tensors.get(e.name);
     if (!t) {
@@ -60,16 +79,7 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
         `${dir}: tensor "${e.name}" has shape ${JSON.stringify(t.shape)}, config.json implies ${JSON.stringify(e.shape)}`,
       );
     }
-    data.set(t.data, e.offset);
-  }
-  const unexpected = [...tensors.keys()].filter(
-    (n) => !known.has(n) && !n.endsWith("rotary_emb.inv_freq") && !(config.tieWordEmbeddings && n === "lm_head.weight"),
-  );
-  if (unexpected.length > 0) {
-    throw new CheckpointError(
-      `${dir}: unexpected tensors ${unexpected.slice(0, 5).join(", ")}${unexpected.length > 5 ? ", ..." : ""}; ` +
-        `this is not a plain Qwen2/Llama decoder checkpoint`,
-    );
+    if (t.data.buffer !== data.buffer) data.set(t.data, e.offset);
   }
   const genPath = join(dir, "generation_config.json");
   const metaPath = join(dir, SINKFLEX_META_FILE);
@@ -82,6 +92,16 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     meta: existsSync(metaPath) ? JSON.parse(readFileSync(metaPath, "utf8")) : null,
     dir,
   };
+}
+
+function tensorNames(dir: string): string[] {
+  const indexPath = join(dir, INDEX_FILE);
+  if (existsSync(indexPath)) {
+    const index = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: Record<string, string> };
+    return Object.keys(index.weight_map ?? {});
+  }
+  const single = join(dir, SINGLE_FILE);
+  return existsSync(single) ? [...readSafetensorsHeader(single).entries.keys()] : [];
 }
 
 export interface SaveOptions {

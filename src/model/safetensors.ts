@@ -88,15 +88,15 @@ export function f16ToF32(h: number): number {
   return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }
 
-function decode(bytes: Uint8Array, dtype: StDtype, count: number): Float32Array {
-  const out = new Float32Array(count);
+function decode(bytes: Uint8Array, dtype: StDtype, count: number, dest?: Float32Array): Float32Array {
+  const out = dest ?? new Float32Array(count);
   if (dtype === "F32") {
-    new Uint8Array(out.buffer).set(bytes.subarray(0, count * 4));
+    new Uint8Array(out.buffer, out.byteOffset, count * 4).set(bytes.subarray(0, count * 4));
     return out;
   }
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (dtype === "BF16") {
-    const o32 = new Uint32Array(out.buffer);
+    const o32 = new Uint32Array(out.buffer, out.byteOffset, count);
     for (let i = 0; i < count; i++) o32[i] = dv.getUint16(2 * i, true) << 16;
   } else {
     for (let i = 0; i < count; i++) out[i] = f16ToF32(dv.getUint16(2 * i, true));
@@ -156,8 +156,14 @@ export function readSafetensorsHeader(path: string): {
   }
 }
 
+/**
+ * Where a reader may put a tensor: a Float32Array of exactly the tensor's size to decode into (so large
+ * checkpoints are not held twice), or undefined for a new array.
+ */
+export type TensorDestination = (name: string, shape: number[]) => Float32Array | undefined;
+
 /** Reads every tensor of a safetensors file (or only `names`) into f32. */
-export function readSafetensors(path: string, names?: Iterable<string>): TensorMap {
+export function readSafetensors(path: string, names?: Iterable<string>, into?: TensorDestination): TensorMap {
   const { entries, dataStart } = readSafetensorsHeader(path);
   const want = names ? new Set(names) : undefined;
   const out: TensorMap = new Map();
@@ -181,7 +187,9 @@ export function readSafetensors(path: string, names?: Iterable<string>): TensorM
         if (r <= 0) throw new SafetensorsError(`${path}: tensor "${name}" is truncated; the file is incomplete`);
         got += r;
       }
-      out.set(name, { shape: [...e.shape], data: decode(buf, dtype, count) });
+      const dest = into?.(name, [...e.shape]);
+      if (dest && dest.length !== count) throw new SafetensorsError(`tensor "${name}": destination has ${dest.length} floats, the file ${count}`);
+      out.set(name, { shape: [...e.shape], data: decode(buf, dtype, count, dest) });
     }
   } finally {
     closeSync(fd);
@@ -235,7 +243,7 @@ export const SINGLE_FILE = "model.safetensors";
 export const INDEX_FILE = "model.safetensors.index.json";
 
 /** Reads all weights of a folder: `model.safetensors`, or the shards listed in `model.safetensors.index.json`. */
-export function readSafetensorsDir(dir: string): TensorMap {
+export function readSafetensorsDir(dir: string, into?: TensorDestination): TensorMap {
   const indexPath = join(dir, INDEX_FILE);
   if (existsSync(indexPath)) {
     const index = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: Record<string, string> };
@@ -249,7 +257,7 @@ export function readSafetensorsDir(dir: string): TensorMap {
     for (const [file, names] of byFile) {
       const p = join(dir, file);
       if (!existsSync(p)) throw new SafetensorsError(`${indexPath} lists shard ${file}, which is missing from ${dir}`);
-      const part = readSafetensors(p, names);
+      const part = readSafetensors(p, names, into);
       for (const n of names) {
         const t = part.get(n);
         if (!t) throw new SafetensorsError(`${indexPath} maps "${n}" to ${file}, but that shard does not hold it`);
@@ -262,7 +270,7 @@ export function readSafetensorsDir(dir: string): TensorMap {
   if (!existsSync(single)) {
     throw new SafetensorsError(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} found; is this a Hugging Face checkpoint folder?`);
   }
-  return readSafetensors(single);
+  return readSafetensors(single, undefined, into);
 }
 
 /**

@@ -97,6 +97,17 @@ describe("checkpoint folders", () => {
     expect(worst).toBeLessThanOrEqual(0);
   });
 
+  it("reports tensors that are not part of a Qwen2/Llama decoder", () => {
+    const src = join(FIXTURES, "qwen2-tiny", "checkpoint");
+    const out = join(tmp(), "c");
+    const ck = loadCheckpoint(src);
+    saveCheckpoint(out, ck.cfg, ck.entries, ck.data);
+    const tensors = readSafetensors(join(out, "model.safetensors"));
+    tensors.set("model.layers.0.mlp.experts.0.weight", { shape: [2], data: new Float32Array(2) });
+    writeSafetensors(join(out, "model.safetensors"), tensors);
+    expect(() => loadCheckpoint(out)).toThrow(/unexpected tensors model.layers.0.mlp.experts.0.weight/);
+  });
+
   it("reports a tensor the config needs but the weights lack", () => {
     const ck = loadCheckpoint(join(FIXTURES, "qwen2-tiny", "checkpoint"));
     const out = join(tmp(), "c");
