@@ -38,10 +38,14 @@ export interface DemoResult {
   naive?: {
     steps: number;
     sameRewards: boolean;
-    ours: { tokensPerStep: number; secondsPerStep: number; rewards: number[] };
-    naive: { tokensPerStep: number; secondsPerStep: number; rewards: number[] };
+    ours: { tokensPerStep: number; rolloutTokensPerStep: number; secondsPerStep: number; rolloutSecondsPerStep: number; rewards: number[] };
+    naive: { tokensPerStep: number; rolloutTokensPerStep: number; secondsPerStep: number; rolloutSecondsPerStep: number; rewards: number[] };
+    /** Whole GRPO steps (rollouts + updates). */
     tokenRatio: number;
     wallRatio: number;
+    /** Rollouts only (prefill + sampling), where the two pipelines differ. */
+    rolloutTokenRatio: number;
+    rolloutWallRatio: number;
   };
   runDir: string;
   config: TrainConfig;
@@ -59,7 +63,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         { env: "sinkflex/arith-v0", options: { difficulty: 1 } },
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: 120 } },
         { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1 } },
-        { env: "sinkflex/restapi-v0", options: { difficulty: 1 } },
+        { env: "sinkflex/restapi-v0", options: { levels: [1] } },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
       attention: { mode: "sink-window", sinks: 4, window: 2048 },
@@ -117,8 +121,10 @@ async function naiveComparison(config: TrainConfig, main: TrainResult, steps: nu
     .filter(Boolean)
     .map((l) => JSON.parse(l) as Record<string, any>)
     .filter((r) => r.stage === "grpo" && r.step <= steps);
-  const oursTokens = records.reduce((n, r) => n + r.tokens.prefill + r.tokens.sampled + r.tokens.trained, 0);
-  const oursMs = records.reduce((n, r) => n + r.phaseMs.rollout + r.phaseMs.train, 0);
+  const oursRolloutTokens = records.reduce((n, r) => n + r.tokens.prefill + r.tokens.sampled, 0);
+  const oursTokens = oursRolloutTokens + records.reduce((n, r) => n + r.tokens.trained, 0);
+  const oursRolloutMs = records.reduce((n, r) => n + r.phaseMs.rollout, 0);
+  const oursMs = oursRolloutMs + records.reduce((n, r) => n + r.phaseMs.train, 0);
   const naiveConfig = validateConfig(
     {
       ...config,
@@ -134,14 +140,23 @@ async function naiveComparison(config: TrainConfig, main: TrainResult, steps: nu
   const naive = await train(naiveConfig, { quiet: options.quiet, rolloutMode: "recompute", skipEval: true, shouldStop: options.shouldStop });
   const naiveTokens = naive.grpo.rolloutTokens + naive.grpo.trainTokens;
   const naiveMs = naive.grpo.rolloutMs + naive.grpo.trainMs;
+  const per = (x: number) => x / steps;
   const oursRewards = main.rewardCurve.slice(0, steps);
   return {
     steps,
     sameRewards: JSON.stringify(oursRewards) === JSON.stringify(naive.rewardCurve.slice(0, steps)),
-    ours: { tokensPerStep: oursTokens / steps, secondsPerStep: oursMs / 1000 / steps, rewards: oursRewards },
-    naive: { tokensPerStep: naiveTokens / steps, secondsPerStep: naiveMs / 1000 / steps, rewards: naive.rewardCurve },
+    ours: { tokensPerStep: per(oursTokens), rolloutTokensPerStep: per(oursRolloutTokens), secondsPerStep: per(oursMs) / 1000, rolloutSecondsPerStep: per(oursRolloutMs) / 1000, rewards: oursRewards },
+    naive: {
+      tokensPerStep: per(naiveTokens),
+      rolloutTokensPerStep: per(naive.grpo.rolloutTokens),
+      secondsPerStep: per(naiveMs) / 1000,
+      rolloutSecondsPerStep: per(naive.grpo.rolloutMs) / 1000,
+      rewards: naive.rewardCurve,
+    },
     tokenRatio: naiveTokens / Math.max(oursTokens, 1),
     wallRatio: naiveMs / Math.max(oursMs, 1),
+    rolloutTokenRatio: naive.grpo.rolloutTokens / Math.max(oursRolloutTokens, 1),
+    rolloutWallRatio: naive.grpo.rolloutMs / Math.max(oursRolloutMs, 1),
   };
 }
 
@@ -177,8 +192,12 @@ export function formatDemoTable(r: DemoResult): string {
     const n = r.naive;
     lines.push("");
     lines.push(`Naive pipeline vs sinkflex, first ${n.steps} GRPO step(s) from the same policy and seed:`);
-    lines.push(`  model tokens per step: naive ${Math.round(n.naive.tokensPerStep).toLocaleString("en-US")}, sinkflex ${Math.round(n.ours.tokensPerStep).toLocaleString("en-US")}  -> ${n.tokenRatio.toFixed(2)}x fewer tokens`);
-    lines.push(`  wall time per step:    naive ${n.naive.secondsPerStep.toFixed(1)}s, sinkflex ${n.ours.secondsPerStep.toFixed(1)}s  -> ${n.wallRatio.toFixed(2)}x less wall time`);
+    const k = (x: number) => Math.round(x).toLocaleString("en-US");
+    lines.push(`                              naive     sinkflex   ratio`);
+    lines.push(`  rollout tokens per step  ${k(n.naive.rolloutTokensPerStep).padStart(9)}  ${k(n.ours.rolloutTokensPerStep).padStart(9)}   ${n.rolloutTokenRatio.toFixed(2)}x fewer`);
+    lines.push(`  rollout seconds per step ${n.naive.rolloutSecondsPerStep.toFixed(1).padStart(9)}  ${n.ours.rolloutSecondsPerStep.toFixed(1).padStart(9)}   ${n.rolloutWallRatio.toFixed(2)}x less`);
+    lines.push(`  all tokens per step      ${k(n.naive.tokensPerStep).padStart(9)}  ${k(n.ours.tokensPerStep).padStart(9)}   ${n.tokenRatio.toFixed(2)}x fewer (updates are the same work in both)`);
+    lines.push(`  all seconds per step     ${n.naive.secondsPerStep.toFixed(1).padStart(9)}  ${n.ours.secondsPerStep.toFixed(1).padStart(9)}   ${n.wallRatio.toFixed(2)}x less`);
     lines.push(
       n.sameRewards
         ? "  same rewards at every step (identical sampled tokens), so these are also the ratios to reach the same reward"
