@@ -2,7 +2,8 @@
  * Tool-call parsers: the sampled text of one assistant turn -> its content and its tool calls.
  *
  * The format is per model family; the Qwen family (Qwen2.5, Qwen3, Hermes style) writes each call as
- * `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`. A call that cannot be read is not
+ * `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`; Llama 3 writes one JSON object
+ * `{"name": ..., "parameters": {...}}`. A call that cannot be read is not
  * dropped: it goes to the environment as it was written (`arguments` is raw text, possibly malformed),
  * and the environment answers with an error observation the agent can recover from. This file parses
  * text only; it does not tokenize and does not validate arguments against a schema.
@@ -73,6 +74,29 @@ export const qwenToolParser: ToolCallParser = {
   },
 };
 
+/**
+ * The Llama 3.1 / 3.2 JSON format: a turn that is a tool call is one JSON object
+ * `{"name": ..., "parameters": {...}}` (optionally after `<|python_tag|>`); anything else is content.
+ */
+export const llama3ToolParser: ToolCallParser = {
+  name: "llama3",
+  parse(text, callIdPrefix) {
+    const body = text.replace(/^\s*<\|python_tag\|>/, "").trim();
+    if (!body.startsWith("{") || !/"name"\s*:/.test(body)) return { content: text.trim(), toolCalls: [], malformed: 0 };
+    try {
+      const obj = JSON.parse(body) as { name?: unknown; parameters?: unknown; arguments?: unknown };
+      if (typeof obj.name === "string") {
+        return { content: "", toolCalls: [{ id: `${callIdPrefix}0`, name: obj.name, arguments: JSON.stringify(obj.parameters ?? obj.arguments ?? {}) }], malformed: 0 };
+      }
+    } catch {
+      // Falls through: a call that cannot be read goes to the env as written.
+    }
+    const name = NAME_TEXT.exec(body)?.[1] ?? "";
+    const args = /"(?:parameters|arguments)"\s*:\s*([\s\S]*)$/.exec(body)?.[1]?.replace(/\}\s*$/, "").trim() ?? body;
+    return { content: "", toolCalls: [{ id: `${callIdPrefix}0`, name, arguments: args }], malformed: 1 };
+  },
+};
+
 /** No tool calls: the whole text is the content (for models without a tool format). */
 export const plainTextParser: ToolCallParser = {
   name: "plain",
@@ -83,6 +107,7 @@ export const plainTextParser: ToolCallParser = {
 
 const parsers = new Map<string, ToolCallParser>([
   [qwenToolParser.name, qwenToolParser],
+  [llama3ToolParser.name, llama3ToolParser],
   [plainTextParser.name, plainTextParser],
 ]);
 
@@ -93,7 +118,9 @@ export function toolParser(name: string): ToolCallParser {
   return p;
 }
 
-/** The parser matching a chat template: "qwen" when it writes `<tool_call>`, else plain text. */
+/** The parser matching a chat template: "qwen" when it writes `<tool_call>`, "llama3" for Llama 3's JSON calls, else plain text. */
 export function toolParserForTemplate(templateSource: string): ToolCallParser {
-  return templateSource.includes("<tool_call>") ? qwenToolParser : plainTextParser;
+  if (templateSource.includes("<tool_call>")) return qwenToolParser;
+  if (templateSource.includes("<|python_tag|>") || templateSource.includes('"parameters": ')) return llama3ToolParser;
+  return plainTextParser;
 }

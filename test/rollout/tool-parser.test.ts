@@ -1,6 +1,6 @@
 /** The Qwen `<tool_call>` parser: content, exact argument text, malformed and unclosed calls. */
 import { describe, expect, it } from "vitest";
-import { qwenToolParser, toolParser, toolParserForTemplate } from "../../src/rollout/tool-parser.js";
+import { llama3ToolParser, qwenToolParser, toolParser, toolParserForTemplate } from "../../src/rollout/tool-parser.js";
 
 describe("qwenToolParser", () => {
   it("splits content and calls, keeping the argument text exactly as written", () => {
@@ -38,5 +38,15 @@ describe("qwenToolParser", () => {
     expect(toolParserForTemplate("...<tool_call>...").name).toBe("qwen");
     expect(toolParserForTemplate("{{ messages }}").name).toBe("plain");
     expect(() => toolParser("nope")).toThrow(/unknown tool-call format "nope"/);
+  });
+});
+
+describe("llama3ToolParser", () => {
+  it("reads a JSON call, passes malformed ones on, and leaves plain text as content", () => {
+    expect(llama3ToolParser.parse('<|python_tag|>{"name": "get", "parameters": {"id": 7}}', "c_").toolCalls).toEqual([{ id: "c_0", name: "get", arguments: '{"id":7}' }]);
+    const bad = llama3ToolParser.parse('{"name": "get", "parameters": {id: 7}}', "c_");
+    expect(bad).toEqual({ content: "", toolCalls: [{ id: "c_0", name: "get", arguments: "{id: 7}" }], malformed: 1 });
+    expect(llama3ToolParser.parse("Hello there.", "c_")).toEqual({ content: "Hello there.", toolCalls: [], malformed: 0 });
+    expect(toolParserForTemplate("{{- '<|python_tag|>' }}").name).toBe("llama3");
   });
 });
