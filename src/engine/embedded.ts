@@ -270,12 +270,17 @@ export class EmbeddedEngine implements Engine {
         this.alive();
         if (this.queue.length > 0) {
           const fresh = this.queue.splice(0);
-          for (const r of fresh) {
-            try {
-              this.sync([r.session]);
-              active.push(r);
-            } catch (e) {
-              finish(r, e);
+          try {
+            this.sync(fresh.map((r) => r.session)); // sessions with one pending token decode together
+            active.push(...fresh);
+          } catch {
+            for (const r of fresh) {
+              try {
+                this.sync([r.session]); // isolate the request that failed
+                active.push(r);
+              } catch (e) {
+                finish(r, e);
+              }
             }
           }
         }
