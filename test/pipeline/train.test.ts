@@ -2,55 +2,11 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { registerSuite } from "../../src/envs/suite.js";
-import { register } from "../../src/gym/registry.js";
-import { validateConfig } from "../../src/rl/config.js";
 import { train } from "../../src/pipeline/train.js";
-import { arrayTasks, ToolEnv } from "../../src/tools/tool-env.js";
-import { functionTool } from "../../src/tools/tool.js";
-import { z } from "zod";
+import { parityConfig, registerParityEnv } from "./parity-env.js";
 
-/**
- * A one-turn env whose reward depends on what the model writes (an even-length answer scores 1), so a
- * random model gets mixed rewards within a group and GRPO has a learning signal.
- */
-const ENV_ID = "test/parity-v0";
-const QUESTIONS = Array.from({ length: 30 }, (_, i) => `Say something about item ${i}.`);
-register(
-  ENV_ID,
-  () =>
-    new ToolEnv<string, null>({
-      name: "ParityEnv",
-      tasks: arrayTasks(QUESTIONS),
-      tools: [functionTool({ name: "note", description: "Writes a note.", parameters: z.object({ text: z.string() }), execute: () => "noted" })],
-      open: async (q) => ({ state: null, messages: [{ role: "system", content: "Answer briefly." }, { role: "user", content: q }] }),
-      score: async (ep) => {
-        const last = ep.messages.filter((m) => m.role === "assistant").pop();
-        return { reward: (last?.content.length ?? 1) % 2 === 0 ? 1 : 0, evidence: { length: last?.content.length } };
-      },
-    }),
-  { suite: "parity", description: "test env", taskCount: QUESTIONS.length, maxEpisodeSteps: 4 },
-);
-registerSuite({
-  name: "parity",
-  envIds: [ENV_ID],
-  createExpert: () => ({ act: () => ({ content: "ok", toolCalls: [] }) }),
-});
-
-function config(runsDir: string, name: string) {
-  return validateConfig({
-    name,
-    runsDir,
-    seed: 3,
-    suites: [{ env: ENV_ID }],
-    model: { init: { hiddenSize: 32, layers: 1, heads: 2, kvHeads: 1, intermediateSize: 64, maxPositions: 1024 } },
-    sft: { expertEpisodes: 8, epochs: 1, batchSize: 4, lr: 1e-3 },
-    grpo: { steps: 3, batchTasks: 2, groupSize: 4, lr: 1e-2, epochs: 2, klCoef: 0.04, maxTurns: 2, maxTokensPerTurn: 12, maxContextTokens: 512, concurrency: 8 },
-    eval: { tasksPerSuite: 4 },
-    checkpointEvery: 1,
-    keepCheckpoints: 2,
-  });
-}
+registerParityEnv();
+const config = parityConfig;
 
 const learning = (path: string) =>
   readFileSync(path, "utf8")

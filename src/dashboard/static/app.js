@@ -4,7 +4,7 @@ import { lineChart, escapeHtml } from "./charts.js";
 import { renderGroup } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { run: null, compare: null, metrics: {}, next: {}, trajectories: null, trajFile: null };
+const state = { run: null, compare: null, metrics: {}, next: {}, trajectories: null, trajFile: null, pinnedFile: false };
 
 async function api(path) {
   const res = await fetch(path);
@@ -87,14 +87,15 @@ async function drawEval() {
 async function loadTrajectoryFiles() {
   const files = await api(`/api/runs/${encodeURIComponent(state.run)}/trajectories`);
   const sel = $("traj-file");
-  const keep = state.trajFile && files.includes(state.trajFile) ? state.trajFile : files[files.length - 1];
+  // Follow the newest step unless the user picked another one.
+  const keep = state.trajFile && files.includes(state.trajFile) && state.pinnedFile ? state.trajFile : files[files.length - 1];
   sel.innerHTML = files.map((f) => `<option>${escapeHtml(f)}</option>`).join("");
-  if (keep && keep !== state.trajFile) {
-    sel.value = keep;
-    await loadTrajectories(keep);
-  } else if (!keep) {
+  if (!keep) {
     $("viewer").innerHTML = `<div class="empty">no trajectories saved yet</div>`;
+    return;
   }
+  sel.value = keep;
+  if (keep !== state.trajFile) await loadTrajectories(keep);
 }
 
 async function loadTrajectories(file) {
@@ -140,10 +141,10 @@ async function refresh() {
   }
 }
 
-$("run-select").addEventListener("change", (e) => { state.run = e.target.value; state.trajFile = null; location.hash = state.run; refresh(); });
+$("run-select").addEventListener("change", (e) => { state.run = e.target.value; state.trajFile = null; state.pinnedFile = false; location.hash = state.run; refresh(); });
 $("compare-select").addEventListener("change", (e) => { state.compare = e.target.value || null; refresh(); });
 $("smoothing").addEventListener("input", drawCharts);
-$("traj-file").addEventListener("change", (e) => loadTrajectories(e.target.value));
+$("traj-file").addEventListener("change", (e) => { state.pinnedFile = true; loadTrajectories(e.target.value); });
 $("traj-suite").addEventListener("change", fillTasks);
 $("traj-task").addEventListener("change", showGroup);
 
