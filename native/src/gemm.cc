@@ -389,8 +389,10 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
     if (a > mStrips || b > nStrips) continue;
     double perM = std::ceil(static_cast<double>(mStrips) / a) * MR;
     double perN = std::ceil(static_cast<double>(nStrips) / b) * NR;
-    // work of the largest rectangle plus packing overhead (A packed once per task per N block, B per task)
-    double cost = perM * perN * K + (perM * K) * 0.5 + (perN * K) * 0.5;
+    // multiply-adds of the largest rectangle plus its packing: A is packed once per NC-wide column block,
+    // B once; a packed element costs about as much as 16 multiply-adds (copies vs SIMD FMAs)
+    double aPacks = std::ceil(perN / kNC);
+    double cost = perM * perN * K + 16.0 * (perM * K * aPacks + perN * K);
     if (cost < bestCost) {
       bestCost = cost;
       tm = a;
