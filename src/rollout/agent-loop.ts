@@ -346,6 +346,11 @@ export class Rollout {
           end(terminated ? "terminated" : "truncated_env");
           break;
         }
+        if (turn + 1 >= o.maxTurns) {
+          // No turn follows: the observation is recorded in the turn, not encoded and prefilled.
+          end("truncated_turns");
+          break;
+        }
         const assistant: AssistantMessage = { role: "assistant", content: parsed.content, ...(parsed.toolCalls.length ? { toolCalls: parsed.toolCalls } : {}) };
         const ext = renderer.extend(held, assistant, obs.messages as ChatMessage[]);
         if (ext.kind !== "extend") traj.drift.push(ext.drift);
