@@ -82,6 +82,26 @@ describe("Rollout on the embedded engine", () => {
     await rollout.close();
   });
 
+  it("splits a trajectory at template drift into segments that each match the engine's log-probs", async () => {
+    const engine = tinyEngine(codec);
+    const rollout = new Rollout(engine, codec, template, { ...base, onDrift: "split" });
+    const trajs = await rollout.runGroup(groupTask(3, 2, 6));
+    const drifts = trajs.reduce((a, t) => a + t.drift.length, 0);
+    // Random text often starts or ends with whitespace the parser trims, so the re-render differs.
+    expect(drifts).toBeGreaterThan(0);
+    for (const t of trajs) {
+      checkTrajectory(t);
+      expect(t.segments).toHaveLength(t.drift.length + 1);
+      for (const seg of t.segments) {
+        const [teacher] = await engine.logprobs([seg.tokens]);
+        for (let i = 1; i < seg.tokens.length; i++) if (seg.lossMask[i]) expect(Math.abs(seg.behaviourLogprobs[i]! - teacher![i - 1]!)).toBeLessThan(1e-4);
+      }
+      // Each later segment starts from the template's own rendering of the conversation so far.
+      for (const seg of t.segments.slice(1)) expect(codec.decode(seg.tokens)).toMatch(/^<\|im_start\|>system\n/);
+    }
+    await rollout.close();
+  });
+
   it("records truncation by turns, by tokens per turn and by context", async () => {
     const engine = tinyEngine(codec);
     const turns = await new Rollout(engine, codec, template, { ...base, maxTurns: 2 }).runGroup(groupTask(0, 1, 10));
