@@ -124,3 +124,33 @@ export function toOpenAIChatRecord(messages: ChatMessage[], tools: ToolSpec[]): 
     tools: tools.map((t) => ({ type: "function", function: t })),
   };
 }
+
+/**
+ * The usual `replay` of a suite without separate gold actions: the scripted expert plays tasks
+ * 0..n-1 of an env (seed = task index); every one must succeed. `label` names a task in the report.
+ */
+export async function replayWithExpert<Task>(
+  env: ToolEnv<Task, any>,
+  envId: string,
+  options: ReplayOptions,
+  label: (task: Task) => string,
+): Promise<ReplayReport> {
+  const report: ReplayReport = { total: 0, succeeded: 0, expectedRate: 1, failures: [] };
+  try {
+    const n = Math.min(env.metadata.taskCount ?? 0, options.limit ?? Infinity);
+    for (let i = 0; i < n; i++) {
+      const ep = await runExpertEpisode(env, envId, { taskIndex: i, seed: i });
+      const task = env.current!.task;
+      report.total++;
+      if (ep.reward === 1) report.succeeded++;
+      else {
+        const ev = (ep.info.evidence ?? {}) as Record<string, unknown>;
+        report.failures.push({ task: label(task), reason: String(ep.info.rewardError ?? `expected ${JSON.stringify(ev.expected)}, submitted ${JSON.stringify(ev.submitted)}`) });
+      }
+      options.onProgress?.(i + 1, n);
+    }
+  } finally {
+    await env.close();
+  }
+  return report;
+}

@@ -3,7 +3,7 @@
  * (its scripted expert and replay) with the suite list. The env itself is in `env.ts`.
  */
 import { register } from "../../gym/registry.js";
-import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
+import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createCrmEnv, CRM_ENV_ID, type CrmEnvOptions } from "./env.js";
 import { CrmExpert } from "./expert.js";
 import type { CrmTask } from "./tasks.js";
@@ -20,24 +20,7 @@ export async function replayCrm(envId: string, options: ReplayOptions): Promise<
   if (envId !== CRM_ENV_ID) throw new Error(`the crm suite has no env "${envId}"; use ${CRM_ENV_ID}`);
   if (options.tasks || options.dbDir) throw new Error("the crm suite generates its tasks and database from a seed; it takes no --tasks or --db-dir");
   const env = await createCrmEnv();
-  const report: ReplayReport = { total: 0, succeeded: 0, expectedRate: 1, failures: [] };
-  try {
-    const n = Math.min(env.metadata.taskCount ?? 0, options.limit ?? Infinity);
-    for (let i = 0; i < n; i++) {
-      const ep = await runExpertEpisode(env, envId, { taskIndex: i, seed: i });
-      const task = env.current!.task;
-      report.total++;
-      if (ep.reward === 1) report.succeeded++;
-      else {
-        const ev = (ep.info.evidence ?? {}) as Record<string, unknown>;
-        report.failures.push({ task: `${task.id} (${task.type})`, reason: String(ep.info.rewardError ?? `expected ${JSON.stringify(ev.expected)}, submitted ${JSON.stringify(ev.submitted)}`) });
-      }
-      options.onProgress?.(i + 1, n);
-    }
-  } finally {
-    await env.close();
-  }
-  return report;
+  return replayWithExpert(env, envId, options, (task) => `${task.id} (${task.type})`);
 }
 
 export const crmSuite: Suite = {

@@ -3,7 +3,7 @@
  * the suite (its scripted expert and replay) with the suite list. The env itself is in `env.ts`.
  */
 import { register } from "../../gym/registry.js";
-import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
+import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createRestApiEnv, RESTAPI_ENV_ID, type RestApiEnvOptions } from "./env.js";
 import { RestApiExpert } from "./expert.js";
 import type { RestTask } from "./tasks.js";
@@ -21,24 +21,7 @@ export async function replayRestApi(envId: string, options: ReplayOptions): Prom
   if (envId !== RESTAPI_ENV_ID) throw new Error(`the restapi suite has no env "${envId}"; use ${RESTAPI_ENV_ID}`);
   if (options.tasks || options.dbDir || options.games) throw new Error("the restapi suite generates its world and tasks from a seed; it takes no --tasks, --db-dir or --games");
   const env = await createRestApiEnv();
-  const report: ReplayReport = { total: 0, succeeded: 0, expectedRate: 1, failures: [] };
-  try {
-    const n = Math.min(env.metadata.taskCount ?? 0, options.limit ?? Infinity);
-    for (let i = 0; i < n; i++) {
-      const ep = await runExpertEpisode(env, envId, { taskIndex: i, seed: i });
-      const task = env.current!.task;
-      report.total++;
-      if (ep.reward === 1) report.succeeded++;
-      else {
-        const ev = (ep.info.evidence ?? {}) as Record<string, unknown>;
-        report.failures.push({ task: `${task.id} (${task.kind})`, reason: String(ep.info.rewardError ?? `expected ${JSON.stringify(ev.expected)}, submitted ${JSON.stringify(ev.submitted)}`) });
-      }
-      options.onProgress?.(i + 1, n);
-    }
-  } finally {
-    await env.close();
-  }
-  return report;
+  return replayWithExpert(env, envId, options, (task) => `${task.id} (${task.kind})`);
 }
 
 export const restApiSuite: Suite = {
