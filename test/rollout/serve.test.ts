@@ -3,6 +3,7 @@
  * vocabulary, the real tokenizer files) served over HTTP, used by the official `openai` client and by
  * the rollout's OpenAI-compatible policy client.
  */
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -154,5 +155,36 @@ describe("OpenAIPolicy against sinkflex serve", () => {
   it("says clearly when the server cannot be reached", async () => {
     const policy = new OpenAIPolicy({ baseURL: "http://127.0.0.1:9/v1", model: "tiny", timeoutMs: 2000 });
     await expect(policy.complete([1, 2], { maxTokens: 1 })).rejects.toThrow(/cannot reach the policy server/);
+  });
+});
+
+describe("sinkflex serve (the command)", () => {
+  it("serves a checkpoint folder from the command line, with the API key from the environment", async () => {
+    const child = spawn(process.execPath, ["bin/sinkflex.mjs", "serve", dir, "--port", "0", "--model-name", "cli"], {
+      env: { ...process.env, SINKFLEX_API_KEY: "k2" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    try {
+      const base = await new Promise<string>((resolve, reject) => {
+        let out = "";
+        child.stdout.on("data", (d: Buffer) => {
+          out += d.toString();
+          const m = /at (http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(out);
+          if (m) resolve(m[1]!);
+        });
+        child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+        child.on("exit", (code) => reject(new Error(`serve exited with ${code}: ${out}`)));
+      });
+      const models = await new OpenAI({ baseURL: base, apiKey: "k2", maxRetries: 0 }).models.list();
+      expect(models.data[0]!.id).toBe("cli");
+      const denied = await fetch(`${base}/models`);
+      expect(denied.status).toBe(401);
+    } finally {
+      child.kill("SIGTERM");
+    }
+  });
+
+  it("says what to do when the folder is not a checkpoint", async () => {
+    await expect(openServer(join(dir, "missing"))).rejects.toThrow(/no checkpoint folder/);
   });
 });
