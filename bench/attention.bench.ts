@@ -16,14 +16,14 @@
  *        (--quick: a short run to check the benchmark itself; its figures mean little)
  */
 import { writeFileSync } from "node:fs";
-import { createRandomModel, EmbeddedEngine } from "../src/engine/embedded.js";
+import { createRandomModel, loadEngine, type EmbeddedEngine } from "../src/engine/embedded.js";
 import type { TokenLoss } from "../src/engine/types.js";
 import { getKernels } from "../src/kernels/index.js";
 import type { ModelConfig } from "../src/model/config.js";
 import { Rng } from "../src/model/random.js";
 import { TrainWorkspace, type Model } from "../src/model/transformer.js";
 import {
-  formatProfile, MaskedSession, probeSinks, rewriteForSinks, sequenceLogits, type SinkProfile,
+  attentionMass, formatProfile, MaskedSession, probeSinks, rewriteForSinks, sequenceLogits, type SinkProfile,
 } from "../src/attention/index.js";
 
 // ------------------------------------------------------------------------------------------ options
@@ -36,10 +36,14 @@ interface Options {
   sinkAt: number;
   lr: number;
   window: number;
+  save: string | null;
+  load: string | null;
+  weightDecay: number;
+  lowThreshold: number;
 }
 
 function parseArgs(argv: string[]): Options {
-  const o: Options = { steps: 600, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 1e-2, window: 64 };
+  const o: Options = { steps: 600, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 1e-2, window: 64, save: null, load: null, weightDecay: 0.1, lowThreshold: 0.1 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const val = () => {
@@ -54,8 +58,12 @@ function parseArgs(argv: string[]): Options {
     else if (a === "--sink-at") o.sinkAt = Number(val());
     else if (a === "--lr") o.lr = Number(val());
     else if (a === "--window") o.window = Number(val());
+    else if (a === "--save") o.save = val();
+    else if (a === "--wd") o.weightDecay = Number(val());
+    else if (a === "--low-threshold") o.lowThreshold = Number(val());
+    else if (a === "--load") o.load = val();
     else if (a === "--help" || a === "-h") {
-      console.log("npm run bench:attention -- [--steps N] [--quick] [--only train,decode] [--sink-at K] [--lr X] [--window W] [--json FILE]");
+      console.log("npm run bench:attention -- [--steps N] [--quick] [--only train,decode] [--sink-at K] [--lr X] [--window W] [--wd X] [--low-threshold A] [--save DIR] [--load DIR] [--json FILE]");
       process.exit(0);
     } else throw new Error(`unknown option ${a}; see --help`);
   }
@@ -141,7 +149,7 @@ function train(o: Options, T: number): TrainResult {
     vocabSize: 64, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" }, maxPositionEmbeddings: 65536,
     tieWordEmbeddings: true, qkvBias: true,
   };
-  const engine = createRandomModel(cfg, 1, { kernels: getKernels() });
+  const engine = o.load ? loadEngine(o.load) : createRandomModel(cfg, 1, { kernels: getKernels() });
   const params = engine.weights.data.length;
   const rng = new Rng(7);
   const task = new BigramBackcopy(cfg.vocabSize, 11);
@@ -154,7 +162,7 @@ function train(o: Options, T: number): TrainResult {
     const { loss } = engine.forwardBackwardSync(seqs, meanNll);
     const warm = Math.min(1, step / 50);
     const decay = 0.5 * (1 + Math.cos((Math.PI * step) / o.steps));
-    engine.optimStepSync({ lr: o.lr * warm * (0.1 + 0.9 * decay), weightDecay: 0.1, maxGradNorm: 1 });
+    engine.optimStepSync({ lr: o.lr * warm * (0.1 + 0.9 * decay), weightDecay: o.weightDecay, maxGradNorm: 1 });
     avg = step === 1 ? loss : 0.9 * avg + 0.1 * loss;
     if (step % 50 === 0 || step === o.steps) {
       losses.push({ step, loss: avg });
@@ -284,27 +292,55 @@ async function main(): Promise<void> {
     const T = 4 * W;
     process.stderr.write(`training (${o.steps} steps, sequence ${T}, sink token at ${o.sinkAt})\n`);
     const tr = train(o, T);
+    if (o.save) tr.engine.saveSync(o.save);
     table("train", [
       ["params", "layers", "heads", "hidden", "sequence", "batch", "steps", "seconds", "final loss (nats)"],
-      [tr.params, tr.cfg.numLayers, tr.cfg.numHeads, tr.cfg.hiddenSize, T, 8, o.steps, tr.seconds, tr.losses.at(-1)!.loss],
+      [tr.params, tr.cfg.numLayers, tr.cfg.numHeads, tr.cfg.hiddenSize, T, 8, o.steps, tr.seconds, tr.losses.at(-1)?.loss ?? NaN],
     ]);
     const evalRng = new Rng(99);
     const evalSeqs = Array.from({ length: o.quick ? 4 : 16 }, () => tr.task.sequence(evalRng, T, o.sinkAt));
-    const profile: SinkProfile = probeSinks(tr.engine.model, evalSeqs, { delta: 64 > T / 2 ? 8 : 64, queries: 128, model: "bench model" });
-    console.log("\n## probe\n");
+    const delta = 64 > T / 2 ? 8 : 64;
+    const profile: SinkProfile = probeSinks(tr.engine.model, evalSeqs, { delta, queries: 128, model: "bench model" });
+    console.log(`\n## probe (delta ${delta}, threshold 0.3)\n`);
     console.log(formatProfile(profile, (id) => (id === SINK_TOKEN ? "SINK" : `#${id}`)));
+    const low: SinkProfile = probeSinks(tr.engine.model, evalSeqs, { delta, queries: 128, threshold: o.lowThreshold, model: "bench model" });
+    console.log(`\n## probe (delta ${delta}, threshold ${o.lowThreshold})\n`);
+    console.log(formatProfile(low, (id) => (id === SINK_TOKEN ? "SINK" : `#${id}`)));
+    // Where each head's mass goes: its three heaviest keys (position: mean α over the probed queries).
+    const heavy: (string | number)[][] = [["layer", "head", "heaviest keys (position: α)"]];
+    const L = tr.cfg.numLayers;
+    const Hh = tr.cfg.numHeads;
+    const acc = new Float64Array(L * Hh * T);
+    const cnt = new Float64Array(T);
+    const probeWs = new TrainWorkspace(tr.cfg);
+    for (const s of evalSeqs) {
+      const { sum, count } = attentionMass(tr.engine.model, probeWs, s, profile.settings.delta, 128);
+      for (let i = 0; i < sum.length; i++) acc[i]! += sum[i]!;
+      for (let i = 0; i < T; i++) cnt[i]! += count[i]!;
+    }
+    for (let l = 0; l < L; l++) {
+      for (let h = 0; h < Hh; h++) {
+        const alphas = Array.from({ length: T }, (_, k) => ({ k, a: cnt[k]! > 0 ? acc[(l * Hh + h) * T + k]! / cnt[k]! : 0 }));
+        alphas.sort((x, y) => y.a - x.a);
+        heavy.push([l, h, alphas.slice(0, 3).map((x) => `${x.k}: ${x.a.toFixed(3)}`).join(", ")]);
+      }
+    }
+    table("probe detail: where each head's attention mass goes", heavy);
     const found = profile.layers.filter((l) => l.positions.some((p) => p.position === o.sinkAt)).map((l) => l.layer);
-    console.log(`\nrecovery: sink token at position ${o.sinkAt}; layers with a sink there: ${found.length ? found.join(", ") : "none"}`);
+    const foundLow = low.layers.filter((l) => l.positions.some((p) => p.position === o.sinkAt)).map((l) => l.layer);
+    const argmaxAt = heavy.slice(1).filter((r) => String(r[2]).startsWith(`${o.sinkAt}: `)).length;
+    console.log(`\nrecovery: sink token at position ${o.sinkAt}; layers with a sink there: ${found.length ? found.join(", ") : "none"} at threshold 0.3, ${foundLow.length ? foundLow.join(", ") : "none"} at threshold ${o.lowThreshold}; heads whose heaviest key is ${o.sinkAt}: ${argmaxAt}/${heavy.length - 1}`);
     out.train = { ...tr, engine: undefined, task: undefined, T, W };
-    out.probe = { profile, recovered: found.length > 0, layers: found };
+    out.probe = { profile, lowThresholdProfile: low, recovered: found.length > 0, layers: found, layersAtLowThreshold: foundLow, headsWithHeaviestKeyAtSink: argmaxAt, heads: heavy.length - 1 };
+    const rewriteProfile = found.length > 0 ? profile : low;
 
     // The rewriter's layout for this model: no fixed slots (K = 0), the probed sink pinned (budget 1).
-    const pinnedFor = (s: number[]) => rewriteForSinks([s], profile, { sinks: 0, window: W, pinBudget: 1 }).pinned;
+    const pinnedFor = (s: number[]) => rewriteForSinks([s], rewriteProfile, { sinks: 0, window: W, pinBudget: 1 }).pinned;
     const variants: (Variant & { pinnedFor?: (s: number[]) => Uint8Array })[] = [
       { name: "full attention", window: 0, sinks: 0, pinned: null },
       { name: `window only (W = ${W})`, window: W, sinks: 0, pinned: null },
       ...[1, 2, 4].map((K) => ({ name: `K = ${K} sinks + window`, window: W, sinks: K, pinned: null })),
-      { name: "rewriter: probed sink pinned + window", window: W, sinks: 0, pinned: null, pinnedFor },
+      { name: `rewriter (profile at threshold ${rewriteProfile.settings.threshold}): K = 0, pin budget 1 + window`, window: W, sinks: 0, pinned: null, pinnedFor },
     ];
     const buckets = [[0, W], [W, 2 * W], [2 * W, 3 * W], [3 * W, 4 * W]];
     const bucketNames = buckets.map(([lo, hi]) => `${lo}-${hi! - 1}`);
