@@ -19,3 +19,4 @@ export { train, type TrainOptions, type TrainResult } from "./pipeline/train.js"
 export { evaluate, type SuiteEval } from "./pipeline/evaluate.js";
 export { runDemo, formatDemoTable } from "./pipeline/demo.js";
 export { createPolicy, loadPolicy, savePolicy, type Policy } from "./pipeline/policy.js";
+export * from "./attention/index.js";
