@@ -112,6 +112,8 @@ export async function grpoUpdate(
   // 3. E epochs; each is one optimizer step over the whole batch, accumulated over micro-batches.
   let last: Omit<GrpoStepMetrics, keyof typeof base> | undefined;
   for (let epoch = 0; epoch < hp.epochs; epoch++) {
+    // Let the event loop run between epochs (signals, progress, the dashboard).
+    await new Promise<void>((resolve) => setImmediate(resolve));
     let loss = 0;
     const sums = { kl: 0, clipFraction: 0, ratioMean: 0, importanceWeightMean: 0, entropyEstimate: 0 };
     for (let start = 0; start < lossSequences.length; start += hp.microBatch) {

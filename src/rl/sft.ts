@@ -58,6 +58,8 @@ export async function sftTrain(
     for (let b = 0; b < order.length; b += hp.batchSize) {
       step++;
       if (step <= startStep) continue; // resumed: these steps are already in the checkpoint
+      // Let the event loop run (signals, progress, the dashboard): engine calls may finish synchronously.
+      await new Promise<void>((resolve) => setImmediate(resolve));
       if (options.shouldStop?.()) return history;
       const batch = order.slice(b, b + hp.batchSize).map((i) => examples[i]!);
       const total = batch.reduce((n, ex) => n + ex.lossMask.subarray(1).reduce((a, x) => a + x, 0), 0);
