@@ -432,7 +432,7 @@ function memorySection(o: Options, out: Record<string, unknown>) {
 
 function commitOf(): string {
   const r = spawnSync("git", ["rev-parse", "--short", "HEAD"], { cwd: join(here, ".."), encoding: "utf8" });
-  const dirty = spawnSync("git", ["status", "--porcelain", "--untracked-files=no", "--", "src/kernels", "src/model", "src/engine", "native", "bench"], {
+  const dirty = spawnSync("git", ["status", "--porcelain", "--untracked-files=no", "--", "src/kernels", "src/model", "src/engine", "native", "bench/engine.bench.ts", "bench/peers"], {
     cwd: join(here, ".."), encoding: "utf8",
   });
   return (r.stdout.trim() || "unknown") + (dirty.stdout.trim() ? "+dirty" : "");

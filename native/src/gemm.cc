@@ -223,11 +223,51 @@ struct GemmArgs {
   int ldc;
 };
 
+#ifdef SFX_X86
+// Packs a full 8-row sliver of a row-major A (rows `src`, `src + lda`, ...) with 8 x 8 transposes.
+__attribute__((target("avx2,fma"))) static void packA8Rows(const float* src, size_t lda, int kc, float alpha,
+                                                          float* dst) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int p = 0;
+  for (; p + 8 <= kc; p += 8) {
+    __m256 r0 = _mm256_loadu_ps(src + p), r1 = _mm256_loadu_ps(src + lda + p);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * lda + p), r3 = _mm256_loadu_ps(src + 3 * lda + p);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * lda + p), r5 = _mm256_loadu_ps(src + 5 * lda + p);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * lda + p), r7 = _mm256_loadu_ps(src + 7 * lda + p);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    float* d = dst + static_cast<size_t>(p) * 8;
+    _mm256_storeu_ps(d + 0, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x20)));
+    _mm256_storeu_ps(d + 8, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x20)));
+    _mm256_storeu_ps(d + 16, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x20)));
+    _mm256_storeu_ps(d + 24, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x20)));
+    _mm256_storeu_ps(d + 32, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x31)));
+    _mm256_storeu_ps(d + 40, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x31)));
+    _mm256_storeu_ps(d + 48, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x31)));
+    _mm256_storeu_ps(d + 56, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x31)));
+  }
+  for (; p < kc; p++)
+    for (int i = 0; i < 8; i++) dst[p * 8 + i] = alpha * src[i * lda + p];
+}
+#endif
+
 // Packs op(A)[i0:i0+mc, p0:p0+kc] * alpha into MR-row slivers, zero-padded to a multiple of MR.
 static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, float* Ap) {
   for (int s = 0; s < mc; s += MR) {
     int mr = std::min(MR, mc - s);
     float* dst = Ap + static_cast<size_t>(s) * kc;
+#ifdef SFX_X86
+    if (!g.ta && MR == 8 && mr == 8 && simdLevel() != Simd::Portable) {
+      packA8Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha, dst);
+      continue;
+    }
+#endif
     if (!g.ta) {
       for (int i = 0; i < mr; i++) {
         const float* src = g.A + static_cast<size_t>(i0 + s + i) * g.lda + p0;
