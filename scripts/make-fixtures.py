@@ -29,10 +29,18 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 B, T = 2, 12
-ADAMW = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weightDecay": 0.1, "maxGradNorm": 1.0, "steps": 10}
+ADAMW = {"lr": 5e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weightDecay": 0.1, "maxGradNorm": 1.0, "steps": 10}
 
 
 def tiny_models():
@@ -77,8 +85,11 @@ def tiny_models():
         rope_theta=10000.0,
         rope_scaling={"rope_type": "linear", "factor": 2.0},
     )
+    # Qwen3: per-head q/k RMSNorm, no biases, head size 32 so that H * D (128) exceeds the hidden size (64).
+    qwen3 = Qwen3Config(**common, head_dim=32, tie_word_embeddings=True, attention_bias=False, rope_theta=1000000.0)
     return [
         ("qwen2-tiny", Qwen2ForCausalLM, qwen),
+        ("qwen3-tiny", Qwen3ForCausalLM, qwen3),
         ("llama-tiny", LlamaForCausalLM, llama),
         ("llama-bias-mqa", LlamaForCausalLM, llama_bias),
     ]

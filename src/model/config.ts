@@ -6,7 +6,7 @@
  * the tokenizer configuration, nor the generation configuration, and it holds no weights.
  */
 
-export type ModelArch = "qwen2" | "llama";
+export type ModelArch = "qwen2" | "qwen3" | "llama";
 
 /** RoPE frequency scaling, as in transformers' `rope_scaling` / `rope_parameters`. */
 export type RopeScaling =
@@ -41,7 +41,10 @@ export interface ModelConfig {
   ropeScaling: RopeScaling;
   maxPositionEmbeddings: number;
   tieWordEmbeddings: boolean;
-  /** Attention projections have biases: q/k/v for Qwen2 (always); q/k/v/o for Llama (`attention_bias`). */
+  /**
+   * Attention projections have biases: q/k/v for Qwen2 (always); q/k/v/o for Llama and Qwen3
+   * (`attention_bias`). Qwen3 also normalizes each query and key head (q_norm / k_norm, see hasQkNorm).
+   */
   qkvBias: boolean;
   bosTokenId?: number;
   eosTokenId?: number | number[];
@@ -75,10 +78,11 @@ function parseArch(raw: Record<string, unknown>): ModelArch {
   const modelType = raw.model_type;
   const archs = Array.isArray(raw.architectures) ? (raw.architectures as unknown[]) : [];
   if (modelType === "qwen2" || archs.includes("Qwen2ForCausalLM")) return "qwen2";
+  if (modelType === "qwen3" || archs.includes("Qwen3ForCausalLM")) return "qwen3";
   if (modelType === "llama" || archs.includes("LlamaForCausalLM")) return "llama";
   throw new ModelConfigError(
     `config.json: unsupported model_type ${JSON.stringify(modelType)} / architectures ${JSON.stringify(archs)}; ` +
-      `sinkflex supports "qwen2" (Qwen2ForCausalLM) and "llama" (LlamaForCausalLM)`,
+      `sinkflex supports "qwen2" (Qwen2ForCausalLM), "qwen3" (Qwen3ForCausalLM) and "llama" (LlamaForCausalLM)`,
   );
 }
 
@@ -119,9 +123,9 @@ export function parseHfConfig(raw: unknown): ModelConfig {
     throw new ModelConfigError(`config.json: hidden_act ${JSON.stringify(act)} is not supported; only "silu" (SwiGLU) is`);
   }
   if (r.mlp_bias === true) throw new ModelConfigError(`config.json: mlp_bias=true is not supported; set it to false`);
-  if (arch === "qwen2" && r.use_sliding_window === true) {
+  if (arch !== "llama" && r.use_sliding_window === true) {
     throw new ModelConfigError(
-      `config.json: use_sliding_window=true is not supported for Qwen2; sinkflex's windowed attention is configured separately`,
+      `config.json: use_sliding_window=true is not supported for Qwen2/Qwen3; sinkflex's windowed attention is configured separately`,
     );
   }
   // transformers 5 folds rope_theta and rope_scaling into rope_parameters.
@@ -229,6 +233,17 @@ export function toHfConfig(cfg: ModelConfig): Record<string, unknown> {
       max_window_layers: cfg.numLayers,
     };
   }
+  if (cfg.arch === "qwen3") {
+    return {
+      architectures: ["Qwen3ForCausalLM"],
+      model_type: "qwen3",
+      ...common,
+      attention_bias: cfg.qkvBias,
+      use_sliding_window: false,
+      sliding_window: null,
+      max_window_layers: cfg.numLayers,
+    };
+  }
   return {
     architectures: ["LlamaForCausalLM"],
     model_type: "llama",
@@ -246,6 +261,7 @@ export function parameterCount(cfg: ModelConfig): number {
   const kvDim = cfg.numKvHeads * cfg.headDim;
   const F = cfg.intermediateSize;
   const perLayer =
-    2 * C + C * qDim + 2 * C * kvDim + qDim * C + (cfg.qkvBias ? qDim + 2 * kvDim + (cfg.arch === "llama" ? C : 0) : 0) + 3 * C * F;
+    2 * C + C * qDim + 2 * C * kvDim + qDim * C + (cfg.qkvBias ? qDim + 2 * kvDim + (cfg.arch !== "qwen2" ? C : 0) : 0) +
+    (cfg.arch === "qwen3" ? 2 * cfg.headDim : 0) + 3 * C * F;
   return cfg.vocabSize * C * (cfg.tieWordEmbeddings ? 1 : 2) + cfg.numLayers * perLayer + C;
 }

@@ -27,7 +27,9 @@ export interface LayerParams {
   /** [KVH*D] or null */ kBias: Float32Array | null;
   /** [KVH*D] or null */ vBias: Float32Array | null;
   /** [C, H*D] */ o: Float32Array;
-  /** [C] or null (Llama with attention_bias has an o_proj bias too; Qwen2 has none) */ oBias: Float32Array | null;
+  /** [C] or null (Llama / Qwen3 with attention_bias have an o_proj bias too; Qwen2 has none) */ oBias: Float32Array | null;
+  /** [D] per-head query / key RMSNorm weights (Qwen3), or null */ qNorm: Float32Array | null;
+  /** [D] */ kNorm: Float32Array | null;
   /** [H] per-head learnable sink logit, or null when the model has none. */ sinks: Float32Array | null;
   /** [C] */ postNorm: Float32Array;
   /** [F, C] */ gate: Float32Array;
@@ -49,9 +51,14 @@ export interface ParamOptions {
   sinkLogits?: boolean;
 }
 
-/** Llama's `attention_bias` puts a bias on q, k, v and o; Qwen2 has q/k/v biases only. */
+/** Llama's and Qwen3's `attention_bias` puts a bias on q, k, v and o; Qwen2 has q/k/v biases only. */
 export function hasOBias(cfg: ModelConfig): boolean {
-  return cfg.arch === "llama" && cfg.qkvBias;
+  return cfg.arch !== "qwen2" && cfg.qkvBias;
+}
+
+/** Qwen3 RMS-normalizes every query and key head (weights [D]) before RoPE. */
+export function hasQkNorm(cfg: ModelConfig): boolean {
+  return cfg.arch === "qwen3";
 }
 
 /** The ordered list of parameters of a model, as named in Hugging Face checkpoints. */
@@ -79,6 +86,10 @@ export function paramLayout(cfg: ModelConfig, opts: ParamOptions = {}): { entrie
     add(`${p}self_attn.v_proj.weight`, [kvDim, C], "linear");
     if (cfg.qkvBias) add(`${p}self_attn.v_proj.bias`, [kvDim], "bias");
     add(`${p}self_attn.o_proj.weight`, [C, qDim], "linear");
+    if (hasQkNorm(cfg)) {
+      add(`${p}self_attn.q_norm.weight`, [cfg.headDim], "norm");
+      add(`${p}self_attn.k_norm.weight`, [cfg.headDim], "norm");
+    }
     if (hasOBias(cfg)) add(`${p}self_attn.o_proj.bias`, [C], "bias");
     if (opts.sinkLogits) add(`${p}self_attn.sinks`, [cfg.numHeads], "sink");
     add(`${p}post_attention_layernorm.weight`, [C], "norm");
@@ -112,6 +123,8 @@ export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float3
       vBias: opt(`${p}self_attn.v_proj.bias`),
       o: view(`${p}self_attn.o_proj.weight`),
       oBias: opt(`${p}self_attn.o_proj.bias`),
+      qNorm: opt(`${p}self_attn.q_norm.weight`),
+      kNorm: opt(`${p}self_attn.k_norm.weight`),
       sinks: opt(`${p}self_attn.sinks`),
       postNorm: view(`${p}post_attention_layernorm.weight`),
       gate: view(`${p}mlp.gate_proj.weight`),

@@ -1,6 +1,6 @@
 /**
- * The Qwen2 / Llama decoder, forward and backward written out layer by layer (as in llm.c): embedding,
- * RMSNorm, attention with RoPE and grouped-query heads, SwiGLU MLP, LM head with log-softmax.
+ * The Qwen2 / Qwen3 / Llama decoder, forward and backward written out layer by layer (as in llm.c): embedding,
+ * RMSNorm, attention with RoPE and grouped-query heads (Qwen3: per-head q/k RMSNorm), SwiGLU MLP, LM head with log-softmax.
  *
  * Two passes live here:
  * - `trainForward` / `trainBackward`: whole packed sequences (training and teacher-forced scoring), with
@@ -16,7 +16,7 @@
  */
 import type { AttentionMask, Kernels } from "../kernels/kernels.js";
 import type { ModelConfig } from "./config.js";
-import type { ModelParams } from "./params.js";
+import { hasQkNorm, type ModelParams } from "./params.js";
 import { RopeTable } from "./rope.js";
 
 /** The canonical attention mask settings shared by every sequence of a model (see attention/). */
@@ -97,6 +97,10 @@ interface LayerActs {
   /** [N, C] */ ln1: Float32Array;
   /** [N] */ rstd1: Float32Array;
   /** [N, Q] after RoPE */ q: Float32Array;
+  /** [N, Q] / [N, KV] projections before the per-head norm (Qwen3; empty otherwise) */ qRaw: Float32Array;
+  kRaw: Float32Array;
+  /** [N, H] / [N, KVH] per-head norm rstd (Qwen3; empty otherwise) */ qRstd: Float32Array;
+  kRstd: Float32Array;
   /** [N, KV] after RoPE */ k: Float32Array;
   /** [N, KV] */ v: Float32Array;
   /** [N, Q] */ att: Float32Array;
@@ -129,6 +133,7 @@ export class TrainWorkspace {
   dQ = new Float32Array(0);
   dK = new Float32Array(0);
   dV = new Float32Array(0);
+  /** [N, KV] gradient of the k projection before its per-head norm (Qwen3) */ dKRaw = new Float32Array(0);
   dAct = new Float32Array(0);
   /** Whether `logits` holds all rows of the last forward (no recompute needed in backward). */
   logitsComplete = false;
@@ -141,6 +146,7 @@ export class TrainWorkspace {
     const { hiddenSize: C, numLayers: L, numHeads: H, intermediateSize: F, vocabSize: V } = this.cfg;
     const Q = H * this.cfg.headDim;
     const KV = this.cfg.numKvHeads * this.cfg.headDim;
+    const qkNorm = hasQkNorm(this.cfg);
     if (N > this.capacity) {
       const cap = Math.max(N, Math.ceil(this.capacity * 1.25));
       this.capacity = cap;
@@ -149,6 +155,10 @@ export class TrainWorkspace {
         ln1: new Float32Array(cap * C),
         rstd1: new Float32Array(cap),
         q: new Float32Array(cap * Q),
+        qRaw: new Float32Array(qkNorm ? cap * Q : 0),
+        kRaw: new Float32Array(qkNorm ? cap * KV : 0),
+        qRstd: new Float32Array(qkNorm ? cap * H : 0),
+        kRstd: new Float32Array(qkNorm ? cap * this.cfg.numKvHeads : 0),
         k: new Float32Array(cap * KV),
         v: new Float32Array(cap * KV),
         att: new Float32Array(cap * Q),
@@ -177,6 +187,7 @@ export class TrainWorkspace {
       this.dQ = new Float32Array(cap * Q);
       this.dK = new Float32Array(cap * KV);
       this.dV = new Float32Array(cap * KV);
+      this.dKRaw = new Float32Array(qkNorm ? cap * KV : 0);
       this.dAct = new Float32Array(cap * F);
     }
   }
@@ -228,8 +239,15 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
     const a = ws.layers[l]!;
     const x = ws.resid[l]!;
     k.rmsnormForward(N, C, cfg.rmsNormEps, x, W.inputNorm, a.ln1, a.rstd1);
-    linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.q);
-    linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.k);
+    if (W.qNorm && W.kNorm) {
+      linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.qRaw);
+      linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.kRaw);
+      k.rmsnormForward(N * H, D, cfg.rmsNormEps, a.qRaw, W.qNorm, a.q, a.qRstd);
+      k.rmsnormForward(N * KVH, D, cfg.rmsNormEps, a.kRaw, W.kNorm, a.k, a.kRstd);
+    } else {
+      linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.q);
+      linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.k);
+    }
     linear(k, N, KV, C, a.ln1, W.v, W.vBias, a.v);
     k.ropeForward(N, H, D, b.positions, cos, sin, a.q);
     k.ropeForward(N, KVH, D, b.positions, cos, sin, a.k);
@@ -319,14 +337,23 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
     }
     k.ropeBackward(N, H, D, b.positions, cos, sin, ws.dQ);
     k.ropeBackward(N, KVH, D, b.positions, cos, sin, ws.dK);
-    if (dW.qBias) k.biasBackward(N, Q, ws.dQ, dW.qBias);
-    if (dW.kBias) k.biasBackward(N, KV, ws.dK, dW.kBias);
+    // dQp / dKp: gradients of the q / k projections (before Qwen3's per-head norm, if any)
+    let dQp = ws.dQ;
+    let dKp = ws.dK;
+    if (W.qNorm && W.kNorm && dW.qNorm && dW.kNorm) {
+      dQp = ws.dAtt; // free again: attentionBackward has consumed it
+      dKp = ws.dKRaw;
+      k.rmsnormBackward(N * H, D, ws.dQ, a.qRaw, W.qNorm, a.qRstd, dQp, dW.qNorm);
+      k.rmsnormBackward(N * KVH, D, ws.dK, a.kRaw, W.kNorm, a.kRstd, dKp, dW.kNorm);
+    }
+    if (dW.qBias) k.biasBackward(N, Q, dQp, dW.qBias);
+    if (dW.kBias) k.biasBackward(N, KV, dKp, dW.kBias);
     if (dW.vBias) k.biasBackward(N, KV, ws.dV, dW.vBias);
-    k.sgemm(false, false, N, C, Q, 1, ws.dQ, Q, W.q, C, 0, dLn, C);
-    k.sgemm(false, false, N, C, KV, 1, ws.dK, KV, W.k, C, 1, dLn, C);
+    k.sgemm(false, false, N, C, Q, 1, dQp, Q, W.q, C, 0, dLn, C);
+    k.sgemm(false, false, N, C, KV, 1, dKp, KV, W.k, C, 1, dLn, C);
     k.sgemm(false, false, N, C, KV, 1, ws.dV, KV, W.v, C, 1, dLn, C);
-    k.sgemm(true, false, Q, C, N, 1, ws.dQ, Q, a.ln1, C, 1, dW.q, C);
-    k.sgemm(true, false, KV, C, N, 1, ws.dK, KV, a.ln1, C, 1, dW.k, C);
+    k.sgemm(true, false, Q, C, N, 1, dQp, Q, a.ln1, C, 1, dW.q, C);
+    k.sgemm(true, false, KV, C, N, 1, dKp, KV, a.ln1, C, 1, dW.k, C);
     k.sgemm(true, false, KV, C, N, 1, ws.dV, KV, a.ln1, C, 1, dW.v, C);
     k.rmsnormBackward(N, C, dLn, ws.resid[l]!, W.inputNorm, a.rstd1, ws.dTmp, dW.inputNorm);
     k.add(N * C, dResid, ws.dTmp, dResid);
@@ -356,6 +383,8 @@ export class CachedWorkspace {
   up = new Float32Array(0);
   act = new Float32Array(0);
   rstd = new Float32Array(0);
+  /** [M, KV] the k projection before Qwen3's per-head norm */ kRaw = new Float32Array(0);
+  /** [M, H] per-head norm scratch */ headRstd = new Float32Array(0);
   rows = new Float32Array(0);
 
   constructor(private readonly cfg: ModelConfig) {}
@@ -378,6 +407,10 @@ export class CachedWorkspace {
     this.act = new Float32Array(cap * F);
     this.rstd = new Float32Array(cap);
     this.rows = new Float32Array(cap * C);
+    if (hasQkNorm(this.cfg)) {
+      this.kRaw = new Float32Array(cap * KV);
+      this.headRstd = new Float32Array(cap * this.cfg.numHeads);
+    }
   }
 }
 
@@ -423,8 +456,15 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   for (let l = 0; l < cfg.numLayers; l++) {
     const W = P.layers[l]!;
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.inputNorm, ws.ln, ws.rstd);
-    linear(k, M, Q, C, ws.ln, W.q, W.qBias, ws.q);
-    linear(k, M, KVD, C, ws.ln, W.k, W.kBias, ws.k);
+    if (W.qNorm && W.kNorm) {
+      linear(k, M, Q, C, ws.ln, W.q, W.qBias, ws.att); // att is scratch until attention runs
+      linear(k, M, KVD, C, ws.ln, W.k, W.kBias, ws.kRaw);
+      k.rmsnormForward(M * H, D, cfg.rmsNormEps, ws.att, W.qNorm, ws.q, ws.headRstd);
+      k.rmsnormForward(M * KVH, D, cfg.rmsNormEps, ws.kRaw, W.kNorm, ws.k, ws.headRstd);
+    } else {
+      linear(k, M, Q, C, ws.ln, W.q, W.qBias, ws.q);
+      linear(k, M, KVD, C, ws.ln, W.k, W.kBias, ws.k);
+    }
     linear(k, M, KVD, C, ws.ln, W.v, W.vBias, ws.v);
     k.ropeForward(M, H, D, step.positions, cos, sin, ws.q);
     k.ropeForward(M, KVH, D, step.positions, cos, sin, ws.k);

@@ -24,8 +24,8 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels", (_n, k) => {
   const make = (seed = 11, over = {}) => createRandomModel(tinyConfig(over), seed, { kernels: k, std: 0.15, blockSize: 4 });
 
-  it("appending in pieces gives the logits of the full forward at every step", async () => {
-    const engine = make();
+  it.each([["qwen2", {}], ["qwen3", { arch: "qwen3", qkvBias: false, headDim: 16 }]] as const)("%s: appending in pieces gives the logits of the full forward at every step", async (_a, over) => {
+    const engine = make(11, over);
     const seq = randomTokens(5, 23, V);
     const ws = new TrainWorkspace(engine.config);
     trainForward(engine.model, ws, packSequences([seq]), false);

@@ -7,7 +7,7 @@
  *       /tmp/sinkflex-export/<case>/ids.json /tmp/sinkflex-export/<case>/logits.safetensors
  *
  * Cases: the two fixture models after 3 AdamW steps (Llama in F32; Qwen2 in BF16, sharded), and a fresh
- * random Llama with q/k/v biases and linear RoPE scaling.
+ * random Llama with q/k/v biases and linear RoPE scaling, and a random Qwen3 in F16.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -42,5 +42,7 @@ for (const [name, save] of [["llama-tiny", {}], ["qwen2-tiny", { dtype: "BF16", 
   }
   await exportCase(`${name}-trained`, engine, fx.inputIds, save);
 }
+const q3 = tinyConfig({ arch: "qwen3", qkvBias: false, headDim: 16 });
+await exportCase("qwen3-random", createRandomModel(q3, 8, { std: 0.1 }), [randomTokens(3, 16, 64)], { dtype: "F16" });
 const cfg = tinyConfig({ arch: "llama", qkvBias: true, ropeScaling: { type: "linear", factor: 2 }, tieWordEmbeddings: true });
 await exportCase("llama-bias-linear-rope", createRandomModel(cfg, 5, { std: 0.1 }), [randomTokens(1, 20, 64), randomTokens(2, 20, 64)], {});

@@ -10,7 +10,7 @@ import { loadNativeKernels, referenceKernels } from "../../src/kernels/index.js"
 import { readSafetensors, type TensorMap } from "../../src/model/safetensors.js";
 
 export const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), "..", "fixtures", "models");
-export const FIXTURE_MODELS = ["qwen2-tiny", "llama-tiny", "llama-bias-mqa"];
+export const FIXTURE_MODELS = ["qwen2-tiny", "qwen3-tiny", "llama-tiny", "llama-bias-mqa"];
 
 export interface Fixture {
   name: string;
