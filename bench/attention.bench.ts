@@ -43,7 +43,7 @@ interface Options {
 }
 
 function parseArgs(argv: string[]): Options {
-  const o: Options = { steps: 600, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 1e-2, window: 64, save: null, load: null, weightDecay: 0.1, lowThreshold: 0.1 };
+  const o: Options = { steps: 3000, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 1e-2, window: 32, save: null, load: null, weightDecay: 0.1, lowThreshold: 0.1 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const val = () => {
