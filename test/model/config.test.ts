@@ -28,6 +28,9 @@ describe("parseHfConfig", () => {
     const q = parseHfConfig(JSON.parse(readFileSync(join(FIXTURES, "qwen2-tiny/checkpoint/config.json"), "utf8")));
     expect(q).toMatchObject({ arch: "qwen2", ropeScaling: { type: "none" }, ropeTheta: 10000 });
     expect(parseHfConfig(toHfConfig(llama))).toEqual(llama);
+    const q3 = parseHfConfig(JSON.parse(readFileSync(join(FIXTURES, "qwen3-tiny/checkpoint/config.json"), "utf8")));
+    expect(q3).toMatchObject({ arch: "qwen3", qkvBias: false, headDim: 32, hiddenSize: 64, numHeads: 4, tieWordEmbeddings: true });
+    expect(parseHfConfig(toHfConfig(q3))).toEqual(q3);
   });
 
   it("applies linear and llama3 RoPE scaling to the inverse frequencies", () => {
