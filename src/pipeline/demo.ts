@@ -22,6 +22,8 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
+  /** The time the whole demo may take, in minutes (default 20): SFT gets 40% and GRPO 30%. */
+  minutes?: number;
 }
 
 export interface DemoSuiteRow {
@@ -65,12 +67,13 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1 } },
         { env: "sinkflex/restapi-v0", options: { levels: [1] } },
       ],
-      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
+      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
       attention: { mode: "sink-window", sinks: 4, window: 2048 },
-      sft: quick ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 } : { expertEpisodes: 96, epochs: 3, batchSize: 16, lr: 3e-3 },
+      // The full run's SFT and GRPO lengths are upper bounds: the demo's time budget ends them.
+      sft: quick ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 } : { expertEpisodes: 128, epochs: 30, batchSize: 8, lr: 5e-3 },
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 12, batchTasks: 8, groupSize: 8, lr: 3e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
+        : { steps: 40, batchTasks: 8, groupSize: 8, lr: 5e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 40, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
@@ -80,7 +83,12 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
 
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed });
-  const main = await train(config, { quiet: options.quiet, shouldStop: options.shouldStop });
+  const budgetMs = (options.minutes ?? 20) * 60_000;
+  const main = await train(config, {
+    quiet: options.quiet,
+    shouldStop: options.shouldStop,
+    ...(options.quick ? {} : { sftBudgetMs: 0.4 * budgetMs, grpoBudgetMs: 0.3 * budgetMs }),
+  });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => {
     const a = main.evalBefore![suite]!;
@@ -106,7 +114,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     config,
   };
 
-  const naiveSteps = Math.min(options.naiveSteps ?? 2, config.grpo.steps);
+  const naiveSteps = Math.min(options.naiveSteps ?? 2, main.rewardCurve.length);
   if (naiveSteps > 0 && !options.shouldStop?.()) {
     result.naive = await naiveComparison(config, main, naiveSteps, options);
   }

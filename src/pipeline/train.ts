@@ -44,6 +44,13 @@ export interface TrainOptions {
   skipEval?: boolean;
   /** Called with each metrics record as it is written. */
   onMetrics?: (record: Record<string, unknown>) => void;
+  /**
+   * Time boxes (milliseconds) for SFT and for GRPO: the stage ends after the step that crosses its
+   * budget, and the run goes on to the next stage. Used by the demo to fit its time on any machine;
+   * a time-boxed run is not repeatable step for step, so `--resume` is not exact for it.
+   */
+  sftBudgetMs?: number;
+  grpoBudgetMs?: number;
 }
 
 export interface PhaseTotals {
@@ -237,6 +244,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
       const tSft = performance.now();
       status({ stage: "sft", step: state.step, totalSteps: totalSft });
+      const sftDeadline = tSft + (options.sftBudgetMs ?? Infinity);
+      let outOfTime = false;
       const progress = new Progress("sft", totalSft - state.step, "steps", options.quiet);
       let stopped = false;
       await sftTrain(
@@ -251,12 +260,17 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         },
         {
           startStep: state.step,
-          shouldStop: () => (stopped = options.shouldStop?.() ?? false),
+          shouldStop: () => {
+            stopped = options.shouldStop?.() ?? false;
+            outOfTime = !stopped && performance.now() > sftDeadline;
+            return stopped || outOfTime;
+          },
         },
       );
       progress.finish();
       state.sftMs += performance.now() - tSft;
       if (stopped) return await stopNow(state);
+      if (outOfTime) log(`SFT reached its time budget after step ${state.step} of ${totalSft}; going on to RL`);
     }
     state.sftSteps = totalSft;
 
@@ -318,6 +332,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         }
       };
       const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: cfg.grpo.batchTasks, maxStaleness: cfg.grpo.maxStaleness });
+      const tGrpo = performance.now();
       let tRollout = performance.now();
       let stepIndex = 0;
       let lastStats = { ...rollout.stats };
@@ -390,7 +405,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m!.kl.toFixed(4)}`);
         status({ stage: "grpo", step, totalSteps: totalGrpo });
         const stop = options.shouldStop?.() ?? false;
-        if (step % cfg.checkpointEvery === 0 || step === totalGrpo || stop) {
+        const outOfTime = performance.now() - tGrpo > (options.grpoBudgetMs ?? Infinity);
+        if (step % cfg.checkpointEvery === 0 || step === totalGrpo || stop || outOfTime) {
           await checkpoint(`grpo-${String(step).padStart(5, "0")}`, state);
         }
         if (stop) {
@@ -398,6 +414,10 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           status({ state: "stopped", stage: "grpo", step });
           log(`stopped after GRPO step ${step}; continue with --resume`);
           return { runDir: run.path, stopped: true, grpo: state.grpo, rewardCurve: state.rewardCurve, sftMs: state.sftMs, totalMs: performance.now() - t0, checkpoint: run.latestCheckpoint() };
+        }
+        if (outOfTime && step < totalGrpo) {
+          log(`GRPO reached its time budget after step ${step} of ${totalGrpo}; going on to evaluation`);
+          break;
         }
         tRollout = performance.now();
       }

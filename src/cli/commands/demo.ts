@@ -17,10 +17,13 @@ export function registerDemoCommands(program: Command): void {
     .option("--quick", "a tiny smoke-test run (about a minute); its numbers mean nothing")
     .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", "2")
     .option("--seed <n>", "seed of everything", "0")
+    .option("--minutes <m>", "time budget of the whole demo: SFT gets 40% of it and GRPO 30%", "20")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
     .option("--no-open", "serve the dashboard but do not open a browser")
-    .action(async (opts: { runs: string; json?: string; quick?: boolean; naiveSteps: string; seed: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+    .action(async (opts: { runs: string; json?: string; quick?: boolean; naiveSteps: string; seed: string; minutes: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+      const minutes = Number(opts.minutes);
+      if (!(minutes > 0)) throw new UsageError(`--minutes must be a positive number, got "${opts.minutes}"`);
       const naiveSteps = Number(opts.naiveSteps);
       if (!Number.isInteger(naiveSteps) || naiveSteps < 0) throw new UsageError(`--naive-steps must be a non-negative integer, got "${opts.naiveSteps}"`);
       const seed = Number(opts.seed);
@@ -35,7 +38,7 @@ export function registerDemoCommands(program: Command): void {
       const stopper = installStopHandler();
       const closeDashboard = opts.dashboard ? await dashboardForRun(opts.runs, opts.open) : undefined;
       try {
-        const result = await runDemo({ runsDir: opts.runs, quick: opts.quick, naiveSteps, quiet: opts.quiet, shouldStop: stopper.shouldStop, seed });
+        const result = await runDemo({ runsDir: opts.runs, quick: opts.quick, naiveSteps, quiet: opts.quiet, shouldStop: stopper.shouldStop, seed, minutes });
         console.log(`\n${formatDemoTable(result)}`);
         if (opts.json) writeJsonAtomic(opts.json, result);
       } finally {
