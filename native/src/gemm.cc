@@ -224,9 +224,11 @@ struct GemmArgs {
 };
 
 #ifdef SFX_X86
-// Packs a full 8-row sliver of a row-major A (rows `src`, `src + lda`, ...) with 8 x 8 transposes.
-__attribute__((target("avx2,fma"))) static void packA8Rows(const float* src, size_t lda, int kc, float alpha,
-                                                          float* dst) {
+// Transposes 8 rows (`src`, `src + lda`, ...) of kc floats into kc groups of 8 (times alpha), group p at
+// dst + p * ostride: packs an 8-row sliver of a row-major A (ostride 8) or 8 columns of a B stored
+// transposed (ostride NR). 8 x 8 SIMD transposes.
+__attribute__((target("avx2,fma"))) static void pack8Rows(const float* src, size_t lda, int kc, float alpha,
+                                                         float* dst, int ostride) {
   const __m256 va = _mm256_set1_ps(alpha);
   int p = 0;
   for (; p + 8 <= kc; p += 8) {
@@ -242,18 +244,25 @@ __attribute__((target("avx2,fma"))) static void packA8Rows(const float* src, siz
     __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
     __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
     __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    float* d = dst + static_cast<size_t>(p) * 8;
-    _mm256_storeu_ps(d + 0, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x20)));
-    _mm256_storeu_ps(d + 8, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x20)));
-    _mm256_storeu_ps(d + 16, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x20)));
-    _mm256_storeu_ps(d + 24, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x20)));
-    _mm256_storeu_ps(d + 32, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x31)));
-    _mm256_storeu_ps(d + 40, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x31)));
-    _mm256_storeu_ps(d + 48, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x31)));
-    _mm256_storeu_ps(d + 56, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x31)));
+    float* d = dst + static_cast<size_t>(p) * ostride;
+    _mm256_storeu_ps(d + 0 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x20)));
+    _mm256_storeu_ps(d + 1 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x20)));
+    _mm256_storeu_ps(d + 2 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x20)));
+    _mm256_storeu_ps(d + 3 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x20)));
+    _mm256_storeu_ps(d + 4 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x31)));
+    _mm256_storeu_ps(d + 5 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x31)));
+    _mm256_storeu_ps(d + 6 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x31)));
+    _mm256_storeu_ps(d + 7 * ostride, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x31)));
   }
   for (; p < kc; p++)
-    for (int i = 0; i < 8; i++) dst[p * 8 + i] = alpha * src[i * lda + p];
+    for (int i = 0; i < 8; i++) dst[static_cast<size_t>(p) * ostride + i] = alpha * src[i * lda + p];
+}
+
+// Packs a full 8-row sliver of a transposed A (stored [K, M]): 8 contiguous floats per k.
+__attribute__((target("avx2,fma"))) static void packA8Trans(const float* src, size_t lda, int kc, float alpha,
+                                                           float* dst) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  for (int p = 0; p < kc; p++) _mm256_storeu_ps(dst + p * 8, _mm256_mul_ps(va, _mm256_loadu_ps(src + p * lda)));
 }
 #endif
 
@@ -263,8 +272,9 @@ static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, flo
     int mr = std::min(MR, mc - s);
     float* dst = Ap + static_cast<size_t>(s) * kc;
 #ifdef SFX_X86
-    if (!g.ta && MR == 8 && mr == 8 && simdLevel() != Simd::Portable) {
-      packA8Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha, dst);
+    if (MR == 8 && mr == 8 && simdLevel() != Simd::Portable) {
+      if (!g.ta) pack8Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha, dst, 8);
+      else packA8Trans(g.A + static_cast<size_t>(p0) * g.lda + i0 + s, static_cast<size_t>(g.lda), kc, g.alpha, dst);
       continue;
     }
 #endif
@@ -301,8 +311,14 @@ static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, flo
       if (nr < NR)
         for (int p = 0; p < kc; p++)
           for (int j = nr; j < NR; j++) dst[p * NR + j] = 0.f;
-      // Read rows of the stored [N, K] matrix contiguously, 4 at a time.
+      // Read rows of the stored [N, K] matrix contiguously: 8 at a time with SIMD transposes, then 4, then 1.
       int j = 0;
+#ifdef SFX_X86
+      if (simdLevel() != Simd::Portable && NR % 8 == 0) {
+        for (; j + 8 <= nr; j += 8)
+          pack8Rows(g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0, static_cast<size_t>(g.ldb), kc, 1.f, dst + j, NR);
+      }
+#endif
       for (; j + 4 <= nr; j += 4) {
         const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
         const float* s1 = s0 + g.ldb;
