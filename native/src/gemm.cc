@@ -342,6 +342,7 @@ static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, flo
 
 // ------------------------------------------------------------------------------------ the driver
 
+// Cache-block sizes (KC depth, MC rows of A, NC columns of B); SFX_KC / SFX_MC / SFX_NC override them for tuning.
 static int envInt(const char* name, int dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : dflt;
