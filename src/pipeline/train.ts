@@ -20,6 +20,7 @@ import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
 import type { Trajectory } from "../rollout/trajectory.js";
 import type { TrainConfig } from "../rl/config.js";
+import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
 import { sftSteps, sftTrain } from "../rl/sft.js";
 import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
@@ -396,10 +397,9 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           const name = stepTaskList[gi]!.plan.name;
           const withTokens = !seenSuite.has(name);
           seenSuite.add(name);
-          const rewards = g.map((t) => t.reward);
-          const mu = mean(rewards);
-          const sd = Math.sqrt(mean(rewards.map((r) => (r - mu) ** 2)));
-          return g.map((t) => trajectoryRecord(policy, name, gi, t, cfg.grpo.estimator === "grpo" ? (t.reward - mu) / (sd + 1e-6) : t.reward - mu, withTokens));
+          // The advantages the update used: the configured estimator over the group's rewards.
+          const advantages = g.length > 1 ? groupAdvantage(g.map((t) => t.reward), cfg.grpo.estimator) : g.map(() => 0);
+          return g.map((t, i) => trajectoryRecord(policy, name, gi, t, advantages[i], withTokens));
         });
         run.writeTrajectories("grpo", step, records);
         progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m!.kl.toFixed(4)}`);
