@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import type { Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,8 +16,9 @@ describe("dashboard server", () => {
   let server: Server;
   let url: string;
   let runsDir: string;
+  let root: string;
   beforeAll(async () => {
-    const root = mkdtempSync(join(tmpdir(), "dash-"));
+    root = mkdtempSync(join(tmpdir(), "dash-"));
     runsDir = join(root, "runs");
     mkdirSync(runsDir);
     // Two real (tiny) training runs: the page is checked against the files a run writes.
@@ -27,7 +28,10 @@ describe("dashboard server", () => {
     symlinkSync(join(root, "secret.txt"), join(runsDir, "alpha", "trajectories", "leak.jsonl"));
     ({ server, url } = await startDashboard({ runsDir, port: 0 }));
   }, 180_000);
-  afterAll(() => server?.close());
+  afterAll(() => {
+    server?.close();
+    rmSync(root, { recursive: true, force: true });
+  });
 
   it("lists runs and serves metrics incrementally", async () => {
     const runs = (await (await fetch(`${url}api/runs`)).json()) as { name: string }[];

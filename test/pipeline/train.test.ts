@@ -1,11 +1,15 @@
-import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { train } from "../../src/pipeline/train.js";
 import { parityConfig, registerParityEnv } from "./parity-env.js";
 
 registerParityEnv();
+
+// Every run folder of this file lives under one scratch folder, removed at the end.
+const scratch = mkdtempSync(join(tmpdir(), "train-"));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 const config = parityConfig;
 
 const learning = (path: string) =>
@@ -18,7 +22,7 @@ const learning = (path: string) =>
 
 describe("the training pipeline", () => {
   it("runs SFT -> eval -> GRPO -> eval, writes metrics, trajectories and checkpoints, and resumes exactly", async () => {
-    const runsDir = mkdtempSync(join(tmpdir(), "train-"));
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
     const full = await train(config(runsDir, "full"), { quiet: true });
     expect(full.stopped).toBe(false);
     expect(Object.keys(full.evalBefore!)).toEqual(["parity"]);
@@ -35,7 +39,7 @@ describe("the training pipeline", () => {
 
     // Interrupted after GRPO step 1, then resumed: the learning metrics equal the uninterrupted run's.
     // Stop the second run at step 1 by starting it over with a stop request.
-    const runsDir2 = mkdtempSync(join(tmpdir(), "train-"));
+    const runsDir2 = mkdtempSync(join(scratch, "runs-"));
     let seen = 0;
     const stopped = await train(config(runsDir2, "resumed"), {
       quiet: true,
@@ -52,7 +56,7 @@ describe("the training pipeline", () => {
   }, 300_000);
 
   it("refuses to overwrite a run, or to resume one that does not exist", async () => {
-    const runsDir = mkdtempSync(join(tmpdir(), "train-"));
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
     await expect(train(config(runsDir, "nothing"), { quiet: true, resume: true })).rejects.toThrow(/cannot resume/);
   });
 });

@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -56,7 +56,8 @@ describe("LlmJudge", () => {
   it("scores through the endpoint, caches, and persists the cache", async () => {
     const ep = await startEndpoint((body) => ({ content: JSON.stringify({ score: body.messages[1].content.includes("polite") ? 1 : 0.2, reason: "r" }) }));
     servers.push(ep.server);
-    const cacheFile = join(mkdtempSync(join(tmpdir(), "judge-")), "cache.jsonl");
+    const cacheDir = mkdtempSync(join(tmpdir(), "judge-"));
+    const cacheFile = join(cacheDir, "cache.jsonl");
     const judge = new LlmJudge({ baseUrl: ep.baseUrl, model: "m", rubric: "Be polite.", cacheFile });
     expect((await judge.score(input("a polite answer"))).score).toBe(1);
     expect((await judge.score(input("rude"))).score).toBe(0.2);
@@ -66,6 +67,7 @@ describe("LlmJudge", () => {
     const again = new LlmJudge({ baseUrl: ep.baseUrl, model: "m", rubric: "Be polite.", cacheFile });
     await again.score(input("rude"));
     expect(ep.calls()).toBe(2);
+    rmSync(cacheDir, { recursive: true, force: true });
   });
 
   it("retries server errors and unparseable answers, then succeeds", async () => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -33,5 +33,6 @@ describe("training config", () => {
     expect(() => loadConfigFile(join(dir, "b.json"))).toThrow(ConfigError);
     expect(() => loadConfigFile(join(dir, "b.json"))).toThrow(/b\.json is not valid JSON/);
     expect(() => loadConfigFile(join(dir, "missing.yaml"))).toThrow(/cannot read/);
+    rmSync(dir, { recursive: true, force: true });
   });
 });
