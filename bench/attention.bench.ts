@@ -1,21 +1,32 @@
 /**
- * The attention benchmark: evidence for sink-normalized attention, on a small model trained here.
- * Prints one table per section and, with --json FILE, writes every figure.
+ * The attention benchmark: evidence for sink-normalized attention, on a model of a few million
+ * parameters trained here. Prints one table per section and, with --json FILE, writes every figure.
+ * It is a benchmark, not a training tool: the model, data and recipe are fixed here (seeded), and only
+ * their sizes and the schedule are options.
  *
- *   train     a small Qwen2-shaped model trained with full attention on sequences whose token at position
- *             k (default 3) is one fixed token and whose first k tokens are random; the content is random
- *             blocks and copies of recent blocks (so heads often have nothing to attend to)
- *   probe     the probe's per-layer sink table on held-out sequences; recovery: the sink must be at k
- *   ppl       perplexity by context-distance bucket (up to 4x the window) for full attention, window only,
- *             K in {1, 2, 4} sink slots + window, and the rewriter's layout (the probed sink pinned)
- *   kl        KL(full || masked) of the next-token distributions, by bucket
- *   decode    decode time per token and KV-cache bytes vs context length (1K..32K) on a tiny random
- *             model: full attention (the engine's session) vs K sinks + window (the evicting session)
+ *   train     a Qwen2-shaped model (4 layers, hidden 256, 2.7M parameters) trained with full attention on
+ *             the multi-offset backcopy task: locally predictable text (a near-deterministic bigram
+ *             chain) where a trigger token j in {1, 2, 3} means "the next token is the one j places
+ *             before me", so heads are needed only at triggers and have nothing to read elsewhere.
+ *             Positions 0..k-1 are random and position k (default 3) holds one fixed token.
+ *             With --checkpoint DIR the trained model is saved there (and every 100 steps while
+ *             training, with the optimizer, so an interrupted run resumes); a later run with the same
+ *             recipe reuses it instead of training again.
+ *   probe     the probe's per-layer sink table on held-out sequences (δ = 64, α >= 0.3, a quarter of a
+ *             layer's heads); recovery: the sink must be at k
+ *   ppl, kl   perplexity and KL(full || masked) by query position, up to 4x the window, for full
+ *             attention, window only, K in {1, 2, 4} sink slots + window, and the rewriter's layout
+ *             (the probed sink pinned): once with W = seq/4 inside the training length, once with
+ *             W = seq on sequences of 4 x the training length
+ *   decode    decode time per token and KV-cache bytes vs context length (1K..32K) on the trained
+ *             model's shape: full attention (the engine's session) vs K sinks + window (the evicting
+ *             session)
  *
- * Usage: npm run bench:attention -- [--steps N] [--quick] [--only train,decode] [--json FILE]
- *        (--quick: a short run to check the benchmark itself; its figures mean little)
+ * Usage: npm run bench:attention -- [--checkpoint DIR] [--steps N] [--quick] [--only train,decode] [--json FILE]
+ *        (--quick: a tiny model and a short run to check the benchmark itself; its figures mean little)
  */
-import { writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { createRandomModel, loadEngine, type EmbeddedEngine } from "../src/engine/embedded.js";
 import type { TokenLoss } from "../src/engine/types.js";
 import { getKernels } from "../src/kernels/index.js";
@@ -30,44 +41,76 @@ import {
 
 interface Options {
   steps: number;
+  batch: number;
+  seq: number;
   quick: boolean;
   only: Set<string>;
   json: string | null;
   sinkAt: number;
   lr: number;
-  window: number;
-  save: string | null;
-  load: string | null;
   weightDecay: number;
+  checkpoint: string | null;
   lowThreshold: number;
+  evalSequences: number;
 }
 
+const HELP = `npm run bench:attention -- [options]
+  --checkpoint DIR     save the trained model in DIR (and resume/reuse it: a run with the same recipe
+                       loads it instead of training; an interrupted run resumes from its last save)
+  --steps N            training steps (default 1200)
+  --batch B            sequences per step (default 4)
+  --seq T              training sequence length (default 512); windows: W = T/4 and W = T
+  --lr X               peak learning rate (default 5e-3; warmup 50 steps, cosine to 10%)
+  --wd X               AdamW weight decay (default 0.1)
+  --sink-at K          position of the fixed token (default 3)
+  --eval N             held-out sequences per evaluation (default 16)
+  --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
+  --only LIST          sections: train (train, probe, ppl, kl), decode (default: both)
+  --json FILE          write every figure as JSON
+  --quick              a tiny model and a short run (checks the benchmark itself)`;
+
 function parseArgs(argv: string[]): Options {
-  const o: Options = { steps: 3000, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 1e-2, window: 32, save: null, load: null, weightDecay: 0.1, lowThreshold: 0.1 };
+  const o: Options = {
+    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 5e-3,
+    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16,
+  };
+  let stepsGiven = false;
+  let seqGiven = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const val = () => {
       const v = argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
+      if (v === undefined) throw new Error(`${a} needs a value; see --help`);
       return v;
     };
-    if (a === "--steps") o.steps = Number(val());
+    const num = () => {
+      const v = Number(val());
+      if (!Number.isFinite(v)) throw new Error(`${a} needs a number; see --help`);
+      return v;
+    };
+    if (a === "--steps") [o.steps, stepsGiven] = [num(), true];
+    else if (a === "--batch") o.batch = num();
+    else if (a === "--seq") [o.seq, seqGiven] = [num(), true];
     else if (a === "--quick") o.quick = true;
     else if (a === "--only") o.only = new Set(val().split(","));
     else if (a === "--json") o.json = val();
-    else if (a === "--sink-at") o.sinkAt = Number(val());
-    else if (a === "--lr") o.lr = Number(val());
-    else if (a === "--window") o.window = Number(val());
-    else if (a === "--save") o.save = val();
-    else if (a === "--wd") o.weightDecay = Number(val());
-    else if (a === "--low-threshold") o.lowThreshold = Number(val());
-    else if (a === "--load") o.load = val();
+    else if (a === "--sink-at") o.sinkAt = num();
+    else if (a === "--lr") o.lr = num();
+    else if (a === "--wd") o.weightDecay = num();
+    else if (a === "--checkpoint") o.checkpoint = val();
+    else if (a === "--eval") o.evalSequences = num();
+    else if (a === "--low-threshold") o.lowThreshold = num();
     else if (a === "--help" || a === "-h") {
-      console.log("npm run bench:attention -- [--steps N] [--quick] [--only train,decode] [--sink-at K] [--lr X] [--window W] [--wd X] [--low-threshold A] [--save DIR] [--load DIR] [--json FILE]");
+      console.log(HELP);
       process.exit(0);
     } else throw new Error(`unknown option ${a}; see --help`);
   }
-  if (o.quick) o.steps = Math.min(o.steps, 40);
+  if (o.quick) {
+    if (!stepsGiven) o.steps = 40;
+    if (!seqGiven) o.seq = 128;
+    o.evalSequences = Math.min(o.evalSequences, 4);
+  }
+  if (!(o.seq >= 32 && o.seq % 4 === 0)) throw new Error(`--seq must be a multiple of 4, at least 32; got ${o.seq}`);
   return o;
 }
 
@@ -88,40 +131,55 @@ function fmt(x: number): string {
   return a >= 100 ? x.toFixed(1) : a >= 1 ? x.toFixed(3) : x.toPrecision(3);
 }
 
+/** The benchmark model: Qwen2-shaped, a few million parameters (a tiny one with --quick). */
+function benchConfig(quick: boolean): ModelConfig {
+  const [hidden, layers, mlp, vocab] = quick ? [64, 2, 128, 64] : [256, 4, 512, 256];
+  return {
+    arch: "qwen2", hiddenSize: hidden, numLayers: layers, numHeads: 4, numKvHeads: 4, headDim: hidden / 4,
+    intermediateSize: mlp, vocabSize: vocab, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" },
+    maxPositionEmbeddings: 65536, tieWordEmbeddings: true, qkvBias: true,
+  };
+}
+
 // ------------------------------------------------------------------------------------------ data
 
 const SINK_TOKEN = 0;
-/** Trigger tokens: after one, the next token copies the token before it. */
+/** Trigger token j (1..3): the next token is the one j places before the trigger. */
 const TRIGGERS = [1, 2, 3];
+const TRIGGER_RATE = 0.15;
+const CHAIN_RATE = 0.9;
 
 /**
- * The bigram-backcopy task: ids 4..V-1 follow a fixed sparse bigram table (each token has 3 likely
- * successors); after a trigger token the next token is the one just before the trigger. Attention is
- * needed only on triggers, so heads learn to rest on a sink elsewhere. Position k holds the fixed token
- * SINK_TOKEN and positions < k are random, so the one key that is the same in every sequence sits at k.
+ * The multi-offset backcopy task. Plain ids (4..V-1) follow a fixed bigram chain (each token has one
+ * successor, taken with probability 0.9, else a random plain token), so most tokens are predictable
+ * from the current token alone; after trigger j the next token is the one j places before the trigger
+ * (a trigger follows a plain token with probability 0.15). Attention is needed only at triggers, so
+ * heads learn to rest elsewhere. Position k holds SINK_TOKEN and positions < k are random plain
+ * tokens, so the one key that is the same in every sequence sits at k.
  */
-class BigramBackcopy {
-  private readonly next: number[][];
+class MultiBackcopy {
+  private readonly next: number[];
+  private readonly first = 1 + TRIGGERS.length;
 
   constructor(readonly V: number, seed: number) {
     const rng = new Rng(seed);
-    const plain = V - 4;
-    this.next = Array.from({ length: V }, () => Array.from({ length: 3 }, () => 4 + (rng.nextU32() % plain)));
+    this.next = Array.from({ length: V }, () => this.first + (rng.nextU32() % (V - this.first)));
   }
 
   sequence(rng: Rng, T: number, k: number): number[] {
+    const plain = () => this.first + (rng.nextU32() % (this.V - this.first));
     const s: number[] = [];
-    const plain = () => 4 + (rng.nextU32() % (this.V - 4));
     for (let i = 0; i < k; i++) s.push(plain());
     s.push(SINK_TOKEN);
     s.push(plain());
     while (s.length < T) {
       const cur = s[s.length - 1]!;
-      if (TRIGGERS.includes(cur)) s.push(s[s.length - 2]!);
-      else if (rng.uniform() < 0.2) s.push(TRIGGERS[rng.nextU32() % TRIGGERS.length]!);
-      else s.push(this.next[cur]![rng.nextU32() % 3]!);
+      if (TRIGGERS.includes(cur)) s.push(s[s.length - 1 - cur]!);
+      else if (rng.uniform() < TRIGGER_RATE) s.push(TRIGGERS[rng.nextU32() % TRIGGERS.length]!);
+      else if (rng.uniform() < CHAIN_RATE) s.push(this.next[cur]!);
+      else s.push(plain());
     }
-    return s;
+    return s.slice(0, T);
   }
 }
 
@@ -134,42 +192,94 @@ const meanNll: TokenLoss = (lps) => {
   return { loss: loss / n, dLogprobs: lps.map((l) => new Float32Array(l.length).fill(-1 / n)) };
 };
 
+const DATA_SEED = 11;
+const INIT_SEED = 1;
+const STAMP = "bench-recipe.json";
+
 interface TrainResult {
   engine: EmbeddedEngine;
   cfg: ModelConfig;
   params: number;
   seconds: number;
   losses: { step: number; loss: number }[];
-  task: BigramBackcopy;
+  task: MultiBackcopy;
+  reused: boolean;
 }
 
-function train(o: Options, T: number): TrainResult {
-  const cfg: ModelConfig = {
-    arch: "qwen2", hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 4, headDim: 16, intermediateSize: 128,
-    vocabSize: 64, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" }, maxPositionEmbeddings: 65536,
-    tieWordEmbeddings: true, qkvBias: true,
+/** Everything that decides the trained weights; a checkpoint is reused only when this matches. */
+function recipe(o: Options, cfg: ModelConfig) {
+  return {
+    task: "multi-offset-backcopy-v1", cfg, steps: o.steps, batch: o.batch, seq: o.seq, lr: o.lr,
+    weightDecay: o.weightDecay, sinkAt: o.sinkAt, dataSeed: DATA_SEED, initSeed: INIT_SEED,
+    triggerRate: TRIGGER_RATE, chainRate: CHAIN_RATE,
   };
-  const engine = o.load ? loadEngine(o.load) : createRandomModel(cfg, 1, { kernels: getKernels() });
+}
+
+interface Stamp {
+  recipe: ReturnType<typeof recipe>;
+  step: number;
+  seconds: number;
+  losses: { step: number; loss: number }[];
+}
+
+function readStamp(dir: string): Stamp | null {
+  const p = join(dir, STAMP);
+  return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as Stamp) : null;
+}
+
+/** Saves the engine (with its optimizer) and the stamp into dir, replacing what was there. */
+function saveAtomically(engine: EmbeddedEngine, dir: string, stamp: Stamp): void {
+  const tmp = `${dir}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  engine.saveSync(tmp, { optimizer: stamp.step < stamp.recipe.steps });
+  writeFileSync(join(tmp, STAMP), `${JSON.stringify(stamp)}\n`);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+}
+
+/**
+ * Trains the benchmark model with full attention. The batch of step s comes from its own seeded
+ * generator, so a run resumed from a save reproduces the uninterrupted one.
+ */
+function train(o: Options): TrainResult {
+  const cfg = benchConfig(o.quick);
+  const task = new MultiBackcopy(cfg.vocabSize, DATA_SEED);
+  const want = recipe(o, cfg);
+  const dir = o.checkpoint;
+  const stamp = dir ? readStamp(dir) : null;
+  const matches = stamp !== null && JSON.stringify(stamp.recipe) === JSON.stringify(want);
+  if (dir && stamp && !matches) {
+    throw new Error(`${dir} holds a model trained with another recipe; give another --checkpoint folder or delete it`);
+  }
+  const engine = matches ? loadEngine(dir!, { kernels: getKernels() }) : createRandomModel(cfg, INIT_SEED, { kernels: getKernels() });
   const params = engine.weights.data.length;
-  const rng = new Rng(7);
-  const task = new BigramBackcopy(cfg.vocabSize, 11);
-  const batch = 8;
-  const losses: { step: number; loss: number }[] = [];
-  const t0 = performance.now();
-  let avg = 0;
-  for (let step = 1; step <= o.steps; step++) {
-    const seqs = Array.from({ length: batch }, () => task.sequence(rng, T, o.sinkAt));
+  const losses = matches ? [...stamp!.losses] : [];
+  const start = matches ? stamp!.step : 0;
+  if (start >= o.steps) {
+    process.stderr.write(`reusing the trained model in ${dir} (${o.steps} steps)\n`);
+    return { engine, cfg, params, seconds: stamp!.seconds, losses, task, reused: true };
+  }
+  if (start > 0) process.stderr.write(`resuming from step ${start} in ${dir}\n`);
+  if (dir) mkdirSync(join(dir, ".."), { recursive: true });
+  const t0 = performance.now() - (matches ? stamp!.seconds * 1000 : 0);
+  let avg = losses.at(-1)?.loss ?? 0;
+  for (let step = start + 1; step <= o.steps; step++) {
+    const rng = new Rng(1_000_003 * DATA_SEED + step);
+    const seqs = Array.from({ length: o.batch }, () => task.sequence(rng, o.seq, o.sinkAt));
     const { loss } = engine.forwardBackwardSync(seqs, meanNll);
     const warm = Math.min(1, step / 50);
     const decay = 0.5 * (1 + Math.cos((Math.PI * step) / o.steps));
     engine.optimStepSync({ lr: o.lr * warm * (0.1 + 0.9 * decay), weightDecay: o.weightDecay, maxGradNorm: 1 });
-    avg = step === 1 ? loss : 0.9 * avg + 0.1 * loss;
-    if (step % 50 === 0 || step === o.steps) {
+    avg = step === 1 ? loss : 0.95 * avg + 0.05 * loss;
+    if (step % 25 === 0 || step === o.steps) {
       losses.push({ step, loss: avg });
       process.stderr.write(`  step ${step}/${o.steps}  loss ${avg.toFixed(3)}  ${((performance.now() - t0) / 1000).toFixed(0)} s\n`);
     }
+    if (dir && (step % 100 === 0 || step === o.steps)) {
+      saveAtomically(engine, dir, { recipe: want, step, seconds: (performance.now() - t0) / 1000, losses });
+    }
   }
-  return { engine, cfg, params, seconds: (performance.now() - t0) / 1000, losses, task };
+  return { engine, cfg, params, seconds: (performance.now() - t0) / 1000, losses, task, reused: false };
 }
 
 // ------------------------------------------------------------------------------------------ evaluation
@@ -241,29 +351,27 @@ function evaluate(model: Model, variants: Variant[], seqs: number[][], buckets: 
 
 // ------------------------------------------------------------------------------------------ decode
 
-function decodeSection(o: Options) {
-  const cfg: ModelConfig = {
-    arch: "qwen2", hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 128,
-    vocabSize: 64, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" }, maxPositionEmbeddings: 65536,
-    tieWordEmbeddings: true, qkvBias: true,
-  };
+/** Decode time and KV bytes vs context, on the trained model (or a random one of its shape). */
+function decodeSection(o: Options, engineModel: Model | null) {
+  const cfg = benchConfig(o.quick);
   const K = 4;
-  const W = 256;
+  const W = o.seq;
   const lengths = o.quick ? [1024, 2048] : [1024, 2048, 4096, 8192, 16384, 32768];
   const decodeTokens = o.quick ? 8 : 32;
   const rng = new Rng(3);
   const rows: { context: number; fullMsPerToken: number; fullKvBytes: number; sinkMsPerToken: number; sinkKvBytes: number; sinkEntries: number }[] = [];
+  const weightsFrom = engineModel ? "the trained model" : "a random model of the trained shape";
   for (const n of lengths) {
-    const prompt = Array.from({ length: n }, () => rng.nextU32() % cfg.vocabSize);
+    const prompt = Array.from({ length: n }, () => 4 + (rng.nextU32() % (cfg.vocabSize - 4)));
     // full attention: the engine's own session (append-only paged cache)
     const engine = createRandomModel(cfg, 5, { kernels: getKernels() });
+    if (engineModel) engine.weights.data.set(engineModel.params.data);
     const s = engine.sessionSync([]);
     for (let i = 0; i < n; i += 2048) s.appendSync(prompt.slice(i, i + 2048));
     let t0 = performance.now();
     engine.sampleBatchSync([s], [{ maxTokens: decodeTokens, seed: 1, temperature: 1 }]);
     const fullMs = (performance.now() - t0) / decodeTokens;
     const fullBytes = engine.pool.usedBlocks * engine.pool.blockSize * cfg.numKvHeads * cfg.headDim * 4 * 2 * cfg.numLayers;
-    engine.dispose();
     // K sinks + window: the evicting session
     const ms = new MaskedSession(engine.model, { sinks: K, window: W }, { maxChunk: 256 });
     ms.append(prompt);
@@ -271,14 +379,102 @@ function decodeSection(o: Options) {
     ms.sample({ maxTokens: decodeTokens, seed: 1 });
     ms.lastLogits();
     const sinkMs = (performance.now() - t0) / decodeTokens;
+    engine.dispose();
     rows.push({ context: n, fullMsPerToken: fullMs, fullKvBytes: fullBytes, sinkMsPerToken: sinkMs, sinkKvBytes: ms.kvBytes, sinkEntries: ms.cachedCount });
     process.stderr.write(`  decode at ${n}: full ${fullMs.toFixed(2)} ms/token, sinks+window ${sinkMs.toFixed(2)} ms/token\n`);
   }
-  table(`decode: ms per token and KV-cache bytes vs context (K = ${K}, W = ${W}; ${cfg.numLayers} layers, ${cfg.numKvHeads} kv heads x ${cfg.headDim})`, [
+  table(`decode: ms per token and KV-cache bytes vs context (K = ${K}, W = ${W}; ${weightsFrom}: ${cfg.numLayers} layers, ${cfg.numKvHeads} kv heads x ${cfg.headDim})`, [
     ["context", "full ms/token", "full KV bytes", `K+W ms/token`, "K+W KV bytes (allocated)", "K+W cached entries"],
     ...rows.map((r) => [r.context, r.fullMsPerToken, r.fullKvBytes, r.sinkMsPerToken, r.sinkKvBytes, r.sinkEntries]),
   ]);
-  return { K, W, decodeTokens, rows };
+  return { K, W, decodeTokens, weights: weightsFrom, rows };
+}
+
+// ------------------------------------------------------------------------------------------ sections
+
+const tokenName = (id: number) => (id === SINK_TOKEN ? "SINK" : `#${id}`);
+
+/** The probe at the issue's settings, each head's heaviest keys, and the recovery verdict. */
+function probeSection(o: Options, tr: TrainResult, evalSeqs: number[][]) {
+  const T = o.seq;
+  const delta = 64 > T / 2 ? 8 : 64;
+  const profile: SinkProfile = probeSinks(tr.engine.model, evalSeqs, { delta, queries: 128, model: "bench model" });
+  console.log(`\n## probe (delta ${delta}, threshold 0.3, a quarter of the heads; ${evalSeqs.length} held-out sequences of ${T})\n`);
+  console.log(formatProfile(profile, tokenName));
+  const found = profile.layers.filter((l) => l.positions.some((p) => p.position === o.sinkAt)).map((l) => l.layer);
+  let low: SinkProfile | null = null;
+  let foundLow: number[] = [];
+  if (found.length === 0) {
+    low = probeSinks(tr.engine.model, evalSeqs, { delta, queries: 128, threshold: o.lowThreshold, model: "bench model" });
+    console.log(`\n## probe (delta ${delta}, threshold ${o.lowThreshold})\n`);
+    console.log(formatProfile(low, tokenName));
+    foundLow = low.layers.filter((l) => l.positions.some((p) => p.position === o.sinkAt)).map((l) => l.layer);
+  }
+  // Where each head's mass goes: α at k and its three heaviest keys.
+  const { numLayers: L, numHeads: H } = tr.cfg;
+  const acc = new Float64Array(L * H * T);
+  const cnt = new Float64Array(T);
+  const ws = new TrainWorkspace(tr.cfg);
+  for (const s of evalSeqs) {
+    const { sum, count } = attentionMass(tr.engine.model, ws, s, delta, 128);
+    for (let i = 0; i < sum.length; i++) acc[i]! += sum[i]!;
+    for (let i = 0; i < T; i++) cnt[i]! += count[i]!;
+  }
+  const heads: { layer: number; head: number; alphaAtSink: number; heaviest: { position: number; alpha: number }[] }[] = [];
+  for (let l = 0; l < L; l++) {
+    for (let h = 0; h < H; h++) {
+      const alphas = Array.from({ length: T }, (_, k) => ({ position: k, alpha: cnt[k]! > 0 ? acc[(l * H + h) * T + k]! / cnt[k]! : 0 }));
+      const atSink = alphas[o.sinkAt]!.alpha;
+      alphas.sort((x, y) => y.alpha - x.alpha);
+      heads.push({ layer: l, head: h, alphaAtSink: atSink, heaviest: alphas.slice(0, 3) });
+    }
+  }
+  table(`probe detail: α at position ${o.sinkAt} and the three heaviest keys of each head`, [
+    ["layer", "head", `α at ${o.sinkAt}`, "heaviest keys (position: α)"],
+    ...heads.map((x) => [x.layer, x.head, x.alphaAtSink.toFixed(3), x.heaviest.map((k) => `${k.position}: ${k.alpha.toFixed(3)}`).join(", ")]),
+  ]);
+  const headsAtSink = heads.filter((x) => x.alphaAtSink >= 0.3).length;
+  const argmaxAt = heads.filter((x) => x.heaviest[0]!.position === o.sinkAt).length;
+  const otherSinks = profile.layers.flatMap((l) => l.positions.filter((p) => p.position !== o.sinkAt).map((p) => `${l.layer}:${p.position}`));
+  console.log(`\nrecovery: the fixed token is at position ${o.sinkAt}; layers with a sink there at threshold 0.3: ${found.length ? found.join(", ") : "none"}` +
+    `${low ? ` (at threshold ${o.lowThreshold}: ${foundLow.length ? foundLow.join(", ") : "none"})` : ""}; sinks elsewhere: ${otherSinks.length ? otherSinks.join(" ") : "none"}; ` +
+    `heads with α >= 0.3 at ${o.sinkAt}: ${headsAtSink}/${heads.length}; heads whose heaviest key is ${o.sinkAt}: ${argmaxAt}/${heads.length}` +
+    ` -> ${found.length > 0 && otherSinks.length === 0 ? "RECOVERED" : "NOT RECOVERED"}`);
+  return {
+    profile, recovered: found.length > 0 && otherSinks.length === 0, layers: found, otherSinks,
+    lowThreshold: low ? { profile: low, layers: foundLow } : null, headsWithAlphaAtSink: headsAtSink, headsWithHeaviestKeyAtSink: argmaxAt, heads,
+  };
+}
+
+/** Perplexity and KL by query position for every variant, on sequences of 4W. */
+function pplSection(o: Options, tr: TrainResult, profile: SinkProfile, W: number, evalSeqs: number[][]) {
+  // The rewriter's layout for this model: no fixed slots (K = 0), the probed sink pinned (budget 1).
+  const pinnedFor = (s: number[]) => rewriteForSinks([s], profile, { sinks: 0, window: W, pinBudget: 1 }).pinned;
+  const variants: (Variant & { pinnedFor?: (s: number[]) => Uint8Array })[] = [
+    { name: "full attention", window: 0, sinks: 0, pinned: null },
+    { name: `window only (W = ${W})`, window: W, sinks: 0, pinned: null },
+    ...[1, 2, 4].map((K) => ({ name: `K = ${K} sinks + window`, window: W, sinks: K, pinned: null })),
+    { name: `rewriter: K = 0, pin budget 1 + window (profile at threshold ${profile.settings.threshold})`, window: W, sinks: 0, pinned: null, pinnedFor },
+  ];
+  const T = evalSeqs[0]!.length;
+  const buckets = [[0, W], [W, 2 * W], [2 * W, 3 * W], [3 * W, 4 * W]];
+  const bucketNames = buckets.map(([lo, hi]) => `${lo}-${hi! - 1}`);
+  const pins = [...pinnedFor(evalSeqs[0]!)].flatMap((p, i) => (p ? [i] : []));
+  console.log(`\nrewriter pins (first sequence): positions ${pins.join(", ") || "none"}`);
+  const t0 = performance.now();
+  const results = evaluateAll(tr.engine.model, variants, evalSeqs, buckets);
+  process.stderr.write(`  evaluated W = ${W} in ${((performance.now() - t0) / 1000).toFixed(0)} s\n`);
+  const where = T > o.seq ? `${T / o.seq}x the training length` : "the training length";
+  table(`perplexity by query position (W = ${W}; ${evalSeqs.length} held-out sequences of ${T} = 4W, ${where})`, [
+    ["variant", ...bucketNames], ...variants.map((v, i) => [v.name, ...results.ppl[i]!]),
+  ]);
+  table(`KL(full || variant) of the next-token distributions (nats), by query position (W = ${W})`, [
+    ["variant", ...bucketNames], ...variants.slice(1).map((v, i) => [v.name, ...results.kl[i + 1]!]),
+  ]);
+  return {
+    window: W, sequence: T, sequences: evalSeqs.length, buckets, rewriterPins: pins,
+    variants: variants.map((v, i) => ({ name: v.name, window: v.window, sinks: v.sinks, ppl: results.ppl[i], kl: results.kl[i] })),
+  };
 }
 
 // ------------------------------------------------------------------------------------------ main
@@ -287,76 +483,30 @@ async function main(): Promise<void> {
   const o = parseArgs(process.argv.slice(2));
   const out: Record<string, unknown> = { kernels: getKernels().describe() };
   console.log(`# sinkflex attention benchmark (${getKernels().describe()})`);
+  let trained: Model | null = null;
   if (o.only.has("train")) {
-    const W = o.quick ? 32 : o.window;
-    const T = 4 * W;
-    process.stderr.write(`training (${o.steps} steps, sequence ${T}, sink token at ${o.sinkAt})\n`);
-    const tr = train(o, T);
-    if (o.save) tr.engine.saveSync(o.save);
+    process.stderr.write(`training (${o.steps} steps of ${o.batch} x ${o.seq} tokens, fixed token at ${o.sinkAt})\n`);
+    const tr = train(o);
+    trained = tr.engine.model;
     table("train", [
-      ["params", "layers", "heads", "hidden", "sequence", "batch", "steps", "seconds", "final loss (nats)"],
-      [tr.params, tr.cfg.numLayers, tr.cfg.numHeads, tr.cfg.hiddenSize, T, 8, o.steps, tr.seconds, tr.losses.at(-1)?.loss ?? NaN],
+      ["params", "layers", "heads", "hidden", "mlp", "vocab", "sequence", "batch", "steps", "lr", "weight decay", "seconds", "final loss (nats)"],
+      [tr.params, tr.cfg.numLayers, tr.cfg.numHeads, tr.cfg.hiddenSize, tr.cfg.intermediateSize, tr.cfg.vocabSize, o.seq, o.batch, o.steps, o.lr, o.weightDecay,
+        tr.seconds, tr.losses.at(-1)?.loss ?? NaN],
     ]);
+    if (tr.reused) console.log(`\n(trained earlier into ${o.checkpoint}; seconds are that run's)`);
     const evalRng = new Rng(99);
-    const evalSeqs = Array.from({ length: o.quick ? 4 : 16 }, () => tr.task.sequence(evalRng, T, o.sinkAt));
-    const delta = 64 > T / 2 ? 8 : 64;
-    const profile: SinkProfile = probeSinks(tr.engine.model, evalSeqs, { delta, queries: 128, model: "bench model" });
-    console.log(`\n## probe (delta ${delta}, threshold 0.3)\n`);
-    console.log(formatProfile(profile, (id) => (id === SINK_TOKEN ? "SINK" : `#${id}`)));
-    const low: SinkProfile = probeSinks(tr.engine.model, evalSeqs, { delta, queries: 128, threshold: o.lowThreshold, model: "bench model" });
-    console.log(`\n## probe (delta ${delta}, threshold ${o.lowThreshold})\n`);
-    console.log(formatProfile(low, (id) => (id === SINK_TOKEN ? "SINK" : `#${id}`)));
-    // Where each head's mass goes: its three heaviest keys (position: mean α over the probed queries).
-    const heavy: (string | number)[][] = [["layer", "head", "heaviest keys (position: α)"]];
-    const L = tr.cfg.numLayers;
-    const Hh = tr.cfg.numHeads;
-    const acc = new Float64Array(L * Hh * T);
-    const cnt = new Float64Array(T);
-    const probeWs = new TrainWorkspace(tr.cfg);
-    for (const s of evalSeqs) {
-      const { sum, count } = attentionMass(tr.engine.model, probeWs, s, profile.settings.delta, 128);
-      for (let i = 0; i < sum.length; i++) acc[i]! += sum[i]!;
-      for (let i = 0; i < T; i++) cnt[i]! += count[i]!;
-    }
-    for (let l = 0; l < L; l++) {
-      for (let h = 0; h < Hh; h++) {
-        const alphas = Array.from({ length: T }, (_, k) => ({ k, a: cnt[k]! > 0 ? acc[(l * Hh + h) * T + k]! / cnt[k]! : 0 }));
-        alphas.sort((x, y) => y.a - x.a);
-        heavy.push([l, h, alphas.slice(0, 3).map((x) => `${x.k}: ${x.a.toFixed(3)}`).join(", ")]);
-      }
-    }
-    table("probe detail: where each head's attention mass goes", heavy);
-    const found = profile.layers.filter((l) => l.positions.some((p) => p.position === o.sinkAt)).map((l) => l.layer);
-    const foundLow = low.layers.filter((l) => l.positions.some((p) => p.position === o.sinkAt)).map((l) => l.layer);
-    const argmaxAt = heavy.slice(1).filter((r) => String(r[2]).startsWith(`${o.sinkAt}: `)).length;
-    console.log(`\nrecovery: sink token at position ${o.sinkAt}; layers with a sink there: ${found.length ? found.join(", ") : "none"} at threshold 0.3, ${foundLow.length ? foundLow.join(", ") : "none"} at threshold ${o.lowThreshold}; heads whose heaviest key is ${o.sinkAt}: ${argmaxAt}/${heavy.length - 1}`);
-    out.train = { ...tr, engine: undefined, task: undefined, T, W };
-    out.probe = { profile, lowThresholdProfile: low, recovered: found.length > 0, layers: found, layersAtLowThreshold: foundLow, headsWithHeaviestKeyAtSink: argmaxAt, heads: heavy.length - 1 };
-    const rewriteProfile = found.length > 0 ? profile : low;
-
-    // The rewriter's layout for this model: no fixed slots (K = 0), the probed sink pinned (budget 1).
-    const pinnedFor = (s: number[]) => rewriteForSinks([s], rewriteProfile, { sinks: 0, window: W, pinBudget: 1 }).pinned;
-    const variants: (Variant & { pinnedFor?: (s: number[]) => Uint8Array })[] = [
-      { name: "full attention", window: 0, sinks: 0, pinned: null },
-      { name: `window only (W = ${W})`, window: W, sinks: 0, pinned: null },
-      ...[1, 2, 4].map((K) => ({ name: `K = ${K} sinks + window`, window: W, sinks: K, pinned: null })),
-      { name: `rewriter (profile at threshold ${rewriteProfile.settings.threshold}): K = 0, pin budget 1 + window`, window: W, sinks: 0, pinned: null, pinnedFor },
-    ];
-    const buckets = [[0, W], [W, 2 * W], [2 * W, 3 * W], [3 * W, 4 * W]];
-    const bucketNames = buckets.map(([lo, hi]) => `${lo}-${hi! - 1}`);
-    const pinnedRows = evalSeqs.map((s) => pinnedFor(s));
-    console.log(`
-rewriter pins (first sequence): positions ${[...pinnedRows[0]!].flatMap((p, i) => (p ? [i] : [])).join(", ") || "none"}`);
-    const results = evaluateAll(tr.engine.model, variants, evalSeqs, buckets);
-    table(`perplexity by query position (window W = ${W}, sequences of ${T} = 4W, ${evalSeqs.length} held-out sequences)`, [
-      ["variant", ...bucketNames], ...variants.map((v, i) => [v.name, ...results.ppl[i]!]),
-    ]);
-    table("KL(full || variant) per next-token distribution (nats), by query position", [
-      ["variant", ...bucketNames], ...variants.slice(1).map((v, i) => [v.name, ...results.kl[i + 1]!]),
-    ]);
-    out.ppl = { buckets, variants: variants.map((v, i) => ({ name: v.name, window: v.window, sinks: v.sinks, ppl: results.ppl[i], kl: results.kl[i] })) };
+    const probeSeqs = Array.from({ length: o.evalSequences }, () => tr.task.sequence(evalRng, o.seq, o.sinkAt));
+    const probe = probeSection(o, tr, probeSeqs);
+    const rewriteProfile = probe.recovered || !probe.lowThreshold ? probe.profile : probe.lowThreshold.profile;
+    const longRng = new Rng(98);
+    const longSeqs = Array.from({ length: Math.max(2, o.evalSequences / 2) }, () => tr.task.sequence(longRng, 4 * o.seq, o.sinkAt));
+    const inside = pplSection(o, tr, rewriteProfile, o.seq / 4, probeSeqs);
+    const beyond = pplSection(o, tr, rewriteProfile, o.seq, longSeqs);
+    out.train = { params: tr.params, cfg: tr.cfg, seconds: tr.seconds, reused: tr.reused, losses: tr.losses, recipe: recipe(o, tr.cfg) };
+    out.probe = probe;
+    out.ppl = [inside, beyond];
   }
-  if (o.only.has("decode")) out.decode = decodeSection(o);
+  if (o.only.has("decode")) out.decode = decodeSection(o, trained);
   if (o.json) writeFileSync(o.json, `${JSON.stringify(out, null, 2)}\n`);
 }
 
