@@ -83,6 +83,37 @@ Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value PackedWeightSize(const Napi::CallbackInfo& info) {
+  Args a{info, "packedWeightSize"};
+  int N = a.count(0, "N"), K = a.count(1, "K");
+  return Napi::Number::New(info.Env(), static_cast<double>(sfx::packedWeightSize(N, K)));
+}
+
+Napi::Value PackWeight(const Napi::CallbackInfo& info) {
+  Args a{info, "packWeight"};
+  int N = a.count(0, "N"), K = a.count(1, "K"), ldw = a.count(3, "ldw");
+  if (ldw < K && N > 0) a.range("ldw is smaller than K");
+  const float* W = a.f32(2, "W", span(N, K, ldw));
+  float* dst = a.f32(4, "packed", sfx::packedWeightSize(N, K));
+  sfx::packWeight(N, K, W, ldw, dst);
+  return info.Env().Undefined();
+}
+
+Napi::Value SgemmPacked(const Napi::CallbackInfo& info) {
+  Args a{info, "sgemmPacked"};
+  int M = a.count(0, "M"), N = a.count(1, "N"), K = a.count(2, "K");
+  float alpha = static_cast<float>(a.num(3, "alpha"));
+  int lda = a.count(5, "lda"), ldc = a.count(9, "ldc");
+  if (lda < K && K > 0) a.range("lda is smaller than K");
+  if (ldc < N) a.range("ldc is smaller than N");
+  const float* A = a.f32(4, "A", span(M, K, lda));
+  const float* Wp = a.f32(6, "packed", sfx::packedWeightSize(N, K));
+  float beta = static_cast<float>(a.num(7, "beta"));
+  float* C = a.f32(8, "C", span(M, N, ldc));
+  sfx::sgemmPacked(M, N, K, alpha, A, lda, Wp, beta, C, ldc);
+  return info.Env().Undefined();
+}
+
 Napi::Value Sgemv(const Napi::CallbackInfo& info) {
   Args a{info, "sgemv"};
   bool tr = a.flag(0);
@@ -382,6 +413,9 @@ Napi::Value PeakGflops(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sgemm", Napi::Function::New(env, Sgemm));
   exports.Set("sgemv", Napi::Function::New(env, Sgemv));
+  exports.Set("packedWeightSize", Napi::Function::New(env, PackedWeightSize));
+  exports.Set("packWeight", Napi::Function::New(env, PackWeight));
+  exports.Set("sgemmPacked", Napi::Function::New(env, SgemmPacked));
   exports.Set("axpy", Napi::Function::New(env, Axpy));
   exports.Set("scale", Napi::Function::New(env, Scale));
   exports.Set("add", Napi::Function::New(env, Add));

@@ -1,9 +1,8 @@
 // Attention kernels: causal grouped-query attention with the canonical sink mask (forward and backward,
 // flash-style: the backward recomputes probabilities from the saved log-sum-exp), and attention of new
-// tokens against a paged KV cache. Training attention works on blocks of 64 queries: the kv rows any of
-// them keeps are gathered, and scores, probabilities and gradients are small GEMMs on the calling thread.
-// Work is split over (batch, kv head, query blocks) so no two tasks write the same output. Cached
-// attention (few queries) goes one query row at a time with SIMD over the head size.
+// tokens against a paged KV cache. Both work on blocks of up to 64 queries: the kv rows any of them keeps
+// are gathered into dense buffers, and scores, probabilities and gradients are small GEMMs on the calling
+// thread. Work is split over (batch, kv head, query blocks) so no two tasks write the same output.
 // Not here: the mask's meaning is defined in src/kernels/kernels.ts; GEMM lives in gemm.cc.
 #include <algorithm>
 #include <cmath>
@@ -34,34 +33,6 @@ static inline float dotD(const float* a, const float* b, int D) {
 #pragma omp simd reduction(+ : s)
   for (int d = 0; d < D; d++) s += a[d] * b[d];
   return s;
-}
-
-// One query row: out = softmax(scale * q.k_j (+ sink)) . v_j over the kept j. Returns the row's lse.
-SFX_CLONES static float rowForward(const float* q, const float* const* kRows, const float* const* vRows, int n, int D,
-                                   float scale, bool hasSink, float sink, float* s, float* out) {
-  float mx = hasSink ? sink : -INFINITY;
-  for (int j = 0; j < n; j++) {
-    float v = dotD(q, kRows[j], D) * scale;
-    s[j] = v;
-    mx = std::max(mx, v);
-  }
-  if (n == 0 && !hasSink) {
-    for (int d = 0; d < D; d++) out[d] = 0.f;
-    return -INFINITY;
-  }
-  float sum = hasSink ? expApprox(sink - mx) : 0.f;
-  for (int d = 0; d < D; d++) out[d] = 0.f;
-  for (int j = 0; j < n; j++) {
-    float p = expApprox(s[j] - mx);
-    sum += p;
-    const float* v = vRows[j];
-#pragma omp simd
-    for (int d = 0; d < D; d++) out[d] += p * v[d];
-  }
-  float inv = 1.f / sum;
-#pragma omp simd
-  for (int d = 0; d < D; d++) out[d] *= inv;
-  return mx + std::log(sum);
 }
 
 // The canonical mask for batch row b.
@@ -295,32 +266,77 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
   }
 }
 
+// Scratch of one thread for cached attention: the gathered keys and values of one (sequence, kv head) and
+// the score rows.
+struct CachedScratch {
+  std::vector<float> k, v, s;
+  std::vector<int> cols;
+};
+static thread_local CachedScratch tCached;
+
 void attentionCached(const CachedShape& sh, int window, int sinks, const float* q, const float* kCache,
                      const float* vCache, const int32_t* blockTable, const int32_t* seqLens, const float* sinkLogit,
                      float* out) {
   const int B = sh.B, Tq = sh.Tq, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   const int bs = sh.blockSize;
-  int tasks = B * KVH * Tq;
-  parallelFor(tasks, [&](int task) {
-    int i = task % Tq, bk = task / Tq, b = bk / KVH, kvh = bk % KVH;
+  // tasks: (sequence, kv head, block of up to 64 new tokens). Each gathers the cache entries any of its
+  // queries keeps into dense [n, D] keys and values, then S = Q K^T, softmax, O = P V as small GEMMs.
+  // One new token (decoding): the G query heads of the kv head are the G rows of one product.
+  const int qBlock = Tq == 1 ? 1 : kQBlock;
+  const int nQB = (Tq + qBlock - 1) / qBlock;
+  parallelFor(B * KVH * nQB, [&](int task) {
+    int qb = task % nQB, bk = task / nQB, b = bk / KVH, kvh = bk % KVH;
     int len = seqLens[b];
-    int e = len - Tq + i;
-    std::vector<const float*> kRows, vRows;
-    kRows.reserve(static_cast<size_t>(e + 1));
-    vRows.reserve(static_cast<size_t>(e + 1));
-    for (int j = 0; j <= e; j++) {
-      if (!(window <= 0 || e - j < window || j < sinks)) continue;
+    int i0 = qb * qBlock, i1 = std::min(Tq, i0 + qBlock), R = i1 - i0;
+    int eFirst = len - Tq + i0, eLast = len - Tq + i1 - 1;
+    CachedScratch& sc = tCached;
+    sc.cols.clear();
+    int lo = window > 0 ? std::max(0, eFirst - window + 1) : 0;
+    for (int j = 0; j < std::min(sinks, lo); j++) sc.cols.push_back(j);
+    for (int j = lo; j <= eLast; j++) sc.cols.push_back(j);
+    const int n = static_cast<int>(sc.cols.size());
+    if (sc.k.size() < static_cast<size_t>(n) * D) {
+      sc.k.resize(static_cast<size_t>(n) * D);
+      sc.v.resize(static_cast<size_t>(n) * D);
+    }
+    for (int c = 0; c < n; c++) {
+      int j = sc.cols[c];
       int blk = blockTable[static_cast<size_t>(b) * sh.maxBlocks + j / bs];
       size_t o = ((static_cast<size_t>(blk) * bs + j % bs) * KVH + kvh) * D;
-      kRows.push_back(kCache + o);
-      vRows.push_back(vCache + o);
+      std::copy(kCache + o, kCache + o + D, sc.k.data() + static_cast<size_t>(c) * D);
+      std::copy(vCache + o, vCache + o + D, sc.v.data() + static_cast<size_t>(c) * D);
     }
-    int n = static_cast<int>(kRows.size());
-    std::vector<float> s(static_cast<size_t>(n) + 1);
+    const bool hasSink = sinkLogit != nullptr;
+    if (Tq == 1) {
+      size_t qo = (static_cast<size_t>(b) * H + static_cast<size_t>(kvh) * G) * D;
+      if (sc.s.size() < static_cast<size_t>(G) * n + 1) sc.s.resize(static_cast<size_t>(G) * n + 1);
+      float* S = sc.s.data();
+      if (n > 0) sgemmSerial(false, true, G, n, D, sh.scale, q + qo, D, sc.k.data(), D, 0.f, S, n);
+      for (int g = 0; g < G; g++) softmaxRow(S + static_cast<size_t>(g) * n, n, hasSink, hasSink ? sinkLogit[kvh * G + g] : 0.f);
+      if (n > 0) sgemmSerial(false, false, G, D, n, 1.f, S, n, sc.v.data(), D, 0.f, out + qo, D);
+      else std::fill(out + qo, out + qo + static_cast<size_t>(G) * D, 0.f);
+      return;
+    }
+    if (sc.s.size() < static_cast<size_t>(R) * n + 1) sc.s.resize(static_cast<size_t>(R) * n + 1);
+    float* S = sc.s.data();
+    const int ld = H * D;
     for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-      size_t qo = ((static_cast<size_t>(b) * Tq + i) * H + h) * D;
-      rowForward(q + qo, kRows.data(), vRows.data(), n, D, sh.scale, sinkLogit != nullptr,
-                 sinkLogit ? sinkLogit[h] : 0.f, s.data(), out + qo);
+      size_t qo = ((static_cast<size_t>(b) * Tq + i0) * H + h) * D;
+      if (n == 0) {
+        for (int r = 0; r < R; r++) std::fill(out + qo + static_cast<size_t>(r) * ld, out + qo + static_cast<size_t>(r) * ld + D, 0.f);
+        continue;
+      }
+      sgemmSerial(false, true, R, n, D, sh.scale, q + qo, ld, sc.k.data(), D, 0.f, S, n);
+      for (int r = 0; r < R; r++) {
+        int e = eFirst + r;
+        float* row = S + static_cast<size_t>(r) * n;
+        for (int c = 0; c < n; c++) {
+          int j = sc.cols[c];
+          if (j > e || !(window <= 0 || e - j < window || j < sinks)) row[c] = -INFINITY;
+        }
+        softmaxRow(row, n, hasSink, hasSink ? sinkLogit[h] : 0.f);
+      }
+      sgemmSerial(false, false, R, D, n, 1.f, S, n, sc.v.data(), D, 0.f, out + qo, ld);
     }
   });
 }

@@ -1,8 +1,11 @@
 // Packed single-precision GEMM and GEMV.
 //
-// Goto/BLIS structure: C is split into one rectangle per task; each task walks its rectangle in
-// NC-column x KC-depth blocks, packs the B block (kc x nc, stays in L2) and MR-row slivers of A (stay in
-// L1), and a register-blocked micro-kernel computes MR x NR tiles of C. alpha is folded into packed A;
+// Goto/BLIS structure: C is split into one rectangle per task. When the tasks split the rows of C, op(B) is
+// packed once per call by all threads together (KC-deep blocks of NR-column strips) and every task reads
+// it, packing each MC x KC block of its rows of A once; when they split only the columns, each task packs
+// its own NC x KC blocks of B. MR-row slivers of A stay in L1, the B block they pass over in L2, and a
+// register-blocked micro-kernel computes MR x NR tiles of C. Weights used again and again (decoding) can be
+// packed once in the same layout (packWeight) and multiplied without any packing of B (sgemmPacked). alpha is folded into packed A;
 // beta is applied by the micro-kernel on the first depth block only. Three micro-kernels: AVX-512
 // (MR=8, NR=32), AVX2+FMA (MR=6, NR=16) and portable C++ (MR=4, NR=16), chosen once from cpuid.
 // This file is not the elementwise ops or attention (ops.cc, attention.cc).
@@ -258,26 +261,45 @@ __attribute__((target("avx2,fma"))) static void pack8Rows(const float* src, size
     for (int i = 0; i < 8; i++) dst[static_cast<size_t>(p) * ostride + i] = alpha * src[i * lda + p];
 }
 
-// Packs a full 8-row sliver of a transposed A (stored [K, M]): 8 contiguous floats per k.
-__attribute__((target("avx2,fma"))) static void packA8Trans(const float* src, size_t lda, int kc, float alpha,
-                                                           float* dst) {
+#endif
+
+#ifdef SFX_X86
+// Packs the full 8-row slivers of a transposed A (stored [K, M]) for rows [0, mc8) of the block: every stored
+// row is read once, contiguously, and hands 8 values to each sliver (rows a few ahead are prefetched; the
+// stride between them is the whole row of A).
+__attribute__((target("avx2,fma"))) static void packATrans8(const float* src, size_t lda, int kc, int mc8,
+                                                           float alpha, float* dst) {
   const __m256 va = _mm256_set1_ps(alpha);
-  for (int p = 0; p < kc; p++) _mm256_storeu_ps(dst + p * 8, _mm256_mul_ps(va, _mm256_loadu_ps(src + p * lda)));
+  const int slivers = mc8 / 8;
+  const size_t sliverStride = static_cast<size_t>(kc) * 8;
+  for (int p = 0; p < kc; p++) {
+    const float* row = src + static_cast<size_t>(p) * lda;
+    if (p + 4 < kc)
+      for (int c = 0; c < mc8; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + 4 * lda + c), _MM_HINT_T0);
+    float* d = dst + static_cast<size_t>(p) * 8;
+    for (int s = 0; s < slivers; s++) _mm256_storeu_ps(d + s * sliverStride, _mm256_mul_ps(va, _mm256_loadu_ps(row + s * 8)));
+  }
 }
 #endif
 
 // Packs op(A)[i0:i0+mc, p0:p0+kc] * alpha into MR-row slivers, zero-padded to a multiple of MR.
 static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, float* Ap) {
-  for (int s = 0; s < mc; s += MR) {
+  int s = 0;
+#ifdef SFX_X86
+  if (MR == 8 && simdLevel() != Simd::Portable) {
+    if (g.ta) {
+      s = mc / 8 * 8;
+      if (s > 0) packATrans8(g.A + static_cast<size_t>(p0) * g.lda + i0, static_cast<size_t>(g.lda), kc, s, g.alpha, Ap);
+    } else {
+      for (; s + 8 <= mc; s += 8)
+        pack8Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha,
+                  Ap + static_cast<size_t>(s) * kc, 8);
+    }
+  }
+#endif
+  for (; s < mc; s += MR) {
     int mr = std::min(MR, mc - s);
     float* dst = Ap + static_cast<size_t>(s) * kc;
-#ifdef SFX_X86
-    if (MR == 8 && mr == 8 && simdLevel() != Simd::Portable) {
-      if (!g.ta) pack8Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha, dst, 8);
-      else packA8Trans(g.A + static_cast<size_t>(p0) * g.lda + i0 + s, static_cast<size_t>(g.lda), kc, g.alpha, dst);
-      continue;
-    }
-#endif
     if (!g.ta) {
       for (int i = 0; i < mr; i++) {
         const float* src = g.A + static_cast<size_t>(i0 + s + i) * g.lda + p0;
@@ -295,76 +317,123 @@ static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, flo
   }
 }
 
+// Packs a row-major op(B) = B [K, N]: each stored row is read once, contiguously, and hands NR values to
+// every strip (a compile-time NR turns each copy into a few vector moves).
+template <int NR>
+static void packBRows(const GemmArgs& g, int p0, int kc, int j0, int nc, float* Bp) {
+  const int full = nc / NR, tail = nc - full * NR;
+  const size_t stripStride = static_cast<size_t>(kc) * NR;
+  for (int p = 0; p < kc; p++) {
+    const float* src = g.B + static_cast<size_t>(p0 + p) * g.ldb + j0;
+    float* d = Bp + static_cast<size_t>(p) * NR;
+    for (int s = 0; s < full; s++) std::memcpy(d + s * stripStride, src + s * NR, sizeof(float) * NR);
+    if (tail) {
+      float* t = d + full * stripStride;
+      for (int j = 0; j < tail; j++) t[j] = src[full * NR + j];
+      for (int j = tail; j < NR; j++) t[j] = 0.f;
+    }
+  }
+}
+
 // Packs op(B)[p0:p0+kc, j0:j0+nc] into NR-column slivers, zero-padded to a multiple of NR.
 static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, float* Bp) {
-  for (int s = 0; s < nc; s += NR) {
-    int nr = std::min(NR, nc - s);
-    float* dst = Bp + static_cast<size_t>(s) * kc;
-    if (!g.tb) {
+  if (!g.tb) {
+    if (NR == 32) return packBRows<32>(g, p0, kc, j0, nc, Bp);
+    if (NR == 16) return packBRows<16>(g, p0, kc, j0, nc, Bp);
+    for (int s = 0; s < nc; s += NR) {
+      int nr = std::min(NR, nc - s);
+      float* dst = Bp + static_cast<size_t>(s) * kc;
       for (int p = 0; p < kc; p++) {
         const float* src = g.B + static_cast<size_t>(p0 + p) * g.ldb + j0 + s;
         float* d = dst + p * NR;
-        std::memcpy(d, src, sizeof(float) * nr);
+        for (int j = 0; j < nr; j++) d[j] = src[j];
         for (int j = nr; j < NR; j++) d[j] = 0.f;
       }
-    } else {
-      if (nr < NR)
-        for (int p = 0; p < kc; p++)
-          for (int j = nr; j < NR; j++) dst[p * NR + j] = 0.f;
-      // Read rows of the stored [N, K] matrix contiguously: 8 at a time with SIMD transposes, then 4, then 1.
-      int j = 0;
+    }
+    return;
+  }
+  for (int s = 0; s < nc; s += NR) {
+    int nr = std::min(NR, nc - s);
+    float* dst = Bp + static_cast<size_t>(s) * kc;
+    if (nr < NR)
+      for (int p = 0; p < kc; p++)
+        for (int j = nr; j < NR; j++) dst[p * NR + j] = 0.f;
+    // Read rows of the stored [N, K] matrix contiguously: 8 at a time with SIMD transposes, then 4, then 1.
+    int j = 0;
 #ifdef SFX_X86
-      if (simdLevel() != Simd::Portable && NR % 8 == 0) {
-        for (; j + 8 <= nr; j += 8)
-          pack8Rows(g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0, static_cast<size_t>(g.ldb), kc, 1.f, dst + j, NR);
-      }
+    if (simdLevel() != Simd::Portable && NR % 8 == 0) {
+      for (; j + 8 <= nr; j += 8)
+        pack8Rows(g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0, static_cast<size_t>(g.ldb), kc, 1.f, dst + j, NR);
+    }
 #endif
-      for (; j + 4 <= nr; j += 4) {
-        const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
-        const float* s1 = s0 + g.ldb;
-        const float* s2 = s1 + g.ldb;
-        const float* s3 = s2 + g.ldb;
-        for (int p = 0; p < kc; p++) {
-          float* d = dst + p * NR + j;
-          d[0] = s0[p];
-          d[1] = s1[p];
-          d[2] = s2[p];
-          d[3] = s3[p];
-        }
+    for (; j + 4 <= nr; j += 4) {
+      const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
+      const float* s1 = s0 + g.ldb;
+      const float* s2 = s1 + g.ldb;
+      const float* s3 = s2 + g.ldb;
+      for (int p = 0; p < kc; p++) {
+        float* d = dst + p * NR + j;
+        d[0] = s0[p];
+        d[1] = s1[p];
+        d[2] = s2[p];
+        d[3] = s3[p];
       }
-      for (; j < nr; j++) {
-        const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
-        for (int p = 0; p < kc; p++) dst[p * NR + j] = s0[p];
-      }
+    }
+    for (; j < nr; j++) {
+      const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
+      for (int p = 0; p < kc; p++) dst[p * NR + j] = s0[p];
     }
   }
 }
 
 // ------------------------------------------------------------------------------------ the driver
 
-// Cache-block sizes (KC depth, MC rows of A, NC columns of B); SFX_KC / SFX_MC / SFX_NC override them for tuning.
+// Cache-block sizes (KC depth, MC rows of A, NC columns of B); SFX_KC / SFX_MC / SFX_NC override them for
+// tuning. SFX_PACK_MB bounds the buffer of a B packed once per call (longer K is done in chunks).
 static int envInt(const char* name, int dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : dflt;
 }
-static const int kKC = envInt("SFX_KC", 256);
+static const int kKC = std::max(8, envInt("SFX_KC", 256));
 static const int kMC = envInt("SFX_MC", 96);
 static const int kNC = envInt("SFX_NC", 512);
+static const size_t kPackBudget = static_cast<size_t>(std::max(1, envInt("SFX_PACK_MB", 32))) << 18;  // floats
+
+static const KernelInfo& kernel() {
+  static const KernelInfo k = pickKernel();
+  return k;
+}
 
 struct Buffers {
-  std::vector<float> a, b;
-  float* ensureA(size_t n) {
-    if (a.size() < n) a.assign(n + 64, 0.f);
-    return a.data();
-  }
-  float* ensureB(size_t n) {
-    if (b.size() < n) b.assign(n + 64, 0.f);
-    return b.data();
+  std::vector<float> a, b, shared;
+  static float* ensure(std::vector<float>& v, size_t n) {
+    if (v.size() < n) v.assign(n + 64, 0.f);
+    return v.data();
   }
 };
 static thread_local Buffers tBuffers;
 
-// One task's rectangle C[m0:m1, n0:n1].
+// The packed layout of a whole op(B) [K, N] (packed once per call and shared by every task, or packed once
+// per weight matrix by packWeight): KC-deep blocks; a block holds Npad / NR strips of kc x NR values
+// (Bp[k * NR + j]); the strip at column j of the block at depth pc starts at pc * Npad + j * kc, Npad = N
+// rounded up to NR.
+static inline int padN(int N, int NR) { return (N + NR - 1) / NR * NR; }
+
+// Packs the blocks of op(B) at depths [p0, p1) (p0 a multiple of KC) into dst, across the pool.
+static void packBPanels(const GemmArgs& g, int NR, int p0, int p1, float* dst) {
+  const int Npad = padN(g.N, NR);
+  const int group = 4 * NR;  // columns per task
+  const int nGroups = (g.N + group - 1) / group;
+  const int nBlocks = (p1 - p0 + kKC - 1) / kKC;
+  parallelFor(nBlocks * nGroups, [&](int u) {
+    int pc = p0 + (u / nGroups) * kKC, kc = std::min(kKC, p1 - pc);
+    int j0 = (u % nGroups) * group, nc = std::min(group, g.N - j0);
+    packB(g, pc, kc, j0, nc, NR, dst + static_cast<size_t>(pc - p0) * Npad + static_cast<size_t>(j0) * kc);
+  });
+}
+
+// One task's rectangle C[m0:m1, n0:n1], packing its own B block by block: for products whose tasks do not
+// share columns of B.
 static void gemmRect(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, int n0, int n1) {
   const int MR = kern.MR, NR = kern.NR;
   const int mcMax = std::max(MR, (kMC / MR) * MR);
@@ -374,13 +443,47 @@ static void gemmRect(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, 
     for (int pc = 0; pc < g.K; pc += kKC) {
       int kc = std::min(kKC, g.K - pc);
       float beta = pc == 0 ? g.beta : 1.f;
-      float* Bp = tBuffers.ensureB(static_cast<size_t>(ncPad) * kc);
+      float* Bp = Buffers::ensure(tBuffers.b, static_cast<size_t>(ncPad) * kc);
       packB(g, pc, kc, jc, nc, NR, Bp);
       for (int ic = m0; ic < m1; ic += mcMax) {
         int mc = std::min(mcMax, m1 - ic);
         int mcPad = (mc + MR - 1) / MR * MR;
-        float* Ap = tBuffers.ensureA(static_cast<size_t>(mcPad) * kc);
+        float* Ap = Buffers::ensure(tBuffers.a, static_cast<size_t>(mcPad) * kc);
         packA(g, ic, mc, pc, kc, MR, Ap);
+        for (int ir = 0; ir < mc; ir += MR) {
+          const float* a = Ap + static_cast<size_t>(ir) * kc;
+          float* cRow = g.C + static_cast<size_t>(ic + ir) * g.ldc + jc;
+          int mr = std::min(MR, mc - ir);
+          for (int jr = 0; jr < nc; jr += NR) {
+            kern.fn(kc, a, Bp + static_cast<size_t>(jr) * kc, cRow + jr, g.ldc, beta, mr, std::min(NR, nc - jr));
+          }
+        }
+      }
+    }
+  }
+}
+
+// One task's rectangle C[m0:m1, n0:n1] (n0 a multiple of NR) against an already packed op(B) holding the
+// depths [p0, p1): each MC x KC block of A is packed once and used against every column of the rectangle,
+// NC columns at a time (that part of the packed B stays in L2 while the block's slivers pass over it).
+static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, int n0, int n1, const float* Bpk,
+                           int p0, int p1) {
+  const int MR = kern.MR, NR = kern.NR;
+  const int mcMax = std::max(MR, (kMC / MR) * MR);
+  const int ncMax = std::max(NR, (kNC / NR) * NR);
+  const int Npad = padN(g.N, NR);
+  for (int pc = p0; pc < p1; pc += kKC) {
+    int kc = std::min(kKC, p1 - pc);
+    float beta = pc == 0 ? g.beta : 1.f;
+    const float* Bblock = Bpk + static_cast<size_t>(pc - p0) * Npad;
+    for (int ic = m0; ic < m1; ic += mcMax) {
+      int mc = std::min(mcMax, m1 - ic);
+      int mcPad = (mc + MR - 1) / MR * MR;
+      float* Ap = Buffers::ensure(tBuffers.a, static_cast<size_t>(mcPad) * kc);
+      packA(g, ic, mc, pc, kc, MR, Ap);
+      for (int jc = n0; jc < n1; jc += ncMax) {
+        int nc = std::min(ncMax, n1 - jc);
+        const float* Bp = Bblock + static_cast<size_t>(jc) * kc;
         for (int ir = 0; ir < mc; ir += MR) {
           const float* a = Ap + static_cast<size_t>(ir) * kc;
           float* cRow = g.C + static_cast<size_t>(ic + ir) * g.ldc + jc;
@@ -400,6 +503,60 @@ static void scaleC(const GemmArgs& g) {
     float* c = g.C + static_cast<size_t>(i) * g.ldc;
     for (int j = 0; j < g.N; j++) c[j] = g.beta == 0.f ? 0.f : g.beta * c[j];
   }
+}
+
+// How C is split into tasks: a tm x tn grid of rectangles, each a whole number of MR x NR tiles.
+struct Grid {
+  int tasks, tm, tn;
+};
+
+// Small products run on the calling thread; large ones get a few rectangles per thread, taken dynamically,
+// so that a thread slowed by other load on the machine does not hold up the call. Among the tm x tn
+// grids, the one with the least work in its largest rectangle: multiply-adds plus packing, a packed element
+// costing about as much as 16 multiply-adds (copies vs SIMD FMAs). sharedB: op(B) is packed once for all
+// tasks (each task packs only its rows of A, once), else every task packs its own columns of B and packs
+// its rows of A once per NC-wide column block.
+static Grid chooseGrid(int M, int N, int K, int MR, int NR, bool sharedB) {
+  int threads = poolThreads();
+  double flops = 2.0 * M * N * static_cast<double>(K);
+  int tasks = flops < 2.0e6 ? 1 : (flops < 1.0e8 || threads == 1 ? threads : threads * 4);
+  int nStrips = (N + NR - 1) / NR, mStrips = (M + MR - 1) / MR;
+  Grid best{1, 1, 1};
+  double bestCost = 1e300;
+  // Grids of exactly `tasks` rectangles first; a product too narrow for any of them gets the best grid of
+  // fewer rectangles (cost counted in rounds of `threads` rectangles).
+  for (int pass = 0; pass < 2 && bestCost == 1e300; pass++) {
+    for (int a = 1; a <= std::min(tasks, mStrips); a++) {
+      for (int b = 1; b <= std::min(tasks / a, nStrips); b++) {
+        if (pass == 0 && a * b != tasks) continue;
+        double perM = std::ceil(static_cast<double>(mStrips) / a) * MR;
+        double perN = std::ceil(static_cast<double>(nStrips) / b) * NR;
+        double rect = sharedB ? perM * perN * K + 16.0 * perM * K
+                              : perM * perN * K + 16.0 * (perM * K * std::ceil(perN / kNC) + perN * K);
+        double cost = std::ceil(static_cast<double>(a * b) / threads) * rect +
+                      (sharedB ? 16.0 * static_cast<double>(N) * K / threads : 0.0);
+        if (cost < bestCost) {
+          bestCost = cost;
+          best = {a * b, a, b};
+        }
+      }
+    }
+  }
+  return best;
+}
+
+// Runs fn(m0, m1, n0, n1) for every rectangle of the grid, across the pool.
+template <class Fn>
+static void forEachRect(const Grid& gr, int M, int N, int MR, int NR, Fn fn) {
+  int nStrips = (N + NR - 1) / NR, mStrips = (M + MR - 1) / MR;
+  parallelFor(gr.tm * gr.tn, [&](int t) {
+    int a = t / gr.tn, b = t % gr.tn;
+    int ms0 = static_cast<int>(static_cast<long>(mStrips) * a / gr.tm), ms1 = static_cast<int>(static_cast<long>(mStrips) * (a + 1) / gr.tm);
+    int ns0 = static_cast<int>(static_cast<long>(nStrips) * b / gr.tn), ns1 = static_cast<int>(static_cast<long>(nStrips) * (b + 1) / gr.tn);
+    int m0 = ms0 * MR, m1 = std::min(M, ms1 * MR);
+    int n0 = ns0 * NR, n1 = std::min(N, ns1 * NR);
+    if (m0 < m1 && n0 < n1) fn(m0, m1, n0, n1);
+  });
 }
 
 void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -426,48 +583,29 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
     }
     return;
   }
-  static const KernelInfo kern = pickKernel();
+  const KernelInfo& kern = kernel();
   const int MR = kern.MR, NR = kern.NR;
-  // Split C into a tm x tn grid of rectangles, one per task, keeping every rectangle wide enough for the
-  // micro-kernel. Small problems run on the calling thread.
-  int threads = poolThreads();
-  double flops = 2.0 * M * N * static_cast<double>(K);
-  // Large products get a few rectangles per thread, taken dynamically, so that a thread slowed by other
-  // load on the machine does not hold up the call.
-  int tasks = flops < 2.0e6 ? 1 : (flops < 1.0e8 || threads == 1 ? threads : threads * 4);
-  int nStrips = (N + NR - 1) / NR, mStrips = (M + MR - 1) / MR;
-  int tm = 1, tn = 1;
-  // Pick the grid that gives the most balanced work: prefer splitting N (no duplicated B packing per task
-  // beyond its own columns), then M.
-  double bestCost = 1e300;
-  for (int a = 1; a <= tasks; a++) {
-    if (tasks % a) continue;
-    int b = tasks / a;  // a along M, b along N
-    if (a > mStrips || b > nStrips) continue;
-    double perM = std::ceil(static_cast<double>(mStrips) / a) * MR;
-    double perN = std::ceil(static_cast<double>(nStrips) / b) * NR;
-    // multiply-adds of the largest rectangle plus its packing: A is packed once per NC-wide column block,
-    // B once; a packed element costs about as much as 16 multiply-adds (copies vs SIMD FMAs)
-    double aPacks = std::ceil(perN / kNC);
-    double cost = perM * perN * K + 16.0 * (perM * K * aPacks + perN * K);
-    if (cost < bestCost) {
-      bestCost = cost;
-      tm = a;
-      tn = b;
-    }
-  }
-  if (tm * tn == 1) {
+  Grid gr = chooseGrid(M, N, K, MR, NR, true);
+  if (gr.tasks == 1) {
     gemmRect(g, kern, 0, M, 0, N);
     return;
   }
-  parallelFor(tm * tn, [&](int t) {
-    int a = t / tn, b = t % tn;
-    int ms0 = static_cast<int>(static_cast<long>(mStrips) * a / tm), ms1 = static_cast<int>(static_cast<long>(mStrips) * (a + 1) / tm);
-    int ns0 = static_cast<int>(static_cast<long>(nStrips) * b / tn), ns1 = static_cast<int>(static_cast<long>(nStrips) * (b + 1) / tn);
-    int m0 = ms0 * MR, m1 = std::min(M, ms1 * MR);
-    int n0 = ns0 * NR, n1 = std::min(N, ns1 * NR);
-    if (m0 < m1 && n0 < n1) gemmRect(g, kern, m0, m1, n0, n1);
-  });
+  if (gr.tm == 1) {
+    // Tasks split the columns only: each packs its own part of B, nothing is packed twice.
+    forEachRect(gr, M, N, MR, NR, [&](int m0, int m1, int n0, int n1) { gemmRect(g, kern, m0, m1, n0, n1); });
+    return;
+  }
+  // Tasks split the rows: op(B) is packed once, by all threads together, and read by every task (in
+  // chunks of depth when the whole packed B would exceed the buffer budget).
+  const size_t Npad = static_cast<size_t>(padN(N, NR));
+  int chunk = K;
+  if (Npad * K > kPackBudget) chunk = std::max(kKC, static_cast<int>(kPackBudget / Npad) / kKC * kKC);
+  float* Bpk = Buffers::ensure(tBuffers.shared, Npad * std::min(chunk, K));
+  for (int p0 = 0; p0 < K; p0 += chunk) {
+    int p1 = std::min(K, p0 + chunk);
+    packBPanels(g, NR, p0, p1, Bpk);
+    forEachRect(gr, M, N, MR, NR, [&](int m0, int m1, int n0, int n1) { gemmRectPacked(g, kern, m0, m1, n0, n1, Bpk, p0, p1); });
+  }
 }
 
 void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -478,8 +616,37 @@ void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, con
     scaleC(g);
     return;
   }
-  static const KernelInfo kern = pickKernel();
-  gemmRect(g, kern, 0, M, 0, N);
+  gemmRect(g, kernel(), 0, M, 0, N);
+}
+
+// ---------------------------------------------------------------------------------- packed weights
+
+size_t packedWeightSize(int N, int K) {
+  if (N <= 0 || K <= 0) return 0;
+  return static_cast<size_t>(padN(N, kernel().NR)) * K;
+}
+
+void packWeight(int N, int K, const float* W, int ldw, float* dst) {
+  if (N <= 0 || K <= 0) return;
+  GemmArgs g{false, true, 0, N, K, 1.f, nullptr, 0, W, ldw, 0.f, nullptr, 0};
+  packBPanels(g, kernel().NR, 0, K, dst);
+}
+
+void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, const float* Wp, float beta, float* C,
+                 int ldc) {
+  if (M <= 0 || N <= 0) return;
+  GemmArgs g{false, true, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc};
+  if (K <= 0 || alpha == 0.f) {
+    scaleC(g);
+    return;
+  }
+  const KernelInfo& kern = kernel();
+  Grid gr = chooseGrid(M, N, K, kern.MR, kern.NR, true);
+  if (gr.tasks == 1) {
+    gemmRectPacked(g, kern, 0, M, 0, N, Wp, 0, K);
+    return;
+  }
+  forEachRect(gr, M, N, kern.MR, kern.NR, [&](int m0, int m1, int n0, int n1) { gemmRectPacked(g, kern, m0, m1, n0, n1, Wp, 0, K); });
 }
 
 // ------------------------------------------------------------------------------------------ gemv

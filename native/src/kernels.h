@@ -11,6 +11,14 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
 // The same product on the calling thread only (for kernels that already run inside a parallel task).
 void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc);
+// Pre-packed weights for repeated products y = x W^T with W [N, K] (row stride ldw): packWeight writes W in
+// the layout the micro-kernel reads (packedWeightSize(N, K) floats; fixed for the process, it depends on the
+// SIMD level and the cache-block sizes), and sgemmPacked computes C = alpha * A W^T + beta * C from it,
+// exactly as sgemm(false, true, ...) does from W.
+size_t packedWeightSize(int N, int K);
+void packWeight(int N, int K, const float* W, int ldw, float* dst);
+void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, const float* Wp, float beta, float* C,
+                 int ldc);
 void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y);
 
 void axpy(size_t n, float alpha, const float* x, float* y);

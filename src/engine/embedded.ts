@@ -7,7 +7,9 @@
  * copy on write of a partially filled last block only). A sampled token is appended to the session's
  * tokens at once and its keys and values are computed lazily, by the next step that needs them.
  * `optimStep` does not touch open sessions (their caches keep the weights they were computed with, and
- * the sampled log-probs carry the policy version); `load` recomputes them on their next use.
+ * the sampled log-probs carry the policy version); `load` recomputes them on their next use. Products with
+ * several rows (batched decoding, prefill) reuse packed copies of the weight matrices, which every weight
+ * change drops (`weightsChanged`).
  *
  * This file does not know environments, rollouts or losses: a loss arrives as a function of log-probs.
  */
@@ -19,6 +21,7 @@ import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
 import type { ModelConfig } from "../model/config.js";
 import { buildModel, FULL_ATTENTION, randomWeights, type ModelWeights } from "../model/instance.js";
 import { AdamW } from "../model/optimizer.js";
+import { PackedWeights } from "../model/packed-weights.js";
 import { bindParams, type ModelParams } from "../model/params.js";
 import { Rng } from "../model/random.js";
 import { readSafetensors, type StDtype } from "../model/safetensors.js";
@@ -50,6 +53,11 @@ export interface EmbeddedEngineOptions {
   policyVersion?: number;
   /** Seeds sampling calls that do not pass their own seed. Default 0. */
   seed?: number;
+  /**
+   * Keep packed copies of the weight matrices for batched decoding and prefill (packed on first use, about
+   * the size of the weights again; dropped by optimStep, load and weightsChanged). Default true.
+   */
+  packWeights?: boolean;
 }
 
 export interface EngineSaveOptions {
@@ -107,6 +115,7 @@ export class EmbeddedEngine implements Engine {
   constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
     this.weights = weights;
     this.model = buildModel(weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
+    if (opts.packWeights !== false) this.model.packed = new PackedWeights(this.model.kernels);
     const cfg = weights.cfg;
     this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16);
     this.trainWs = new TrainWorkspace(cfg);
@@ -354,11 +363,20 @@ export class EmbeddedEngine implements Engine {
   optimStepSync(hparams: OptimHparams): { gradNorm: number } {
     this.alive();
     const { gradNorm, skipped } = this.optimizer.update(this.kernels, this.weights.data, this.grads, hparams);
+    this.weightsChanged();
     this.grads.fill(0);
     this.accumulated = 0;
     if (skipped) throw new EngineError(`optimStep: the gradient norm is ${gradNorm}; the step was skipped and gradients dropped`);
     this.policyVersion++;
     return { gradNorm };
+  }
+
+  /**
+   * Says the weights changed: drops the packed copies that batched decoding reuses. optimStep and load call
+   * it; code that writes `weights.data` (or a parameter view) directly must call it before sampling again.
+   */
+  weightsChanged(): void {
+    this.model.packed?.clear();
   }
 
   /** Drops accumulated gradients without stepping. */
@@ -409,6 +427,7 @@ export class EmbeddedEngine implements Engine {
       ck.entries.every((e, i) => e.name === this.weights.entries[i]!.name && e.size === this.weights.entries[i]!.size);
     if (!same) throw new EngineError(`load: ${dir} has a different model shape than this engine; use loadEngine instead`);
     this.weights.data.set(ck.data);
+    this.weightsChanged();
     this.policyVersion = ck.meta?.policyVersion ?? this.policyVersion;
     this.restoreOptimizer(dir, ck.meta?.optimizerStep);
     this.zeroGrad();
@@ -437,6 +456,7 @@ export class EmbeddedEngine implements Engine {
   /** Closes every session (pending samples are rejected) and refuses further calls. */
   dispose(): void {
     this.disposed = true;
+    this.model.packed?.clear();
     for (const s of [...this.sessions]) {
       s.busy = false;
       s.close();

@@ -7,7 +7,7 @@ import type { Kernels } from "./kernels.js";
 import { loadNativeKernels, nativeLoadError } from "./native.js";
 import { referenceKernels } from "./reference.js";
 
-export type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, Trans } from "./kernels.js";
+export type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, PackedWeight, Trans } from "./kernels.js";
 export { referenceKernels } from "./reference.js";
 export { loadNativeKernels, measurePeakGflops, nativeLoadError, setNativeThreads } from "./native.js";
 

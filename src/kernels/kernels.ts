@@ -66,6 +66,19 @@ export interface CachedAttentionShape {
   maxBlocks: number;
 }
 
+/**
+ * A weight matrix W [N, K] packed once for repeated products x @ W^T (`packWeight`, `sgemmPacked`). It is a
+ * snapshot: later writes to W are not seen, so whoever changes the weights drops its packed copies.
+ * `data` is private to the kernel set that packed it (the native one stores W in its micro-kernel's
+ * layout, the reference a plain copy); a packed weight only works with that kernel set.
+ */
+export interface PackedWeight {
+  readonly kernels: "reference" | "native";
+  readonly N: number;
+  readonly K: number;
+  readonly data: Float32Array;
+}
+
 export interface Kernels {
   /** "reference" or "native". */
   readonly name: "reference" | "native";
@@ -86,6 +99,18 @@ export interface Kernels {
     transA: Trans, transB: Trans, M: number, N: number, K: number,
     alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
     beta: number, C: Float32Array, ldc: number,
+  ): void;
+
+  /** Packs W [N, K] (row stride ldw) for `sgemmPacked`; the result holds its own copy of the values. */
+  packWeight(N: number, K: number, W: Float32Array, ldw: number): PackedWeight;
+
+  /**
+   * C [M, N] = alpha * A [M, K] @ W^T + beta * C with W packed by `packWeight` (N, K are the packed
+   * weight's): the same result as sgemm(false, true, M, N, K, alpha, A, lda, W, K, beta, C, ldc), without
+   * re-reading W in its stored layout. Throws on a weight packed by another kernel set.
+   */
+  sgemmPacked(
+    M: number, alpha: number, A: Float32Array, lda: number, W: PackedWeight, beta: number, C: Float32Array, ldc: number,
   ): void;
 
   /**

@@ -7,12 +7,15 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Kernels } from "./kernels.js";
+import type { Kernels, PackedWeight } from "./kernels.js";
 
 /** The raw functions the addon exports (positional arguments; see native/src/addon.cc). */
 export interface NativeAddon {
   sgemm(...args: unknown[]): void;
   sgemv(...args: unknown[]): void;
+  packedWeightSize(N: number, K: number): number;
+  packWeight(...args: unknown[]): void;
+  sgemmPacked(...args: unknown[]): void;
   axpy(...args: unknown[]): void;
   scale(...args: unknown[]): void;
   add(...args: unknown[]): void;
@@ -96,6 +99,15 @@ export function nativeKernelsFrom(a: NativeAddon): Kernels {
     sgemm: (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) =>
       a.sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
     sgemv: (tr, M, N, alpha, A, lda, x, beta, y) => a.sgemv(tr, M, N, alpha, A, lda, x, beta, y),
+    packWeight(N, K, W, ldw): PackedWeight {
+      const data = new Float32Array(a.packedWeightSize(N, K));
+      a.packWeight(N, K, W, ldw, data);
+      return { kernels: "native", N, K, data };
+    },
+    sgemmPacked(M, alpha, A, lda, W, beta, C, ldc) {
+      if (W.kernels !== "native") throw new Error(`sgemmPacked: this weight was packed by the ${W.kernels} kernels; pack it with the native kernels`);
+      a.sgemmPacked(M, W.N, W.K, alpha, A, lda, W.data, beta, C, ldc);
+    },
     axpy: (n, alpha, x, y) => a.axpy(n, alpha, x, y),
     scale: (n, alpha, x) => a.scale(n, alpha, x),
     add: (n, x, y, out) => a.add(n, x, y, out),

@@ -5,7 +5,7 @@
  * built, so it favours being obviously right over being fast (sums are accumulated in double precision).
  * It is not tuned: no blocking, no SIMD, no threads.
  */
-import type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, Trans } from "./kernels.js";
+import type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, PackedWeight, Trans } from "./kernels.js";
 
 function windowOf(w: number): number {
   return w > 0 && Number.isFinite(w) ? w : 0;
@@ -258,12 +258,30 @@ function attentionCached(
   }
 }
 
+/** The reference "packing": a dense copy of W [N, K]. */
+function packWeight(N: number, K: number, W: Float32Array, ldw: number): PackedWeight {
+  if (ldw < K && N > 0) throw new RangeError(`packWeight: ldw ${ldw} is smaller than K ${K}`);
+  if (N > 0 && K > 0 && W.length < (N - 1) * ldw + K) throw new RangeError(`packWeight: W has ${W.length} elements, needs ${(N - 1) * ldw + K}`);
+  const data = new Float32Array(N * K);
+  for (let n = 0; n < N; n++) data.set(W.subarray(n * ldw, n * ldw + K), n * K);
+  return { kernels: "reference", N, K, data };
+}
+
+function sgemmPacked(
+  M: number, alpha: number, A: Float32Array, lda: number, W: PackedWeight, beta: number, C: Float32Array, ldc: number,
+): void {
+  if (W.kernels !== "reference") throw new Error(`sgemmPacked: this weight was packed by the ${W.kernels} kernels; pack it with the reference kernels`);
+  sgemm(false, true, M, W.N, W.K, alpha, A, lda, W.data, W.K, beta, C, ldc);
+}
+
 /** The reference implementation of every kernel. */
 export const referenceKernels: Kernels = {
   name: "reference",
   describe: () => "reference (TypeScript, 1 thread)",
   sgemm,
   sgemv,
+  packWeight,
+  sgemmPacked,
 
   axpy(n, alpha, x, y) {
     for (let i = 0; i < n; i++) y[i] += alpha * x[i];

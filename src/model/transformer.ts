@@ -16,6 +16,7 @@
  */
 import type { AttentionMask, Kernels } from "../kernels/kernels.js";
 import type { ModelConfig } from "./config.js";
+import type { PackedWeights } from "./packed-weights.js";
 import { hasQkNorm, type ModelParams } from "./params.js";
 import { RopeTable } from "./rope.js";
 
@@ -34,6 +35,11 @@ export interface Model {
   kernels: Kernels;
   rope: RopeTable;
   attention: AttentionSettings;
+  /**
+   * Packed weight matrices reused by `cachedForward`'s products with several rows; absent = every product
+   * reads the weights as stored. Must be cleared whenever the weights change.
+   */
+  packed?: PackedWeights;
 }
 
 /** Several sequences packed one after another into N rows. */
@@ -452,20 +458,29 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   const bs = kv.blockSize;
   const scale = 1 / Math.sqrt(D);
   const x = ws.x;
+  // y [M, out] = x W^T (+ bias): one row is a matrix-vector product; several rows use the packed W when the
+  // model keeps packed copies.
+  const pk = m.packed;
+  const proj = (outDim: number, inDim: number, xin: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array, beta: 0 | 1) => {
+    if (M === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
+    else if (pk) k.sgemmPacked(M, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
+    else k.sgemm(false, true, M, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
+    if (bias) k.addBias(M, outDim, y, bias);
+  };
   k.embeddingForward(M, C, V, step.ids, P.embed, x);
   for (let l = 0; l < cfg.numLayers; l++) {
     const W = P.layers[l]!;
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.inputNorm, ws.ln, ws.rstd);
     if (W.qNorm && W.kNorm) {
-      linear(k, M, Q, C, ws.ln, W.q, W.qBias, ws.att); // att is scratch until attention runs
-      linear(k, M, KVD, C, ws.ln, W.k, W.kBias, ws.kRaw);
+      proj(Q, C, ws.ln, W.q, W.qBias, ws.att, 0); // att is scratch until attention runs
+      proj(KVD, C, ws.ln, W.k, W.kBias, ws.kRaw, 0);
       k.rmsnormForward(M * H, D, cfg.rmsNormEps, ws.att, W.qNorm, ws.q, ws.headRstd);
       k.rmsnormForward(M * KVH, D, cfg.rmsNormEps, ws.kRaw, W.kNorm, ws.k, ws.headRstd);
     } else {
-      linear(k, M, Q, C, ws.ln, W.q, W.qBias, ws.q);
-      linear(k, M, KVD, C, ws.ln, W.k, W.kBias, ws.k);
+      proj(Q, C, ws.ln, W.q, W.qBias, ws.q, 0);
+      proj(KVD, C, ws.ln, W.k, W.kBias, ws.k, 0);
     }
-    linear(k, M, KVD, C, ws.ln, W.v, W.vBias, ws.v);
+    proj(KVD, C, ws.ln, W.v, W.vBias, ws.v, 0);
     k.ropeForward(M, H, D, step.positions, cos, sin, ws.q);
     k.ropeForward(M, KVH, D, step.positions, cos, sin, ws.k);
     const kc = kv.kCache[l]!;
@@ -485,15 +500,12 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
       { B, Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },
       m.attention.window, m.attention.sinks, ws.q, kc, vc, step.blockTable, step.seqLens, W.sinks, ws.att,
     );
-    if (M === 1) k.sgemv(false, C, Q, 1, W.o, Q, ws.att, 1, x);
-    else k.sgemm(false, true, M, C, Q, 1, ws.att, Q, W.o, Q, 1, x, C);
-    if (W.oBias) k.addBias(M, C, x, W.oBias);
+    proj(C, Q, ws.att, W.o, W.oBias, x, 1);
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
-    linear(k, M, F, C, ws.ln, W.gate, null, ws.gate);
-    linear(k, M, F, C, ws.ln, W.up, null, ws.up);
+    proj(F, C, ws.ln, W.gate, null, ws.gate, 0);
+    proj(F, C, ws.ln, W.up, null, ws.up, 0);
     k.swigluForward(M * F, ws.gate, ws.up, ws.act);
-    if (M === 1) k.sgemv(false, C, F, 1, W.down, F, ws.act, 1, x);
-    else k.sgemm(false, true, M, C, F, 1, ws.act, F, W.down, F, 1, x, C);
+    proj(C, F, ws.act, W.down, null, x, 1);
   }
   const R = step.logitRows.length;
   if (R === 0) return;
@@ -503,5 +515,6 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   }
   k.rmsnormForward(R, C, cfg.rmsNormEps, ws.rows, P.finalNorm, ws.ln, ws.rstd);
   if (R === 1) k.sgemv(false, V, C, 1, P.lmHead, C, ws.ln, 0, step.logits);
+  else if (pk) k.sgemmPacked(R, 1, ws.ln, C, pk.get(P.lmHead, V, C), 0, step.logits, V);
   else k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
 }

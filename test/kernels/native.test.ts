@@ -81,12 +81,87 @@ describe("native sgemm", () => {
     }
   });
 
+  it("products split by rows (B packed once for all threads) match in all four transpose modes", () => {
+    for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const) {
+      for (const [M, N, K] of [[157, 75, 300], [403, 33, 517], [96, 130, 1030]] as const) {
+        expectClose(
+          gemmCase(nat, ta, tb, M, N, K, 0.7, 0.5, 13, 3),
+          gemmCase(ref, ta, tb, M, N, K, 0.7, 0.5, 13, 3),
+          `row-split sgemm ${ta ? "T" : "N"}${tb ? "T" : "N"} M=${M} N=${N} K=${K}`, 1e-4, 1e-4,
+        );
+      }
+    }
+  });
+
   it("K = 0 scales C by beta; a too-short buffer is an error, not a crash", () => {
     const C = new Float32Array([1, 2, 3, 4]);
     nat.sgemm(false, false, 2, 2, 0, 1, new Float32Array(0), 1, new Float32Array(0), 2, 3, C, 2);
     expect(Array.from(C)).toEqual([3, 6, 9, 12]);
     expect(() => nat.sgemm(false, false, 4, 4, 4, 1, new Float32Array(15), 4, new Float32Array(16), 4, 0, new Float32Array(16), 4))
       .toThrow(/argument A has 15 elements, needs 16/);
+  });
+});
+
+/** C = alpha * A W^T + beta * C through packWeight / sgemmPacked, with strides and subarray views. */
+function packedCase(k: Kernels, M: number, N: number, K: number, alpha: number, beta: number, seed: number, pad = 0): Float32Array {
+  const r = rng(seed);
+  const lda = K + pad;
+  const ldw = K + pad;
+  const ldc = N + pad;
+  const A = randn(r, 5 + M * lda).subarray(5);
+  const W = randn(r, 3 + N * ldw).subarray(3);
+  const C = randn(r, 7 + M * ldc).subarray(7);
+  if (beta === 0) C.fill(NaN);
+  const P = k.packWeight(N, K, W, ldw);
+  W.fill(NaN); // a packed weight is a snapshot: later writes to W are not seen
+  k.sgemmPacked(M, alpha, A, lda, P, beta, C, ldc);
+  const out = new Float32Array(M * N);
+  for (let i = 0; i < M; i++) for (let j = 0; j < N; j++) out[i * N + j] = C[i * ldc + j];
+  return out;
+}
+
+describe("native packed weights", () => {
+  it("sgemmPacked equals the reference sgemm (x W^T) for odd shapes, strides, alpha and beta", () => {
+    let seed = 1;
+    for (const M of [1, 2, 5, 8, 33, 130]) {
+      for (const N of [1, 7, 33, 100]) {
+        for (const K of [1, 17, 300]) {
+          for (const [alpha, beta, pad] of [[1, 0, 0], [0.5, 1, 3], [-2, 0.25, 1]] as const) {
+            seed++;
+            expectClose(
+              packedCase(nat, M, N, K, alpha, beta, seed, pad),
+              gemmCase(ref, false, true, M, N, K, alpha, beta, seed, pad),
+              `sgemmPacked M=${M} N=${N} K=${K} alpha=${alpha} beta=${beta} pad=${pad}`, 1e-4, 1e-4,
+            );
+          }
+        }
+      }
+    }
+  });
+
+  it("one packed weight serves many products, across cache blocks and threads", () => {
+    const r = rng(77);
+    const [N, K] = [531, 389];
+    const W = randn(r, N * K);
+    const P = nat.packWeight(N, K, W, K);
+    for (const M of [3, 64, 203]) {
+      const A = randn(r, M * K);
+      const got = new Float32Array(M * N);
+      const want = new Float32Array(M * N);
+      nat.sgemmPacked(M, 1, A, K, P, 0, got, N);
+      ref.sgemm(false, true, M, N, K, 1, A, K, W, K, 0, want, N);
+      expectClose(got, want, `packed ${M}x${N}x${K}`, 1e-4, 1e-4);
+    }
+  });
+
+  it("a weight packed by the other kernel set, or a too-short packed buffer, is an error", () => {
+    const W = new Float32Array(6 * 4).fill(1);
+    const C = new Float32Array(2 * 6);
+    expect(() => nat.sgemmPacked(2, 1, new Float32Array(8), 4, ref.packWeight(6, 4, W, 4), 0, C, 6)).toThrow(/packed by the reference kernels/);
+    expect(() => ref.sgemmPacked(2, 1, new Float32Array(8), 4, nat.packWeight(6, 4, W, 4), 0, C, 6)).toThrow(/packed by the native kernels/);
+    const short = { ...nat.packWeight(6, 4, W, 4), data: new Float32Array(3) };
+    expect(() => nat.sgemmPacked(2, 1, new Float32Array(8), 4, short, 0, C, 6)).toThrow(/packed has 3 elements/);
+    expect(() => nat.packWeight(6, 4, new Float32Array(20), 4)).toThrow(/W has 20 elements/);
   });
 });
 
@@ -364,6 +439,36 @@ describe("native attention", () => {
     }
   });
 
+  it("cached attention: one new token per sequence, and prefills longer than a query block, match the reference", () => {
+    const cases = [
+      { H: 8, KVH: 2, D: 64, Tq: 1, lens: [1, 17, 40], window: 0, sinks: 0, sink: false },
+      { H: 6, KVH: 3, D: 24, Tq: 1, lens: [30, 5, 9], window: 7, sinks: 2, sink: true },
+      { H: 3, KVH: 3, D: 3, Tq: 1, lens: [12, 2, 25], window: 4, sinks: 0, sink: true },
+      { H: 4, KVH: 1, D: 16, Tq: 70, lens: [70, 75, 131], window: 0, sinks: 0, sink: true },
+      { H: 4, KVH: 2, D: 8, Tq: 67, lens: [67, 100, 90], window: 20, sinks: 3, sink: false },
+    ];
+    let seed = 40;
+    for (const c of cases) {
+      const B = c.lens.length;
+      const blockSize = 7;
+      const maxBlocks = Math.ceil(Math.max(...c.lens) / blockSize);
+      const numBlocks = B * maxBlocks + 1;
+      const r = rng(seed++);
+      const kCache = randn(r, numBlocks * blockSize * c.KVH * c.D);
+      const vCache = randn(r, numBlocks * blockSize * c.KVH * c.D);
+      const blockTable = Int32Array.from({ length: B * maxBlocks }, (_, i) => (i * 5 + 2) % numBlocks);
+      const seqLens = Int32Array.from(c.lens);
+      const q = randn(r, B * c.Tq * c.H * c.D);
+      const sink = c.sink ? randn(r, c.H, 2) : null;
+      const shape = { B, Tq: c.Tq, H: c.H, KVH: c.KVH, D: c.D, scale: 1 / Math.sqrt(c.D), blockSize, maxBlocks };
+      const outN = new Float32Array(q.length).fill(NaN);
+      const outR = new Float32Array(q.length);
+      nat.attentionCached(shape, c.window, c.sinks, q, kCache, vCache, blockTable, seqLens, sink, outN);
+      ref.attentionCached(shape, c.window, c.sinks, q, kCache, vCache, blockTable, seqLens, sink, outR);
+      expectClose(outN, outR, `cached ${JSON.stringify(c)}`, 1e-4, 1e-5);
+    }
+  });
+
   it("cached attention over a shuffled paged cache equals full attention's last rows", () => {
     const s = { B: 3, T: 29, H: 6, KVH: 2, D: 32, scale: 0.2 };
     const x = attnInputs(8, s);
@@ -434,20 +539,39 @@ describe("SIMD levels and kernel selection", () => {
       let t = 0; for (let p = 0; p < K; p++) t += A[i * K + p] * B[j * K + p];
       err = Math.max(err, Math.abs(t - C[i * N + j]));
     }
+    // products split by rows (B packed once; with SFX_PACK_MB=1, in chunks of depth) and packed weights
+    for (const [ta, M2, N2, K2] of [[false, 200, 72, 5000], [true, 203, 131, 389]]) {
+      const A2 = Float32Array.from({ length: M2 * K2 }, r), B2 = Float32Array.from({ length: K2 * N2 }, r);
+      const C2 = new Float32Array(M2 * N2);
+      m.sgemm(ta, false, M2, N2, K2, 1, A2, ta ? M2 : K2, B2, N2, 0, C2, N2);
+      const W2 = new Float32Array(N2 * K2);
+      for (let p = 0; p < K2; p++) for (let j = 0; j < N2; j++) W2[j * K2 + p] = B2[p * N2 + j];
+      const P2 = new Float32Array(m.packedWeightSize(N2, K2));
+      m.packWeight(N2, K2, W2, K2, P2);
+      const D2 = new Float32Array(M2 * N2);
+      const Ar = new Float32Array(M2 * K2);
+      for (let i = 0; i < M2; i++) for (let p = 0; p < K2; p++) Ar[i * K2 + p] = ta ? A2[p * M2 + i] : A2[i * K2 + p];
+      m.sgemmPacked(M2, N2, K2, 1, Ar, K2, P2, 0, D2, N2);
+      for (let i = 0; i < M2; i++) for (let j = 0; j < N2; j++) {
+        let t = 0; for (let p = 0; p < K2; p++) t += Ar[i * K2 + p] * B2[p * N2 + j];
+        err = Math.max(err, Math.abs(t - C2[i * N2 + j]) / 10, Math.abs(t - D2[i * N2 + j]) / 10);
+      }
+    }
     const g = Float32Array.from({ length: 1000 }, r), u = Float32Array.from({ length: 1000 }, r), o = new Float32Array(1000);
     m.swigluForward(1000, g, u, o);
     for (let i = 0; i < 1000; i++) err = Math.max(err, Math.abs(o[i] - g[i] / (1 + Math.exp(-g[i])) * u[i]));
     console.log(JSON.stringify({ simd: m.info().simd, err }));`;
-  for (const level of ["portable", "avx2"]) {
-    it(`SINKFLEX_SIMD=${level} computes the same results`, () => {
+  for (const level of ["portable", "avx2", "avx512"]) {
+    it(`SINKFLEX_SIMD=${level} computes the same results (packed B in chunks of depth too)`, () => {
       const res = spawnSync(process.execPath, ["-e", script], {
-        env: { ...process.env, SINKFLEX_SIMD: level, SINKFLEX_THREADS: "2" },
+        env: { ...process.env, SINKFLEX_SIMD: level, SINKFLEX_THREADS: "2", SFX_PACK_MB: "1" },
         encoding: "utf8",
       });
       expect(res.status, res.stderr).toBe(0);
       const out = JSON.parse(res.stdout) as { simd: string; err: number };
       // a CPU without the level runs a lower one; never a higher one
-      expect(["portable", "avx2"]).toContain(out.simd);
+      const order = ["portable", "avx2", "avx512"];
+      expect(order.indexOf(out.simd)).toBeLessThanOrEqual(order.indexOf(level));
       if (level === "portable") expect(out.simd).toBe("portable");
       expect(out.err).toBeLessThan(1e-4);
     });

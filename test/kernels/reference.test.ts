@@ -128,3 +128,21 @@ describe("reference backward passes vs finite differences", () => {
     expectDerivative(directional(logits, u, Ll), dot(dL, u), "logprobs dLogits");
   });
 });
+
+describe("reference packed weights", () => {
+  it("sgemmPacked is sgemm(x W^T) on a snapshot of W, with strides", () => {
+    const r = rng(5);
+    const [M, N, K, ldw] = [3, 5, 7, 9];
+    const W = randn(r, N * ldw);
+    const A = randn(r, M * K);
+    const P = ref.packWeight(N, K, W, ldw);
+    expect(P.kernels).toBe("reference");
+    const want = new Float32Array(M * N);
+    ref.sgemm(false, true, M, N, K, 0.5, A, K, W, ldw, 0, want, N);
+    W.fill(0);
+    const got = new Float32Array(M * N).fill(NaN);
+    ref.sgemmPacked(M, 0.5, A, K, P, 0, got, N);
+    expect(Array.from(got)).toEqual(Array.from(want));
+    expect(() => ref.packWeight(N, K, new Float32Array(10), K)).toThrow(/W has 10 elements/);
+  });
+});
