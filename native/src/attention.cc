@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu.h"
 #include "kernels.h"
 #include "simd_math.h"
 #include "threadpool.h"
@@ -266,11 +267,123 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
   }
 }
 
+// One new token against its kept cache entries for the G query heads of one kv head (decoding): scores
+// straight from the cache rows (row j at kBase + rowOff[j]), softmax per head, then one pass over the value
+// rows. q and out are [G, D]; s is [G, n] scratch.
+SFX_CLONES static void decodeGroup(int G, int D, int n, float scale, const float* __restrict q,
+                                   const float* __restrict kBase, const float* __restrict vBase,
+                                   const size_t* __restrict rowOff, const float* sink, float* __restrict s,
+                                   float* __restrict out) {
+  for (int j = 0; j < n; j++) {
+    const float* kr = kBase + rowOff[j];
+    for (int g = 0; g < G; g++) {
+      const float* qg = q + static_cast<size_t>(g) * D;
+      float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+      for (int d = 0; d < D; d++) acc += qg[d] * kr[d];
+      s[static_cast<size_t>(g) * n + j] = acc * scale;
+    }
+  }
+  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
+  for (int i = 0; i < G * D; i++) out[i] = 0.f;
+  for (int j = 0; j < n; j++) {
+    const float* vr = vBase + rowOff[j];
+    for (int g = 0; g < G; g++) {
+      const float p = s[static_cast<size_t>(g) * n + j];
+      float* og = out + static_cast<size_t>(g) * D;
+#pragma omp simd
+      for (int d = 0; d < D; d++) og[d] += p * vr[d];
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SFX_DECODE512 1
+
+// Lane t of the result is the sum of the 16 lanes of v[t] (a transposing reduction: 46 instructions for 16
+// sums instead of 16 separate horizontal sums).
+__attribute__((target("avx512f"))) static inline __m512 reduce16(const __m512* v) {
+  __m512 w[8], x[4], y[2];
+  for (int i = 0; i < 8; i++)
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; i++)
+    x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88), _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; i++)
+    y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44), _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xEE));
+  __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
+  // lane 4k + m of z holds the sum of v[4m + k]
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(idx, z);
+}
+
+// out[g] += sum_j s[g][j] * v_j for GB heads at once, their outputs held in registers over one pass of rows.
+template <int DV, int GB>
+__attribute__((target("avx512f"))) static inline void decodeValues512(int n, const float* s, int ldS, const float* vBase,
+                                                                     const size_t* rowOff, float* out) {
+  __m512 o[GB][DV];
+  for (int g = 0; g < GB; g++)
+    for (int c = 0; c < DV; c++) o[g][c] = _mm512_setzero_ps();
+  for (int j = 0; j < n; j++) {
+    const float* vr = vBase + rowOff[j];
+    __m512 vv[DV];
+    for (int c = 0; c < DV; c++) vv[c] = _mm512_loadu_ps(vr + 16 * c);
+    for (int g = 0; g < GB; g++) {
+      __m512 p = _mm512_set1_ps(s[static_cast<size_t>(g) * ldS + j]);
+      for (int c = 0; c < DV; c++) o[g][c] = _mm512_fmadd_ps(p, vv[c], o[g][c]);
+    }
+  }
+  for (int g = 0; g < GB; g++)
+    for (int c = 0; c < DV; c++) _mm512_storeu_ps(out + static_cast<size_t>(g) * 16 * DV + 16 * c, o[g][c]);
+}
+
+// decodeGroup for D = 16 * DV with AVX-512: scores of 16 rows at a time reduced together, then the value
+// rows passed once per few heads.
+template <int DV>
+__attribute__((target("avx512f"))) static void decodeGroup512(int G, int n, float scale, const float* q,
+                                                             const float* kBase, const float* vBase,
+                                                             const size_t* rowOff, const float* sink, float* s,
+                                                             float* out) {
+  constexpr int D = 16 * DV;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int g = 0; g < G; g++) {
+    __m512 qv[DV];
+    for (int c = 0; c < DV; c++) qv[c] = _mm512_loadu_ps(q + static_cast<size_t>(g) * D + 16 * c);
+    float* sg = s + static_cast<size_t>(g) * n;
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+      __m512 acc[16];
+      for (int t = 0; t < 16; t++) {
+        const float* kr = kBase + rowOff[j + t];
+        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
+        for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+        acc[t] = a;
+      }
+      _mm512_storeu_ps(sg + j, _mm512_mul_ps(reduce16(acc), vscale));
+    }
+    for (; j < n; j++) {
+      const float* kr = kBase + rowOff[j];
+      __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
+      for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+      sg[j] = _mm512_reduce_add_ps(a) * scale;
+    }
+  }
+  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
+  constexpr int GB = 16 / DV;
+  int g = 0;
+  for (; g + GB <= G; g += GB)
+    decodeValues512<DV, GB>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D);
+  for (; g < G; g++)
+    decodeValues512<DV, 1>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D);
+}
+#endif
+
 // Scratch of one thread for cached attention: the gathered keys and values of one (sequence, kv head) and
 // the score rows.
 struct CachedScratch {
   std::vector<float> k, v, s;
   std::vector<int> cols;
+  std::vector<size_t> rowOff;
 };
 static thread_local CachedScratch tCached;
 
@@ -299,23 +412,31 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
       sc.k.resize(static_cast<size_t>(n) * D);
       sc.v.resize(static_cast<size_t>(n) * D);
     }
+    sc.rowOff.resize(static_cast<size_t>(n));
     for (int c = 0; c < n; c++) {
       int j = sc.cols[c];
       int blk = blockTable[static_cast<size_t>(b) * sh.maxBlocks + j / bs];
-      size_t o = ((static_cast<size_t>(blk) * bs + j % bs) * KVH + kvh) * D;
-      std::copy(kCache + o, kCache + o + D, sc.k.data() + static_cast<size_t>(c) * D);
-      std::copy(vCache + o, vCache + o + D, sc.v.data() + static_cast<size_t>(c) * D);
+      sc.rowOff[c] = ((static_cast<size_t>(blk) * bs + j % bs) * KVH + kvh) * D;
     }
     const bool hasSink = sinkLogit != nullptr;
     if (Tq == 1) {
       size_t qo = (static_cast<size_t>(b) * H + static_cast<size_t>(kvh) * G) * D;
       if (sc.s.size() < static_cast<size_t>(G) * n + 1) sc.s.resize(static_cast<size_t>(G) * n + 1);
-      float* S = sc.s.data();
-      if (n > 0) sgemmSerial(false, true, G, n, D, sh.scale, q + qo, D, sc.k.data(), D, 0.f, S, n);
-      for (int g = 0; g < G; g++) softmaxRow(S + static_cast<size_t>(g) * n, n, hasSink, hasSink ? sinkLogit[kvh * G + g] : 0.f);
-      if (n > 0) sgemmSerial(false, false, G, D, n, 1.f, S, n, sc.v.data(), D, 0.f, out + qo, D);
-      else std::fill(out + qo, out + qo + static_cast<size_t>(G) * D, 0.f);
+      const float* sink = hasSink ? sinkLogit + kvh * G : nullptr;
+#ifdef SFX_DECODE512
+      if (simdLevel() == Simd::Avx512 && (D == 64 || D == 128)) {
+        if (D == 64) decodeGroup512<4>(G, n, sh.scale, q + qo, kCache, vCache, sc.rowOff.data(), sink, sc.s.data(), out + qo);
+        else decodeGroup512<8>(G, n, sh.scale, q + qo, kCache, vCache, sc.rowOff.data(), sink, sc.s.data(), out + qo);
+        return;
+      }
+#endif
+      decodeGroup(G, D, n, sh.scale, q + qo, kCache, vCache, sc.rowOff.data(), sink, sc.s.data(), out + qo);
       return;
+    }
+    for (int c = 0; c < n; c++) {
+      size_t o = sc.rowOff[c];
+      std::copy(kCache + o, kCache + o + D, sc.k.data() + static_cast<size_t>(c) * D);
+      std::copy(vCache + o, vCache + o + D, sc.v.data() + static_cast<size_t>(c) * D);
     }
     if (sc.s.size() < static_cast<size_t>(R) * n + 1) sc.s.resize(static_cast<size_t>(R) * n + 1);
     float* S = sc.s.data();

@@ -514,12 +514,14 @@ struct Grid {
 // so that a thread slowed by other load on the machine does not hold up the call. Among the tm x tn
 // grids, the one with the least work in its largest rectangle: multiply-adds plus packing, a packed element
 // costing about as much as 16 multiply-adds (copies vs SIMD FMAs). sharedB: op(B) is packed once for all
-// tasks (each task packs only its rows of A, once), else every task packs its own columns of B and packs
-// its rows of A once per NC-wide column block.
+// tasks (each task packs only its rows of A, once, and reads its columns of the packed B), else every
+// task packs its own columns of B and packs its rows of A once per NC-wide column block.
 static Grid chooseGrid(int M, int N, int K, int MR, int NR, bool sharedB) {
   int threads = poolThreads();
   double flops = 2.0 * M * N * static_cast<double>(K);
-  int tasks = flops < 2.0e6 ? 1 : (flops < 1.0e8 || threads == 1 ? threads : threads * 4);
+  // With B shared (packed once) extra rectangles cost only a little more packing of A, so mid-sized
+  // products (the matrices of batched decoding) are split dynamically too.
+  int tasks = flops < 2.0e6 ? 1 : (flops < (sharedB ? 2.0e7 : 1.0e8) || threads == 1 ? threads : threads * 4);
   int nStrips = (N + NR - 1) / NR, mStrips = (M + MR - 1) / MR;
   Grid best{1, 1, 1};
   double bestCost = 1e300;
@@ -531,7 +533,9 @@ static Grid chooseGrid(int M, int N, int K, int MR, int NR, bool sharedB) {
         if (pass == 0 && a * b != tasks) continue;
         double perM = std::ceil(static_cast<double>(mStrips) / a) * MR;
         double perN = std::ceil(static_cast<double>(nStrips) / b) * NR;
-        double rect = sharedB ? perM * perN * K + 16.0 * perM * K
+        // a shared packed B is read again by every MC-row block of a task, from L3 or memory: about 8
+        // multiply-adds per element (few rows, as in decoding, are bound by it: split the columns then)
+        double rect = sharedB ? perM * perN * K + 16.0 * perM * K + 8.0 * perN * K * std::ceil(perM / kMC)
                               : perM * perN * K + 16.0 * (perM * K * std::ceil(perN / kNC) + perN * K);
         double cost = std::ceil(static_cast<double>(a * b) / threads) * rect +
                       (sharedB ? 16.0 * static_cast<double>(N) * K / threads : 0.0);
