@@ -6,8 +6,8 @@
  *
  *   train     a Qwen2-shaped model (4 layers, hidden 256, 2.7M parameters) trained with full attention on
  *             the multi-offset backcopy task: locally predictable text (a near-deterministic bigram
- *             chain) where a trigger token j in {1, 2, 3} means "the next token is the one j places
- *             before me", so heads are needed only at triggers and have nothing to read elsewhere.
+ *             chain) where a rare trigger token j in {1, 2, 3} means "the next token is the one j
+ *             places before me", so heads are needed only at triggers and have nothing to read elsewhere.
  *             Positions 0..k-1 are random and position k (default 3) holds one fixed token.
  *             With --checkpoint DIR the trained model is saved there (and every 100 steps while
  *             training, with the optimizer, so an interrupted run resumes); a later run with the same
@@ -52,6 +52,7 @@ interface Options {
   checkpoint: string | null;
   lowThreshold: number;
   evalSequences: number;
+  triggerRate: number;
 }
 
 const HELP = `npm run bench:attention -- [options]
@@ -63,6 +64,7 @@ const HELP = `npm run bench:attention -- [options]
   --lr X               peak learning rate (default 5e-3; warmup 50 steps, cosine to 10%)
   --wd X               AdamW weight decay (default 0.1)
   --sink-at K          position of the fixed token (default 3)
+  --trigger-rate P     how often a trigger follows a plain token (default 0.05)
   --eval N             held-out sequences per evaluation (default 16)
   --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
   --only LIST          sections: train (train, probe, ppl, kl), decode (default: both)
@@ -72,7 +74,7 @@ const HELP = `npm run bench:attention -- [options]
 function parseArgs(argv: string[]): Options {
   const o: Options = {
     steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 5e-3,
-    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16,
+    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.05,
   };
   let stepsGiven = false;
   let seqGiven = false;
@@ -99,6 +101,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === "--wd") o.weightDecay = num();
     else if (a === "--checkpoint") o.checkpoint = val();
     else if (a === "--eval") o.evalSequences = num();
+    else if (a === "--trigger-rate") o.triggerRate = num();
     else if (a === "--low-threshold") o.lowThreshold = num();
     else if (a === "--help" || a === "-h") {
       console.log(HELP);
@@ -146,22 +149,21 @@ function benchConfig(quick: boolean): ModelConfig {
 const SINK_TOKEN = 0;
 /** Trigger token j (1..3): the next token is the one j places before the trigger. */
 const TRIGGERS = [1, 2, 3];
-const TRIGGER_RATE = 0.15;
 const CHAIN_RATE = 0.9;
 
 /**
  * The multi-offset backcopy task. Plain ids (4..V-1) follow a fixed bigram chain (each token has one
  * successor, taken with probability 0.9, else a random plain token), so most tokens are predictable
  * from the current token alone; after trigger j the next token is the one j places before the trigger
- * (a trigger follows a plain token with probability 0.15). Attention is needed only at triggers, so
- * heads learn to rest elsewhere. Position k holds SINK_TOKEN and positions < k are random plain
+ * (a trigger follows a plain token with probability triggerRate, 0.05 by default). Attention is needed
+ * only at triggers, so heads learn to rest elsewhere; the rarer the triggers, the stronger the sink. Position k holds SINK_TOKEN and positions < k are random plain
  * tokens, so the one key that is the same in every sequence sits at k.
  */
 class MultiBackcopy {
   private readonly next: number[];
   private readonly first = 1 + TRIGGERS.length;
 
-  constructor(readonly V: number, seed: number) {
+  constructor(readonly V: number, seed: number, private readonly triggerRate: number) {
     const rng = new Rng(seed);
     this.next = Array.from({ length: V }, () => this.first + (rng.nextU32() % (V - this.first)));
   }
@@ -175,7 +177,7 @@ class MultiBackcopy {
     while (s.length < T) {
       const cur = s[s.length - 1]!;
       if (TRIGGERS.includes(cur)) s.push(s[s.length - 1 - cur]!);
-      else if (rng.uniform() < TRIGGER_RATE) s.push(TRIGGERS[rng.nextU32() % TRIGGERS.length]!);
+      else if (rng.uniform() < this.triggerRate) s.push(TRIGGERS[rng.nextU32() % TRIGGERS.length]!);
       else if (rng.uniform() < CHAIN_RATE) s.push(this.next[cur]!);
       else s.push(plain());
     }
@@ -211,7 +213,7 @@ function recipe(o: Options, cfg: ModelConfig) {
   return {
     task: "multi-offset-backcopy-v1", cfg, steps: o.steps, batch: o.batch, seq: o.seq, lr: o.lr,
     weightDecay: o.weightDecay, sinkAt: o.sinkAt, dataSeed: DATA_SEED, initSeed: INIT_SEED,
-    triggerRate: TRIGGER_RATE, chainRate: CHAIN_RATE,
+    triggerRate: o.triggerRate, chainRate: CHAIN_RATE,
   };
 }
 
@@ -243,7 +245,7 @@ function saveAtomically(engine: EmbeddedEngine, dir: string, stamp: Stamp): void
  */
 function train(o: Options): TrainResult {
   const cfg = benchConfig(o.quick);
-  const task = new MultiBackcopy(cfg.vocabSize, DATA_SEED);
+  const task = new MultiBackcopy(cfg.vocabSize, DATA_SEED, o.triggerRate);
   const want = recipe(o, cfg);
   const dir = o.checkpoint;
   const stamp = dir ? readStamp(dir) : null;
