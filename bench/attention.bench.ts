@@ -6,7 +6,7 @@
  *
  *   train     a Qwen2-shaped model (4 layers, hidden 256, 2.7M parameters) trained with full attention on
  *             the multi-offset backcopy task: locally predictable text (a near-deterministic bigram
- *             chain) where a rare trigger token j in {1, 2, 3} means "the next token is the one j
+ *             chain) where a rare trigger token j in {1, 2, 3} (--triggers N: 1..N) means "the next token is the one j
  *             places before me", so heads are needed only at triggers and have nothing to read elsewhere.
  *             Positions 0..k-1 are random and position k (default 3) holds one fixed token.
  *             With --checkpoint DIR the trained model is saved there (and every 100 steps while
@@ -53,6 +53,7 @@ interface Options {
   lowThreshold: number;
   evalSequences: number;
   triggerRate: number;
+  triggers: number;
 }
 
 const HELP = `npm run bench:attention -- [options]
@@ -65,6 +66,7 @@ const HELP = `npm run bench:attention -- [options]
   --wd X               AdamW weight decay (default 0.1)
   --sink-at K          position of the fixed token (default 3)
   --trigger-rate P     how often a trigger follows a plain token (default 0.05)
+  --triggers N         trigger tokens, offsets 1..N (default 3)
   --eval N             held-out sequences per evaluation (default 16)
   --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
   --only LIST          sections: train (train, probe, ppl, kl), decode (default: both)
@@ -74,7 +76,7 @@ const HELP = `npm run bench:attention -- [options]
 function parseArgs(argv: string[]): Options {
   const o: Options = {
     steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 5e-3,
-    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.05,
+    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.05, triggers: 3,
   };
   let stepsGiven = false;
   let seqGiven = false;
@@ -102,6 +104,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === "--checkpoint") o.checkpoint = val();
     else if (a === "--eval") o.evalSequences = num();
     else if (a === "--trigger-rate") o.triggerRate = num();
+    else if (a === "--triggers") o.triggers = num();
     else if (a === "--low-threshold") o.lowThreshold = num();
     else if (a === "--help" || a === "-h") {
       console.log(HELP);
@@ -147,39 +150,45 @@ function benchConfig(quick: boolean): ModelConfig {
 // ------------------------------------------------------------------------------------------ data
 
 const SINK_TOKEN = 0;
-/** Trigger token j (1..3): the next token is the one j places before the trigger. */
-const TRIGGERS = [1, 2, 3];
 const CHAIN_RATE = 0.9;
 
 /**
- * The multi-offset backcopy task. Plain ids (4..V-1) follow a fixed bigram chain (each token has one
- * successor, taken with probability 0.9, else a random plain token), so most tokens are predictable
- * from the current token alone; after trigger j the next token is the one j places before the trigger
- * (a trigger follows a plain token with probability triggerRate, 0.05 by default). Attention is needed
- * only at triggers, so heads learn to rest elsewhere; the rarer the triggers, the stronger the sink. Position k holds SINK_TOKEN and positions < k are random plain
- * tokens, so the one key that is the same in every sequence sits at k.
+ * The multi-offset backcopy task. Ids 1..N are triggers; trigger j means "the next token is the one j
+ * places before me". Plain ids (N+1..V-1) follow a fixed bigram chain (each token has one successor,
+ * taken with probability 0.9, else a random plain token), so most tokens are predictable from the
+ * current token alone. A trigger follows with probability triggerRate, and only where the N tokens
+ * before it are plain, so a copy is always a plain token (no trigger loops) and never the fixed token.
+ * Attention is needed only at triggers, so heads learn to rest elsewhere; the rarer the triggers, the
+ * stronger the sink. Position k holds SINK_TOKEN and positions < k are random plain tokens, so the one
+ * key that is the same in every sequence sits at k.
  */
 class MultiBackcopy {
   private readonly next: number[];
-  private readonly first = 1 + TRIGGERS.length;
+  private readonly first: number;
 
-  constructor(readonly V: number, seed: number, private readonly triggerRate: number) {
+  constructor(readonly V: number, seed: number, private readonly triggers: number, private readonly triggerRate: number) {
     const rng = new Rng(seed);
+    this.first = 1 + triggers;
     this.next = Array.from({ length: V }, () => this.first + (rng.nextU32() % (V - this.first)));
   }
 
   sequence(rng: Rng, T: number, k: number): number[] {
     const plain = () => this.first + (rng.nextU32() % (this.V - this.first));
+    const isTrigger = (id: number) => id >= 1 && id <= this.triggers;
     const s: number[] = [];
     for (let i = 0; i < k; i++) s.push(plain());
     s.push(SINK_TOKEN);
     s.push(plain());
+    let plainRun = 1; // plain tokens at the end of s
     while (s.length < T) {
       const cur = s[s.length - 1]!;
-      if (TRIGGERS.includes(cur)) s.push(s[s.length - 1 - cur]!);
-      else if (rng.uniform() < this.triggerRate) s.push(TRIGGERS[rng.nextU32() % TRIGGERS.length]!);
-      else if (rng.uniform() < CHAIN_RATE) s.push(this.next[cur]!);
-      else s.push(plain());
+      let nextId: number;
+      if (isTrigger(cur)) nextId = s[s.length - 1 - cur]!;
+      else if (plainRun >= this.triggers && rng.uniform() < this.triggerRate) nextId = 1 + (rng.nextU32() % this.triggers);
+      else if (rng.uniform() < CHAIN_RATE) nextId = this.next[cur]!;
+      else nextId = plain();
+      plainRun = isTrigger(nextId) ? 0 : plainRun + 1;
+      s.push(nextId);
     }
     return s.slice(0, T);
   }
@@ -211,9 +220,9 @@ interface TrainResult {
 /** Everything that decides the trained weights; a checkpoint is reused only when this matches. */
 function recipe(o: Options, cfg: ModelConfig) {
   return {
-    task: "multi-offset-backcopy-v1", cfg, steps: o.steps, batch: o.batch, seq: o.seq, lr: o.lr,
+    task: "multi-offset-backcopy-v2", cfg, steps: o.steps, batch: o.batch, seq: o.seq, lr: o.lr,
     weightDecay: o.weightDecay, sinkAt: o.sinkAt, dataSeed: DATA_SEED, initSeed: INIT_SEED,
-    triggerRate: o.triggerRate, chainRate: CHAIN_RATE,
+    triggers: o.triggers, triggerRate: o.triggerRate, chainRate: CHAIN_RATE,
   };
 }
 
@@ -245,7 +254,7 @@ function saveAtomically(engine: EmbeddedEngine, dir: string, stamp: Stamp): void
  */
 function train(o: Options): TrainResult {
   const cfg = benchConfig(o.quick);
-  const task = new MultiBackcopy(cfg.vocabSize, DATA_SEED, o.triggerRate);
+  const task = new MultiBackcopy(cfg.vocabSize, DATA_SEED, o.triggers, o.triggerRate);
   const want = recipe(o, cfg);
   const dir = o.checkpoint;
   const stamp = dir ? readStamp(dir) : null;
@@ -353,6 +362,22 @@ function evaluate(model: Model, variants: Variant[], seqs: number[][], buckets: 
 
 // ------------------------------------------------------------------------------------------ decode
 
+/**
+ * Median wall time of one decode step over n steps (each call samples one token, computing the one
+ * before it). The median keeps a burst of other work on a shared machine out of the figure.
+ */
+function medianMs(n: number, step: (i: number) => unknown): number {
+  step(0);
+  const times: number[] = [];
+  for (let i = 1; i <= n; i++) {
+    const t0 = performance.now();
+    step(i);
+    times.push(performance.now() - t0);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(n / 2)]!;
+}
+
 /** Decode time and KV bytes vs context, on the trained model (or a random one of its shape). */
 function decodeSection(o: Options, engineModel: Model | null) {
   const cfg = benchConfig(o.quick);
@@ -370,23 +395,18 @@ function decodeSection(o: Options, engineModel: Model | null) {
     if (engineModel) engine.weights.data.set(engineModel.params.data);
     const s = engine.sessionSync([]);
     for (let i = 0; i < n; i += 2048) s.appendSync(prompt.slice(i, i + 2048));
-    let t0 = performance.now();
-    engine.sampleBatchSync([s], [{ maxTokens: decodeTokens, seed: 1, temperature: 1 }]);
-    const fullMs = (performance.now() - t0) / decodeTokens;
+    const fullMs = medianMs(decodeTokens, (i) => engine.sampleBatchSync([s], [{ maxTokens: 1, seed: i, temperature: 1 }]));
     const fullBytes = engine.pool.usedBlocks * engine.pool.blockSize * cfg.numKvHeads * cfg.headDim * 4 * 2 * cfg.numLayers;
     // K sinks + window: the evicting session
     const ms = new MaskedSession(engine.model, { sinks: K, window: W }, { maxChunk: 256 });
     ms.append(prompt);
-    t0 = performance.now();
-    ms.sample({ maxTokens: decodeTokens, seed: 1 });
-    ms.lastLogits();
-    const sinkMs = (performance.now() - t0) / decodeTokens;
+    const sinkMs = medianMs(decodeTokens, (i) => ms.sample({ maxTokens: 1, seed: i }));
     engine.dispose();
     rows.push({ context: n, fullMsPerToken: fullMs, fullKvBytes: fullBytes, sinkMsPerToken: sinkMs, sinkKvBytes: ms.kvBytes, sinkEntries: ms.cachedCount });
     process.stderr.write(`  decode at ${n}: full ${fullMs.toFixed(2)} ms/token, sinks+window ${sinkMs.toFixed(2)} ms/token\n`);
   }
   table(`decode: ms per token and KV-cache bytes vs context (K = ${K}, W = ${W}; ${weightsFrom}: ${cfg.numLayers} layers, ${cfg.numKvHeads} kv heads x ${cfg.headDim})`, [
-    ["context", "full ms/token", "full KV bytes", `K+W ms/token`, "K+W KV bytes (allocated)", "K+W cached entries"],
+    ["context", "full ms/token (median)", "full KV bytes", "K+W ms/token (median)", "K+W KV bytes (allocated)", "K+W cached entries"],
     ...rows.map((r) => [r.context, r.fullMsPerToken, r.fullKvBytes, r.sinkMsPerToken, r.sinkKvBytes, r.sinkEntries]),
   ]);
   return { K, W, decodeTokens, weights: weightsFrom, rows };
@@ -508,7 +528,13 @@ async function main(): Promise<void> {
     out.probe = probe;
     out.ppl = [inside, beyond];
   }
-  if (o.only.has("decode")) out.decode = decodeSection(o, trained);
+  if (o.only.has("decode")) {
+    if (!trained && o.checkpoint && readStamp(o.checkpoint)) {
+      const model = loadEngine(o.checkpoint, { kernels: getKernels() }).model;
+      if (JSON.stringify(model.cfg) === JSON.stringify(benchConfig(o.quick))) trained = model;
+    }
+    out.decode = decodeSection(o, trained);
+  }
   if (o.json) writeFileSync(o.json, `${JSON.stringify(out, null, 2)}\n`);
 }
 
