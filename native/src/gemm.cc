@@ -388,13 +388,13 @@ static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, flo
 
 // ------------------------------------------------------------------------------------ the driver
 
-// Cache-block sizes (KC depth, MC rows of A, NC columns of B); SFX_KC / SFX_MC / SFX_NC override them for
-// tuning. SFX_PACK_MB bounds the buffer of a B packed once per call (longer K is done in chunks).
+// Cache-block sizes (KC the most depth, MC rows of A, NC columns of B); SFX_KC / SFX_MC / SFX_NC override
+// them for tuning. SFX_PACK_MB bounds the buffer of a B packed once per call (longer K is done in chunks).
 static int envInt(const char* name, int dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : dflt;
 }
-static const int kKC = std::max(8, envInt("SFX_KC", 256));
+static const int kKC = std::max(8, envInt("SFX_KC", 384));
 static const int kMC = envInt("SFX_MC", 96);
 static const int kNC = envInt("SFX_NC", 512);
 static const size_t kPackBudget = static_cast<size_t>(std::max(1, envInt("SFX_PACK_MB", 32))) << 18;  // floats
@@ -419,14 +419,23 @@ static thread_local Buffers tBuffers;
 // rounded up to NR.
 static inline int padN(int N, int NR) { return (N + NR - 1) / NR * NR; }
 
-// Packs the blocks of op(B) at depths [p0, p1) (p0 a multiple of KC) into dst, across the pool.
+// The depth of the blocks of a product with depth K: at most KC, the blocks as even as a multiple of 8
+// allows (K = 512 gives 2 x 256, K = 1408 gives 4 x 352), so no short last block costs a pass over C.
+static inline int blockDepth(int K) {
+  int blocks = (K + kKC - 1) / kKC;
+  int d = (K + blocks - 1) / blocks;
+  return std::max(1, (d + 7) / 8 * 8);
+}
+
+// Packs the blocks of op(B) at depths [p0, p1) (p0 a multiple of the block depth) into dst, across the pool.
 static void packBPanels(const GemmArgs& g, int NR, int p0, int p1, float* dst) {
   const int Npad = padN(g.N, NR);
+  const int kcMax = blockDepth(g.K);
   const int group = 4 * NR;  // columns per task
   const int nGroups = (g.N + group - 1) / group;
-  const int nBlocks = (p1 - p0 + kKC - 1) / kKC;
+  const int nBlocks = (p1 - p0 + kcMax - 1) / kcMax;
   parallelFor(nBlocks * nGroups, [&](int u) {
-    int pc = p0 + (u / nGroups) * kKC, kc = std::min(kKC, p1 - pc);
+    int pc = p0 + (u / nGroups) * kcMax, kc = std::min(kcMax, p1 - pc);
     int j0 = (u % nGroups) * group, nc = std::min(group, g.N - j0);
     packB(g, pc, kc, j0, nc, NR, dst + static_cast<size_t>(pc - p0) * Npad + static_cast<size_t>(j0) * kc);
   });
@@ -436,12 +445,13 @@ static void packBPanels(const GemmArgs& g, int NR, int p0, int p1, float* dst) {
 // share columns of B.
 static void gemmRect(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, int n0, int n1) {
   const int MR = kern.MR, NR = kern.NR;
+  const int kcMax = blockDepth(g.K);
   const int mcMax = std::max(MR, (kMC / MR) * MR);
   for (int jc = n0; jc < n1; jc += kNC) {
     int nc = std::min(kNC, n1 - jc);
     int ncPad = (nc + NR - 1) / NR * NR;
-    for (int pc = 0; pc < g.K; pc += kKC) {
-      int kc = std::min(kKC, g.K - pc);
+    for (int pc = 0; pc < g.K; pc += kcMax) {
+      int kc = std::min(kcMax, g.K - pc);
       float beta = pc == 0 ? g.beta : 1.f;
       float* Bp = Buffers::ensure(tBuffers.b, static_cast<size_t>(ncPad) * kc);
       packB(g, pc, kc, jc, nc, NR, Bp);
@@ -469,11 +479,12 @@ static void gemmRect(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, 
 static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, int m1, int n0, int n1, const float* Bpk,
                            int p0, int p1) {
   const int MR = kern.MR, NR = kern.NR;
+  const int kcMax = blockDepth(g.K);
   const int mcMax = std::max(MR, (kMC / MR) * MR);
   const int ncMax = std::max(NR, (kNC / NR) * NR);
   const int Npad = padN(g.N, NR);
-  for (int pc = p0; pc < p1; pc += kKC) {
-    int kc = std::min(kKC, p1 - pc);
+  for (int pc = p0; pc < p1; pc += kcMax) {
+    int kc = std::min(kcMax, p1 - pc);
     float beta = pc == 0 ? g.beta : 1.f;
     const float* Bblock = Bpk + static_cast<size_t>(pc - p0) * Npad;
     for (int ic = m0; ic < m1; ic += mcMax) {
@@ -549,6 +560,8 @@ static Grid chooseGrid(int M, int N, int K, int MR, int NR, bool sharedB) {
   return best;
 }
 
+static inline int nStripsOf(int N, int NR) { return (N + NR - 1) / NR; }
+
 // Runs fn(m0, m1, n0, n1) for every rectangle of the grid, across the pool.
 template <class Fn>
 static void forEachRect(const Grid& gr, int M, int N, int MR, int NR, Fn fn) {
@@ -590,20 +603,21 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
   const KernelInfo& kern = kernel();
   const int MR = kern.MR, NR = kern.NR;
   Grid gr = chooseGrid(M, N, K, MR, NR, true);
-  if (gr.tasks == 1) {
-    gemmRect(g, kern, 0, M, 0, N);
+  const int perN = (nStripsOf(N, NR) + gr.tn - 1) / gr.tn * NR;
+  if (gr.tm == 1 && (perN <= kNC || M <= kMC)) {
+    // Tasks split the columns only, each at most NC wide (or A is a single block): each packs its own
+    // part of B and its rows of A once; nothing is packed twice.
+    if (gr.tasks == 1) gemmRect(g, kern, 0, M, 0, N);
+    else forEachRect(gr, M, N, MR, NR, [&](int m0, int m1, int n0, int n1) { gemmRect(g, kern, m0, m1, n0, n1); });
     return;
   }
-  if (gr.tm == 1) {
-    // Tasks split the columns only: each packs its own part of B, nothing is packed twice.
-    forEachRect(gr, M, N, MR, NR, [&](int m0, int m1, int n0, int n1) { gemmRect(g, kern, m0, m1, n0, n1); });
-    return;
-  }
-  // Tasks split the rows: op(B) is packed once, by all threads together, and read by every task (in
-  // chunks of depth when the whole packed B would exceed the buffer budget).
+  // Tasks split the rows (or are wider than NC, which would pack A once per NC columns): op(B) is packed
+  // once, by all threads together, and read by every task, which packs each block of its rows of A once
+  // (in chunks of depth when the whole packed B would exceed the buffer budget).
   const size_t Npad = static_cast<size_t>(padN(N, NR));
   int chunk = K;
-  if (Npad * K > kPackBudget) chunk = std::max(kKC, static_cast<int>(kPackBudget / Npad) / kKC * kKC);
+  const int kcMax = blockDepth(K);
+  if (Npad * K > kPackBudget) chunk = std::max(kcMax, static_cast<int>(kPackBudget / Npad) / kcMax * kcMax);
   float* Bpk = Buffers::ensure(tBuffers.shared, Npad * std::min(chunk, K));
   for (int p0 = 0; p0 < K; p0 += chunk) {
     int p1 = std::min(K, p0 + chunk);

@@ -81,9 +81,9 @@ describe("native sgemm", () => {
     }
   });
 
-  it("products split by rows (B packed once for all threads) match in all four transpose modes", () => {
+  it("products with B packed once for all threads (split by rows, or wider than a column block) match in all four transpose modes", () => {
     for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const) {
-      for (const [M, N, K] of [[157, 75, 300], [403, 33, 517], [96, 130, 1030]] as const) {
+      for (const [M, N, K] of [[157, 75, 300], [403, 33, 517], [96, 130, 1030], [100, 530, 17]] as const) {
         expectClose(
           gemmCase(nat, ta, tb, M, N, K, 0.7, 0.5, 13, 3),
           gemmCase(ref, ta, tb, M, N, K, 0.7, 0.5, 13, 3),
