@@ -397,6 +397,7 @@ static int envInt(const char* name, int dflt) {
 static const int kKC = std::max(8, envInt("SFX_KC", 384));
 static const int kMC = envInt("SFX_MC", 96);
 static const int kNC = envInt("SFX_NC", 512);
+static const int kFewRows = envInt("SFX_FEW_ROWS", 64);
 static const size_t kPackBudget = static_cast<size_t>(std::max(1, envInt("SFX_PACK_MB", 32))) << 18;  // floats
 
 static const KernelInfo& kernel() {
@@ -495,6 +496,18 @@ static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, in
       for (int jc = n0; jc < n1; jc += ncMax) {
         int nc = std::min(ncMax, n1 - jc);
         const float* Bp = Bblock + static_cast<size_t>(jc) * kc;
+        if (mc <= kFewRows) {
+          // Few rows (decoding): each strip of B, likely coming from memory, serves every sliver of A at
+          // once, so reading B overlaps the arithmetic instead of stalling the first sliver.
+          for (int jr = 0; jr < nc; jr += NR) {
+            const float* b = Bp + static_cast<size_t>(jr) * kc;
+            int nr = std::min(NR, nc - jr);
+            for (int ir = 0; ir < mc; ir += MR)
+              kern.fn(kc, Ap + static_cast<size_t>(ir) * kc, b, g.C + static_cast<size_t>(ic + ir) * g.ldc + jc + jr,
+                      g.ldc, beta, std::min(MR, mc - ir), nr);
+          }
+          continue;
+        }
         for (int ir = 0; ir < mc; ir += MR) {
           const float* a = Ap + static_cast<size_t>(ir) * kc;
           float* cRow = g.C + static_cast<size_t>(ic + ir) * g.ldc + jc;
