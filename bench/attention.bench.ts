@@ -6,8 +6,8 @@
  *
  *   train     a Qwen2-shaped model (4 layers, hidden 256, 2.7M parameters) trained with full attention on
  *             the multi-offset backcopy task: locally predictable text (a near-deterministic bigram
- *             chain) where a rare trigger token j in {1, 2, 3} (--triggers N: 1..N) means "the next token is the one j
- *             places before me", so heads are needed only at triggers and have nothing to read elsewhere.
+ *             chain) where a rare trigger token j in 1..6 means "the next token is the one j places
+ *             before me", so heads are needed only at triggers and have nothing to read elsewhere.
  *             Positions 0..k-1 are random and position k (default 3) holds one fixed token.
  *             With --checkpoint DIR the trained model is saved there (and every 100 steps while
  *             training, with the optimizer, so an interrupted run resumes); a later run with the same
@@ -65,8 +65,8 @@ const HELP = `npm run bench:attention -- [options]
   --lr X               peak learning rate (default 5e-3; warmup 50 steps, cosine to 10%)
   --wd X               AdamW weight decay (default 0.1)
   --sink-at K          position of the fixed token (default 3)
-  --trigger-rate P     how often a trigger follows a plain token (default 0.05)
-  --triggers N         trigger tokens, offsets 1..N (default 3)
+  --trigger-rate P     how often a trigger follows a plain token (default 0.08)
+  --triggers N         trigger tokens, offsets 1..N (default 6)
   --eval N             held-out sequences per evaluation (default 16)
   --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
   --only LIST          sections: train (train, probe, ppl, kl), decode (default: both)
@@ -76,7 +76,7 @@ const HELP = `npm run bench:attention -- [options]
 function parseArgs(argv: string[]): Options {
   const o: Options = {
     steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 5e-3,
-    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.05, triggers: 3,
+    weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.08, triggers: 6,
   };
   let stepsGiven = false;
   let seqGiven = false;
