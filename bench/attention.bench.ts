@@ -250,7 +250,7 @@ function saveAtomically(engine: EmbeddedEngine, dir: string, stamp: Stamp): void
 
 /**
  * Trains the benchmark model with full attention. The batch of step s comes from its own seeded
- * generator, so a run resumed from a save reproduces the uninterrupted one.
+ * generator, so a run resumed from a save sees the batches the uninterrupted one would have.
  */
 function train(o: Options): TrainResult {
   const cfg = benchConfig(o.quick);
