@@ -55,7 +55,8 @@ export interface EmbeddedEngineOptions {
   seed?: number;
   /**
    * Keep packed copies of the weight matrices for batched decoding and prefill (packed on first use, about
-   * the size of the weights again; dropped by optimStep, load and weightsChanged). Default true.
+   * the size of the weights again; dropped by optimStep, load and weightsChanged). Default: on with the
+   * native kernels (the reference kernels gain nothing from them).
    */
   packWeights?: boolean;
 }
@@ -115,7 +116,7 @@ export class EmbeddedEngine implements Engine {
   constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
     this.weights = weights;
     this.model = buildModel(weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
-    if (opts.packWeights !== false) this.model.packed = new PackedWeights(this.model.kernels);
+    if (opts.packWeights ?? this.model.kernels.name === "native") this.model.packed = new PackedWeights(this.model.kernels);
     const cfg = weights.cfg;
     this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16);
     this.trainWs = new TrainWorkspace(cfg);

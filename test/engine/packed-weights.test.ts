@@ -31,7 +31,12 @@ async function sampleAndCheck(engine: EmbeddedEngine, seed: number): Promise<num
 }
 
 describe.each(kernels.map((k) => [k.name, k] as const))("packed weights on %s kernels", (_n, k) => {
-  const make = (opts = {}) => createRandomModel(tinyConfig(), 21, { kernels: k, std: 0.3, blockSize: 4, ...opts });
+  const make = (opts = {}) => createRandomModel(tinyConfig(), 21, { kernels: k, std: 0.3, blockSize: 4, packWeights: true, ...opts });
+
+  it("packed copies are on by default with the native kernels only", () => {
+    const engine = createRandomModel(tinyConfig(), 21, { kernels: k });
+    expect(engine.model.packed !== undefined).toBe(k.name === "native");
+  });
 
   it("batched decoding packs each matrix once, reuses it, and matches an engine without packed copies", async () => {
     const engine = make();
