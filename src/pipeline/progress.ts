@@ -12,7 +12,7 @@ export class Progress {
 
   constructor(
     private readonly label: string,
-    private readonly total: number,
+    private total: number,
     private readonly unit = "it",
     private readonly quiet = false,
   ) {}
@@ -25,6 +25,11 @@ export class Progress {
       this.lastPrint = now;
       this.print();
     }
+  }
+
+  /** Changes the amount of work to do (a plan revised on the way). */
+  retarget(total: number): void {
+    this.total = total;
   }
 
   finish(extra?: string): void {

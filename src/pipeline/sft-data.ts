@@ -58,7 +58,22 @@ export function conversationToExample(policy: Policy, conv: Conversation): SftEx
     if (j < conv.messages.length) push(next.ids, 0);
     i = j;
   }
-  return { tokens, lossMask: Uint8Array.from(mask), drifted };
+  return { tokens, lossMask: Uint8Array.from(mask), contextStart: systemPromptLength(policy, conv, tokens), drifted };
+}
+
+/**
+ * The number of leading tokens that render the system prompt (with the tool list): what the
+ * context-loss phase of SFT leaves out. The longest common prefix of the rendered system messages
+ * and the conversation, so a token that straddles the boundary counts as context.
+ */
+function systemPromptLength(policy: Policy, conv: Conversation, tokens: number[]): number {
+  let n = 0;
+  while (n < conv.messages.length && conv.messages[n]!.role === "system") n++;
+  if (n === 0) return 1;
+  const system = policy.codec.encode(policy.template.render(conv.messages.slice(0, n), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false }));
+  let k = 0;
+  while (k < system.length && k < tokens.length && system[k] === tokens[k]) k++;
+  return Math.max(1, k);
 }
 
 /** Reads OpenAI-chat JSONL ({messages, tools} per line, tool_calls in assistant messages). */

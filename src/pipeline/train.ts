@@ -83,6 +83,8 @@ interface TrainerState {
   grpo: PhaseTotals;
   rewardCurve: number[];
   sftMs: number;
+  /** The SFT steps the schedule is planned over, when a time budget cut them below every epoch's. */
+  sftPlanned?: number;
 }
 
 function mixSeed(a: number, b: number): number {
@@ -247,20 +249,37 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       status({ stage: "sft", step: state.step, totalSteps: totalSft });
       const sftDeadline = tSft + (options.sftBudgetMs ?? Infinity);
       let outOfTime = false;
-      const progress = new Progress("sft", totalSft - state.step, "steps", options.quiet);
+      const progress = new Progress("sft", (state.sftPlanned ?? totalSft) - state.step, "steps", options.quiet);
       let stopped = false;
+      const startStep = state.step;
+      // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
+      // steps that fit: measured after 20 steps and again halfway, so the schedule ends when time does.
+      const fitToBudget = (step: number) => {
+        const msPerStep = (performance.now() - tSft) / (step - startStep);
+        const fits = step + Math.floor((0.98 * (sftDeadline - performance.now())) / msPerStep);
+        if (fits >= (state.sftPlanned ?? totalSft)) return;
+        state.sftPlanned = Math.max(step, fits);
+        progress.retarget(state.sftPlanned - startStep);
+        log(`SFT: ${state.sftPlanned} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${state.sftPlanned}`);
+      };
+      let refitAt = Number.isFinite(sftDeadline) ? startStep + 20 : Infinity;
       await sftTrain(
         policy.engine,
         examples,
         { ...cfg.sft, maxGradNorm: 1, seed: cfg.seed, microBatch: cfg.sft.batchSize },
         async (m) => {
           state.step = m.step;
-          progress.tick(1, `loss ${m.loss.toFixed(3)}`);
-          metrics({ stage: "sft", step: m.step, loss: m.loss, gradNorm: m.gradNorm, tokens: m.tokens });
-          status({ stage: "sft", step: m.step, totalSteps: totalSft });
+          progress.tick(1, `loss ${m.loss.toFixed(3)}${m.lossOn === "context" ? " (context)" : ""}`);
+          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens });
+          status({ stage: "sft", step: m.step, totalSteps: state.sftPlanned ?? totalSft });
+          if (m.step >= refitAt) {
+            fitToBudget(m.step);
+            refitAt = m.step < (state.sftPlanned ?? totalSft) / 2 ? Math.ceil((state.sftPlanned ?? totalSft) / 2) : Infinity;
+          }
         },
         {
           startStep: state.step,
+          plannedSteps: () => state.sftPlanned ?? totalSft,
           shouldStop: () => {
             stopped = options.shouldStop?.() ?? false;
             outOfTime = !stopped && performance.now() > sftDeadline;
@@ -271,7 +290,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       progress.finish();
       state.sftMs += performance.now() - tSft;
       if (stopped) return await stopNow(state);
-      if (outOfTime) log(`SFT reached its time budget after step ${state.step} of ${totalSft}; going on to RL`);
+      if (outOfTime) log(`SFT reached its time budget after step ${state.step} of ${state.sftPlanned ?? totalSft}; going on to RL`);
     }
     state.sftSteps = totalSft;
 

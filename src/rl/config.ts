@@ -64,6 +64,17 @@ const SftSection = z
     lr: z.number().positive().default(1e-3),
     batchSize: positiveInt.default(8),
     weightDecay: z.number().min(0).default(0.0),
+    /** Steps of linear learning-rate warm-up. */
+    warmupSteps: z.number().int().min(0).default(0),
+    /** "constant", or "cosine" decay to minLrRatio x lr at the last planned step. */
+    lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
+    /** The cosine schedule's final learning rate as a fraction of lr (default 0.1). */
+    minLrRatio: z.number().min(0).max(1).optional(),
+    /**
+     * Fraction of the SFT steps (the first ones) whose loss also covers the user and tool tokens: it
+     * teaches a model trained from scratch to read its context. 0 for pretrained models.
+     */
+    contextLossFraction: z.number().min(0).lt(1, "must be below 1: the last SFT steps train on the assistant's tokens only").default(0),
   })
   .strict();
 
@@ -114,7 +125,7 @@ export const TrainConfigSchema = z
     suites: z.array(SuiteEntry).min(1, "list at least one suite"),
     model: ModelSection,
     attention: AttentionSection.default({ mode: "full", sinks: 4, window: 1024 }),
-    sft: SftSection.default({ enabled: true, expertEpisodes: 64, data: [], epochs: 2, lr: 1e-3, batchSize: 8, weightDecay: 0 }),
+    sft: SftSection.prefault({}),
     grpo: GrpoSection.prefault({}),
     eval: EvalSection.prefault({}),
     /** Save a checkpoint every N GRPO steps (and at the end of each stage). */
@@ -140,6 +151,9 @@ export const TrainConfigSchema = z
     }
     if (cfg.attention.mode === "sink-window" && cfg.attention.window <= cfg.attention.sinks) {
       ctx.addIssue({ code: "custom", path: ["attention", "window"], message: "the window must be larger than the number of sink slots" });
+    }
+    if (cfg.sft.lrSchedule === "constant" && cfg.sft.minLrRatio !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["sft", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
     }
     if (!g.enabled && !cfg.sft.enabled) {
       ctx.addIssue({ code: "custom", path: ["grpo", "enabled"], message: "both sft and grpo are disabled: nothing to train" });

@@ -2,6 +2,13 @@
  * Supervised fine-tuning on trajectories with the same loss mask as RL: the model learns the tokens an
  * agent would have sampled (assistant turns), never the prompt, template or environment tokens.
  *
+ * Two additions for models trained from scratch (both off by default):
+ * - a learning-rate schedule: linear warm-up, then constant or cosine decay to `minLrRatio` x lr;
+ * - a context-loss phase: for the first `contextLossFraction` of the steps the loss also covers the
+ *   user and tool tokens (every token after the system prompt). Predicting the environment's text is
+ *   what teaches a small random model to read and copy from its context (task numbers, table names,
+ *   ids in tool results); with the assistant tokens alone it memorizes the training tasks instead.
+ *
  * Input: tokenized examples (token ids + per-token mask). Where they come from (expert episodes,
  * imported chat JSONL) is the pipeline's business.
  */
@@ -13,7 +20,11 @@ export interface SftExample {
   tokens: number[];
   /** One entry per token: 1 = train on this token. */
   lossMask: Uint8Array;
+  /** The first token of the context loss (the first after the system prompt); default 1. */
+  contextStart?: number;
 }
+
+export type LrSchedule = "constant" | "cosine";
 
 export interface SftHparams {
   epochs: number;
@@ -24,6 +35,13 @@ export interface SftHparams {
   seed: number;
   /** Sequences per forward/backward call. */
   microBatch: number;
+  /** Steps of linear warm-up from lr / warmupSteps to lr (0 = none). */
+  warmupSteps?: number;
+  lrSchedule?: LrSchedule;
+  /** The cosine schedule's final learning rate, as a fraction of lr. */
+  minLrRatio?: number;
+  /** Fraction of the steps (the first ones) whose loss covers every token after the system prompt. */
+  contextLossFraction?: number;
 }
 
 export interface SftStepMetrics {
@@ -31,12 +49,38 @@ export interface SftStepMetrics {
   step: number;
   loss: number;
   gradNorm: number;
+  /** Tokens the loss covered. */
   tokens: number;
+  lr: number;
+  /** "context": user, tool and assistant tokens; "assistant": the assistant's tokens only. */
+  lossOn: "context" | "assistant";
 }
 
-/** The number of optimizer steps `sftTrain` will take. */
+/** The number of optimizer steps `sftTrain` will take with every epoch. */
 export function sftSteps(examples: number, hp: Pick<SftHparams, "epochs" | "batchSize">): number {
   return hp.epochs * Math.ceil(examples / hp.batchSize);
+}
+
+/** The learning rate of step `step` (1-based) of a run planned for `total` steps. */
+export function sftLearningRate(step: number, total: number, hp: Pick<SftHparams, "lr" | "warmupSteps" | "lrSchedule" | "minLrRatio">): number {
+  const warm = Math.min(hp.warmupSteps ?? 0, total);
+  if (step <= warm) return (hp.lr * step) / warm;
+  if ((hp.lrSchedule ?? "constant") === "constant") return hp.lr;
+  const progress = Math.min(1, (step - warm) / Math.max(1, total - warm));
+  const floor = hp.minLrRatio ?? 0.1;
+  return hp.lr * (floor + (1 - floor) * 0.5 * (1 + Math.cos(Math.PI * progress)));
+}
+
+/** Whether step `step` (1-based) of a run planned for `total` steps is in the context-loss phase. */
+export function inContextLossPhase(step: number, total: number, hp: Pick<SftHparams, "contextLossFraction">): boolean {
+  return step <= Math.round((hp.contextLossFraction ?? 0) * total);
+}
+
+/** The loss mask of an example in the context-loss phase: every token from `contextStart` on. */
+function contextMask(ex: SftExample): Uint8Array {
+  const mask = new Uint8Array(ex.tokens.length);
+  mask.fill(1, Math.max(1, ex.contextStart ?? 1));
+  return mask;
 }
 
 export async function sftTrain(
@@ -44,11 +88,18 @@ export async function sftTrain(
   examples: SftExample[],
   hp: SftHparams,
   onStep?: (m: SftStepMetrics) => void | Promise<void>,
-  options: { startStep?: number; shouldStop?: () => boolean } = {},
+  options: {
+    startStep?: number;
+    shouldStop?: () => boolean;
+    /** The steps the schedule is planned over (fewer than every epoch's: training ends there). Read each step. */
+    plannedSteps?: () => number;
+  } = {},
 ): Promise<SftStepMetrics[]> {
   for (const [i, ex] of examples.entries()) {
     if (ex.tokens.length !== ex.lossMask.length) throw new Error(`sft: example ${i} has ${ex.tokens.length} tokens but a mask of ${ex.lossMask.length}`);
   }
+  const allSteps = sftSteps(examples.length, hp);
+  const planned = () => Math.min(allSteps, options.plannedSteps?.() ?? allSteps);
   const rng = new Rng(hp.seed);
   const history: SftStepMetrics[] = [];
   let step = 0;
@@ -57,29 +108,34 @@ export async function sftTrain(
     const order = rng.shuffle(examples.map((_, i) => i));
     for (let b = 0; b < order.length; b += hp.batchSize) {
       step++;
+      if (step > planned()) return history;
       if (step <= startStep) continue; // resumed: these steps are already in the checkpoint
       // Let the event loop run (signals, progress, the dashboard): engine calls may finish synchronously.
       await new Promise<void>((resolve) => setImmediate(resolve));
       if (options.shouldStop?.()) return history;
+      const total = planned();
+      const lossOn = inContextLossPhase(step, total, hp) ? "context" : "assistant";
       const batch = order.slice(b, b + hp.batchSize).map((i) => examples[i]!);
-      const total = batch.reduce((n, ex) => n + ex.lossMask.subarray(1).reduce((a, x) => a + x, 0), 0);
+      const masks = batch.map((ex) => (lossOn === "context" ? contextMask(ex) : ex.lossMask).subarray(1));
+      const covered = masks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
       let loss = 0;
       for (let m = 0; m < batch.length; m += hp.microBatch) {
         const micro = batch.slice(m, m + hp.microBatch);
-        const masks = micro.map((ex) => ex.lossMask.subarray(1));
-        const microTokens = masks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
-        const scale = microTokens / Math.max(total, 1);
+        const microMasks = masks.slice(m, m + hp.microBatch);
+        const microTokens = microMasks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
+        const scale = microTokens / Math.max(covered, 1);
         const r = await engine.forwardBackward(
           micro.map((ex) => ex.tokens),
           (lp) => {
-            const s = sftLoss(lp, masks);
+            const s = sftLoss(lp, microMasks);
             return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
           },
         );
         loss += r.loss;
       }
-      const { gradNorm } = await engine.optimStep({ lr: hp.lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
-      const metrics = { epoch, step, loss, gradNorm, tokens: total };
+      const lr = sftLearningRate(step, total, hp);
+      const { gradNorm } = await engine.optimStep({ lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
+      const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, lr, lossOn };
       history.push(metrics);
       await onStep?.(metrics);
     }

@@ -24,6 +24,10 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, grpo: { estimator: "dr-grpo", aggregation: "sequence" } })).toThrow(/Dr. GRPO/);
     expect(() => validateConfig({ ...minimal, eval: { samples: 4, temperature: 0 } })).toThrow(/pass@k/);
     expect(() => validateConfig({ ...minimal, attention: { mode: "sink-window", sinks: 8, window: 4 } })).toThrow(/window must be larger/);
+    expect(() => validateConfig({ ...minimal, sft: { minLrRatio: 0.2 } })).toThrow(/sft\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
+    expect(() => validateConfig({ ...minimal, sft: { contextLossFraction: 1 } })).toThrow(/sft\.contextLossFraction: must be below 1/);
+    expect(() => validateConfig({ ...minimal, sft: { lrSchedule: "linear" } })).toThrow(/sft\.lrSchedule: must be one of "constant", "cosine"/);
+    expect(validateConfig({ ...minimal, sft: { lrSchedule: "cosine", minLrRatio: 0.2, warmupSteps: 5, contextLossFraction: 0.5 } }).sft).toMatchObject({ epochs: 2, lrSchedule: "cosine", minLrRatio: 0.2 });
   });
   it("loads YAML and JSON files and reports parse errors with the file name", () => {
     const dir = mkdtempSync(join(tmpdir(), "cfg-"));

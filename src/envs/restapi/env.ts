@@ -45,6 +45,11 @@ export interface RestApiEnvOptions {
   taskFaults?: FaultKind[];
   /** The HTTP request timeout of the API tools, in ms (2,000 by default); a `slow` fault answers after it. */
   requestTimeoutMs?: number;
+  /**
+   * Which API tools the agent sees: "all" 28 endpoints (the default), or "used": only those the task
+   * set's gold chains call (a shorter prompt and an easier choice, for small models and curricula).
+   */
+  tools?: "all" | "used";
 }
 
 export interface RestApiState {
@@ -58,7 +63,7 @@ export const RESTAPI_SYSTEM_PROMPT = [
   "When you know the answer, call submit_answer with the answer only (a number without units, or a short text). Submitting ends the episode.",
 ].join("\n");
 
-const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "faults", "taskFaults", "requestTimeoutMs"];
+const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "faults", "taskFaults", "requestTimeoutMs", "tools"];
 
 /** A ToolEnv that also stops its HTTP server on close. */
 export class RestApiEnv extends ToolEnv<RestTask, RestApiState> {
@@ -127,10 +132,18 @@ export async function createRestApiEnv(options: RestApiEnvOptions = {}): Promise
   const count = options.count ?? 120;
   if (!Number.isInteger(count) || count < 1) throw new Error(`${RESTAPI_ENV_ID}: options.count must be a positive integer, got ${JSON.stringify(count)}`);
 
+  const toolChoice = options.tools ?? "all";
+  if (toolChoice !== "all" && toolChoice !== "used") throw new Error(`${RESTAPI_ENV_ID}: options.tools must be "all" or "used", got ${JSON.stringify(toolChoice)}`);
+
   const world = new RestWorld(seed);
   const tasks = generateRestTasks(world, { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults });
   const server = await startRestApiServer(world, { slowMs: requestTimeoutMs + 1_000 });
-  const tools: Tool<any, RestApiState>[] = [...openApiTools(server.document, { baseUrl: server.url, requestTimeoutMs }), submitTool()];
+  let apiTools = openApiTools(server.document, { baseUrl: server.url, requestTimeoutMs });
+  if (toolChoice === "used") {
+    const used = new Set(tasks.flatMap((t) => t.chain.map((c) => c.tool)));
+    apiTools = apiTools.filter((t) => used.has(t.name));
+  }
+  const tools: Tool<any, RestApiState>[] = [...apiTools, submitTool()];
   return new RestApiEnv(
     {
       name: "RestApiEnv",

@@ -146,6 +146,21 @@ describe("scripted expert", () => {
     }
   });
 
+  it('with tools "used", sees only the tools its tasks call and still solves every task', async () => {
+    const local = await createRestApiEnv({ count: 12, levels: [1], tools: "used" });
+    try {
+      const names = local.hooks.tools.map((t) => t.name).sort();
+      const used = new Set<string>(["submit_answer"]);
+      for (let i = 0; i < local.hooks.tasks.size; i++) for (const c of local.hooks.tasks.get(i).chain) used.add(c.tool);
+      expect(names).toEqual([...used].sort());
+      expect(names.length).toBeLessThan(env.hooks.tools.length);
+      for (let i = 0; i < local.hooks.tasks.size; i++) expect((await runExpertEpisode(local, RESTAPI_ENV_ID, { taskIndex: i })).reward).toBe(1);
+    } finally {
+      await local.close();
+    }
+    await expect(createRestApiEnv({ tools: "some" as never })).rejects.toThrow(/options.tools must be "all" or "used"/);
+  });
+
   it("replay reports every task solved", async () => {
     const report = await replayRestApi(RESTAPI_ENV_ID, { gold: false, limit: 8 });
     expect(report).toMatchObject({ total: 8, succeeded: 8, expectedRate: 1, failures: [] });

@@ -1,0 +1,70 @@
+import { describe, expect, it } from "vitest";
+import { createRandomModel } from "../../src/engine/index.js";
+import { inContextLossPhase, sftLearningRate, sftTrain, type SftExample } from "../../src/rl/sft.js";
+import { randomTokens, tinyConfig } from "../engine/helpers.js";
+
+describe("SFT schedule", () => {
+  it("warms up linearly, then stays constant or decays by cosine to minLrRatio x lr", () => {
+    const hp = { lr: 1e-3, warmupSteps: 10 };
+    expect(sftLearningRate(1, 100, hp)).toBeCloseTo(1e-4, 12);
+    expect(sftLearningRate(10, 100, hp)).toBeCloseTo(1e-3, 12);
+    expect(sftLearningRate(70, 100, hp)).toBe(1e-3);
+    const cos = { ...hp, lrSchedule: "cosine" as const, minLrRatio: 0.2 };
+    expect(sftLearningRate(10, 100, cos)).toBeCloseTo(1e-3, 12);
+    expect(sftLearningRate(55, 100, cos)).toBeCloseTo(0.6e-3, 12); // halfway: the mean of lr and the floor
+    expect(sftLearningRate(100, 100, cos)).toBeCloseTo(0.2e-3, 12);
+    const rates = Array.from({ length: 90 }, (_, i) => sftLearningRate(11 + i, 100, cos));
+    expect(rates.every((r, i) => i === 0 || r <= rates[i - 1]!)).toBe(true);
+  });
+
+  it("puts the first contextLossFraction of the planned steps in the context-loss phase", () => {
+    expect([1, 2, 3, 4].map((s) => inContextLossPhase(s, 4, { contextLossFraction: 0.5 }))).toEqual([true, true, false, false]);
+    expect(inContextLossPhase(1, 4, {})).toBe(false);
+  });
+});
+
+describe("sftTrain", () => {
+  const V = 64;
+  // Two examples: a 6-token "system prompt", then 10 user/tool tokens and 4 assistant tokens.
+  const examples: SftExample[] = [0, 1].map((k) => {
+    const tokens = randomTokens(30 + k, 20, V);
+    const lossMask = new Uint8Array(20);
+    lossMask.fill(1, 16);
+    return { tokens, lossMask, contextStart: 6 };
+  });
+  const hp = { epochs: 3, batchSize: 2, lr: 1e-2, weightDecay: 0, maxGradNorm: 1, seed: 1, microBatch: 1, lrSchedule: "cosine" as const, warmupSteps: 1, contextLossFraction: 0.5 };
+
+  it("covers every token after the system prompt in the context phase, then the assistant's only, at the scheduled rates", async () => {
+    const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+    const history = await sftTrain(engine, examples, { ...hp, epochs: 4 });
+    expect(history.map((m) => m.lossOn)).toEqual(["context", "context", "assistant", "assistant"]);
+    // Predicting tokens 6..19 (14 per example) in the context phase; tokens 16..19 (4) after it.
+    expect(history.map((m) => m.tokens)).toEqual([28, 28, 8, 8]);
+    expect(history.map((m) => m.lr)).toEqual([1, 2, 3, 4].map((s) => sftLearningRate(s, 4, hp)));
+    expect(history[1]!.loss).toBeLessThan(history[0]!.loss);
+    engine.dispose();
+  });
+
+  it("stops at the planned steps, and a resumed run takes the same steps as an uninterrupted one", async () => {
+    const run = async (options: Parameters<typeof sftTrain>[4]) => {
+      const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+      const h = await sftTrain(engine, examples, hp, undefined, options);
+      engine.dispose();
+      return { h };
+    };
+    const planned = await run({ plannedSteps: () => 2 });
+    expect(planned.h.map((m) => m.step)).toEqual([1, 2]);
+    const whole = await run({});
+    expect(whole.h.map((m) => m.step)).toEqual([1, 2, 3]);
+    expect(whole.h[1]!.lossOn).toBe("context"); // round(0.5 x 3) = 2 context steps
+    const resumed = await run({ startStep: 2 });
+    expect(resumed.h.map((m) => m.step)).toEqual([3]);
+    expect(resumed.h[0]!.lr).toBe(whole.h[2]!.lr);
+  });
+
+  it("rejects an example whose mask does not match its tokens", async () => {
+    const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+    await expect(sftTrain(engine, [{ tokens: [1, 2, 3], lossMask: new Uint8Array(2) }], hp)).rejects.toThrow(/example 0 has 3 tokens but a mask of 2/);
+    engine.dispose();
+  });
+});
