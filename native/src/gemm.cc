@@ -7,7 +7,8 @@
 // register-blocked micro-kernel computes MR x NR tiles of C. Weights used again and again (decoding) can be
 // packed once in the same layout (packWeight) and multiplied without any packing of B (sgemmPacked). alpha is folded into packed A;
 // beta is applied by the micro-kernel on the first depth block only. Three micro-kernels: AVX-512
-// (MR=8, NR=32), AVX2+FMA (MR=6, NR=16) and portable C++ (MR=4, NR=16), chosen once from cpuid.
+// (MR=8, NR=32), AVX2+FMA (MR=6, NR=16) and portable C++ (MR=4, NR=16), chosen once from cpuid; with few
+// rows of A (decoding) the AVX-512 one also prefetches the next strip of B.
 // This file is not the elementwise ops or attention (ops.cc, attention.cc).
 #include <algorithm>
 #include <cmath>
@@ -193,22 +194,75 @@ __attribute__((target("avx512f"))) static void microAvx512(int kc, const float* 
   }
   storeTile<kAvx512MR, kAvx512NR>(tile, C, ldc, beta, mr, nr);
 }
+
+// The AVX-512 micro-kernel that also prefetches kc * 64 bytes from pf into L2 (one line per step of depth)
+// for the strip of B a later call reads: with few rows (decoding) B comes from memory and each strip is
+// used for a short while only, so fetching the next one ahead keeps the arithmetic from waiting on it.
+// (Into L2, not L1: the strip in use and the slivers of A fill L1 already.)
+__attribute__((target("avx512f"))) static void microAvx512Pf(int kc, const float* Ap, const float* Bp, float* C,
+                                                            int ldc, float beta, int mr, int nr, const float* pf) {
+  __m512 c[kAvx512MR][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kAvx512MR; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
+  for (int k = 0; k < kc; k++) {
+    _mm_prefetch(reinterpret_cast<const char*>(pf + k * 16), _MM_HINT_T1);
+    __m512 b0 = _mm512_loadu_ps(Bp + k * kAvx512NR);
+    __m512 b1 = _mm512_loadu_ps(Bp + k * kAvx512NR + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < kAvx512MR; i++) {
+      __m512 a = _mm512_set1_ps(Ap[k * kAvx512MR + i]);
+      c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+    }
+  }
+  if (mr == kAvx512MR && nr == kAvx512NR) {
+    __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int i = 0; i < kAvx512MR; i++) {
+      float* ci = C + static_cast<size_t>(i) * ldc;
+      if (beta == 0.f) {
+        _mm512_storeu_ps(ci, c[i][0]);
+        _mm512_storeu_ps(ci + 16, c[i][1]);
+      } else if (beta == 1.f) {
+        _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), c[i][0]));
+        _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), c[i][1]));
+      } else {
+        _mm512_storeu_ps(ci, _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), c[i][0]));
+        _mm512_storeu_ps(ci + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci + 16), c[i][1]));
+      }
+    }
+    return;
+  }
+  alignas(64) float tile[kAvx512MR * kAvx512NR];
+  for (int i = 0; i < kAvx512MR; i++) {
+    _mm512_store_ps(tile + i * kAvx512NR, c[i][0]);
+    _mm512_store_ps(tile + i * kAvx512NR + 16, c[i][1]);
+  }
+  storeTile<kAvx512MR, kAvx512NR>(tile, C, ldc, beta, mr, nr);
+}
 #endif
+
+using PrefetchKernel = void (*)(int kc, const float* Ap, const float* Bp, float* C, int ldc, float beta, int mr, int nr,
+                                const float* pf);
 
 struct KernelInfo {
   MicroKernel fn;
   int MR, NR;
+  PrefetchKernel pf;  // the same micro-kernel prefetching ahead (null: none)
 };
+
+// SFX_PREFETCH=0 turns the prefetching micro-kernel off (for comparisons).
+static const bool kPrefetch = !(std::getenv("SFX_PREFETCH") && !std::strcmp(std::getenv("SFX_PREFETCH"), "0"));
 
 static KernelInfo pickKernel() {
 #ifdef SFX_X86
   switch (simdLevel()) {
-    case Simd::Avx512: return {microAvx512, kAvx512MR, kAvx512NR};
-    case Simd::Avx2: return {microAvx2, kAvx2MR, kAvx2NR};
+    case Simd::Avx512: return {microAvx512, kAvx512MR, kAvx512NR, kPrefetch ? microAvx512Pf : nullptr};
+    case Simd::Avx2: return {microAvx2, kAvx2MR, kAvx2NR, nullptr};
     default: break;
   }
 #endif
-  return {microPortable, kPortMR, kPortNR};
+  return {microPortable, kPortMR, kPortNR, nullptr};
 }
 
 // ---------------------------------------------------------------------------------------- packing
@@ -498,13 +552,24 @@ static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, in
         const float* Bp = Bblock + static_cast<size_t>(jc) * kc;
         if (mc <= kFewRows) {
           // Few rows (decoding): each strip of B, likely coming from memory, serves every sliver of A at
-          // once, so reading B overlaps the arithmetic instead of stalling the first sliver.
+          // once, and while the slivers pass over it the first of them fetch the next strip (or the first
+          // strip of the next depth block) into L1, so reading B overlaps the arithmetic.
+          const float* nextBlock = pc + kc < p1 ? Bpk + static_cast<size_t>(pc + kc - p0) * Npad +
+                                                      static_cast<size_t>(n0) * std::min(kcMax, p1 - pc - kc)
+                                               : nullptr;
           for (int jr = 0; jr < nc; jr += NR) {
             const float* b = Bp + static_cast<size_t>(jr) * kc;
             int nr = std::min(NR, nc - jr);
-            for (int ir = 0; ir < mc; ir += MR)
-              kern.fn(kc, Ap + static_cast<size_t>(ir) * kc, b, g.C + static_cast<size_t>(ic + ir) * g.ldc + jc + jr,
-                      g.ldc, beta, std::min(MR, mc - ir), nr);
+            const float* next = jc + jr + NR < n1 ? b + static_cast<size_t>(NR) * kc : nextBlock;
+            for (int ir = 0; ir < mc; ir += MR) {
+              float* c = g.C + static_cast<size_t>(ic + ir) * g.ldc + jc + jr;
+              int part = ir / MR;  // sliver `part` fetches 16 of the next strip's NR columns
+              if (kern.pf && next && part * 16 < NR)
+                kern.pf(kc, Ap + static_cast<size_t>(ir) * kc, b, c, g.ldc, beta, std::min(MR, mc - ir), nr,
+                        next + static_cast<size_t>(part) * 16 * kc);
+              else
+                kern.fn(kc, Ap + static_cast<size_t>(ir) * kc, b, c, g.ldc, beta, std::min(MR, mc - ir), nr);
+            }
           }
           continue;
         }

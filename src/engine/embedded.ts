@@ -4,8 +4,12 @@
  * (forwardBackward + AdamW) and Hugging Face checkpoints.
  *
  * Sessions keep their tokens and KV-cache blocks; forks share the parent's blocks (reference counted,
- * copy on write of a partially filled last block only). A sampled token is appended to the session's
- * tokens at once and its keys and values are computed lazily, by the next step that needs them.
+ * copy on write of a partially filled last block only). Tokens are computed lazily: `append` (and a
+ * session's prefix) and a sampled token only join the session's tokens, and their keys and values are
+ * computed by the next call that needs them (sampling, fork, `nextLogits`). That call computes the pending
+ * tokens of all its sessions together, in forwards of up to `maxForwardTokens` rows, so the prompts of
+ * many sessions are prefilled in one batched forward, and one decode step is one forward of every
+ * sequence's single new token.
  * `optimStep` does not touch open sessions (their caches keep the weights they were computed with, and
  * the sampled log-probs carry the policy version); `load` recomputes them on their next use. Products with
  * several rows (batched decoding, prefill) reuse packed copies of the weight matrices, which every weight
@@ -59,6 +63,11 @@ export interface EmbeddedEngineOptions {
    * native kernels (the reference kernels gain nothing from them).
    */
   packWeights?: boolean;
+  /**
+   * The most new tokens one forward computes (pending tokens of many sessions are batched up to this; a
+   * longer prefill is split). Bounds the activation buffers. Default 2048.
+   */
+  maxForwardTokens?: number;
 }
 
 export interface EngineSaveOptions {
@@ -110,7 +119,8 @@ export class EmbeddedEngine implements Engine {
   private readonly sampler: Sampler;
   private readonly rng: Rng;
   private readonly sessions = new Set<EmbeddedSession>();
-  private decodeLogits = new Float32Array(0);
+  private stepLogits = new Float32Array(0);
+  private readonly maxForwardTokens: number;
   private disposed = false;
 
   constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
@@ -125,6 +135,10 @@ export class EmbeddedEngine implements Engine {
     this.rng = new Rng(opts.seed ?? 0);
     this.policyVersion = opts.policyVersion ?? 0;
     this.tokenizerDir = opts.tokenizerDir;
+    this.maxForwardTokens = opts.maxForwardTokens ?? 2048;
+    if (!(Number.isInteger(this.maxForwardTokens) && this.maxForwardTokens >= 1)) {
+      throw new EngineError(`maxForwardTokens must be an integer >= 1 (got ${opts.maxForwardTokens})`);
+    }
   }
 
   /**
@@ -163,11 +177,12 @@ export class EmbeddedEngine implements Engine {
 
   // ---- sessions -----------------------------------------------------------------------------------------
 
+  /** A new session holding `prefix`; its keys and values are computed by the first call that needs them. */
   async session(prefix: number[] = []): Promise<EngineSession> {
     return this.sessionSync(prefix);
   }
 
-  /** `session` without the promise (the work is synchronous). */
+  /** `session` without the promise. */
   sessionSync(prefix: number[] = []): EmbeddedSession {
     this.alive();
     const s = new EmbeddedSession(this);
@@ -212,7 +227,7 @@ export class EmbeddedEngine implements Engine {
       if (active.length > 0) this.sync(active.map((r) => r.session));
       while (active.length > 0) {
         active = this.sampleStep(active);
-        if (active.length > 0) this.decodeStep(active.map((r) => r.session));
+        if (active.length > 0) this.computePending(active.map((r) => r.session));
       }
     } finally {
       for (const r of reqs) r.session.busy = false;
@@ -220,8 +235,11 @@ export class EmbeddedEngine implements Engine {
     return reqs.map((r) => r.result);
   }
 
-  /** Counters of the decoding loop (for benchmarks and tests). */
-  readonly stats = { decodeSteps: 0, decodeRows: 0, prefillTokens: 0 };
+  /**
+   * Counters of the forwards (for benchmarks and tests): a decode step is a forward of one new token per
+   * sequence (decodeRows sequences in all); the tokens of every other forward are prefill tokens.
+   */
+  readonly stats = { forwards: 0, decodeSteps: 0, decodeRows: 0, prefillTokens: 0 };
 
   private request(session: EmbeddedSession, params: ResolvedSampleParams): SampleRequest {
     if (session.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
@@ -298,7 +316,7 @@ export class EmbeddedEngine implements Engine {
         const next = this.sampleStep(active);
         for (const r of active) if (!next.includes(r)) finish(r);
         active = next;
-        if (active.length > 0) this.decodeStep(active.map((r) => r.session));
+        if (active.length > 0) this.computePending(active.map((r) => r.session));
       }
     } catch (e) {
       for (const r of [...active, ...this.queue.splice(0)]) finish(r, e);
@@ -470,78 +488,114 @@ export class EmbeddedEngine implements Engine {
     this.sessions.delete(s);
   }
 
-  /** Makes sure each session has logits for its last token, computing pending tokens. */
+  /** Makes sure each session has logits for its last token, computing pending tokens (batched). */
   /** @internal */ sync(list: EmbeddedSession[]): void {
-    const singles: EmbeddedSession[] = [];
+    const todo: EmbeddedSession[] = [];
     for (const s of list) {
       if (s.logitsValid) continue;
       if (s.length === 0) throw new EngineError("the session is empty; append tokens first");
       if (s.cached === s.length) s.rewindOne();
-      if (s.length - s.cached === 1) singles.push(s);
-      else this.prefill(s);
+      todo.push(s);
     }
-    if (singles.length > 0) this.decodeStep(singles);
+    if (todo.length > 0) this.computePending(todo);
   }
 
-  /** Computes all pending tokens of one session (one call, Tq = pending). */
-  /** @internal */ prefill(s: EmbeddedSession): void {
-    const Tq = s.length - s.cached;
-    if (Tq === 0) return;
-    s.reserve(s.length);
-    const ids = Int32Array.from(s.tokenList.slice(s.cached));
-    const positions = new Int32Array(Tq);
-    for (let i = 0; i < Tq; i++) positions[i] = s.cached + i;
-    const V = this.config.vocabSize;
-    if (!s.logits) s.logits = new Float32Array(V);
-    this.checkIds(ids);
-    this.stats.prefillTokens += Tq;
-    cachedForward(this.model, this.cachedWs, this.pool, {
-      B: 1, Tq, ids, positions, blockTable: Int32Array.from(s.blocks), maxBlocks: s.blocks.length,
-      seqLens: Int32Array.of(s.length), logitRows: Int32Array.of(Tq - 1), logits: s.logits,
-    });
-    s.cached = s.length;
-    s.logitsFor = s.length;
+  /**
+   * Computes every pending token of the sessions (each has at least one) and their last tokens' logits:
+   * as few forwards as `maxForwardTokens` allows, sessions with equally many pending tokens side by side
+   * (one attention call each run); a session with more pending tokens than that goes in pieces.
+   */
+  /** @internal */ computePending(list: EmbeddedSession[]): void {
+    const cap = this.maxForwardTokens;
+    const pending = (s: EmbeddedSession) => s.length - s.cached;
+    const order = list.length > 1 ? [...list].sort((a, b) => pending(a) - pending(b)) : list;
+    let batch: EmbeddedSession[] = [];
+    let counts: number[] = [];
+    let rows = 0;
+    const flush = () => {
+      if (batch.length > 0) this.forward(batch, counts);
+      batch = [];
+      counts = [];
+      rows = 0;
+    };
+    for (const s of order) {
+      while (pending(s) > cap) this.forward([s], [cap]); // the front of a long prefill, alone
+      const n = pending(s);
+      if (rows + n > cap) flush();
+      batch.push(s);
+      counts.push(n);
+      rows += n;
+    }
+    flush();
   }
 
-  /** One batched decode step: every session has exactly one pending token. */
-  /** @internal */ decodeStep(list: EmbeddedSession[]): void {
+  /**
+   * One forward: the next counts[b] pending tokens of each session. A session whose pending tokens are all
+   * computed gets the logits of its last token.
+   */
+  private forward(list: EmbeddedSession[], counts: number[]): void {
     const B = list.length;
     const V = this.config.vocabSize;
+    let M = 0;
     let maxBlocks = 0;
-    for (const s of list) {
-      s.reserve(s.length);
+    let R = 0;
+    for (let b = 0; b < B; b++) {
+      const s = list[b]!;
+      const end = s.cached + counts[b]!;
+      s.reserve(end);
+      M += counts[b]!;
       maxBlocks = Math.max(maxBlocks, s.blocks.length);
+      if (end === s.length) R++;
     }
-    const blockTable = new Int32Array(B * maxBlocks);
-    const ids = new Int32Array(B);
-    const positions = new Int32Array(B);
+    const ids = new Int32Array(M);
+    const positions = new Int32Array(M);
+    const newTokens = new Int32Array(B);
     const seqLens = new Int32Array(B);
-    const rows = new Int32Array(B);
-    list.forEach((s, b) => {
+    const blockTable = new Int32Array(B * maxBlocks);
+    const logitRows = new Int32Array(R);
+    const withLogits: EmbeddedSession[] = [];
+    let row = 0;
+    for (let b = 0; b < B; b++) {
+      const s = list[b]!;
+      const n = counts[b]!;
+      const tokens = s.tokenList;
+      for (let i = 0; i < n; i++) {
+        ids[row + i] = tokens[s.cached + i]!;
+        positions[row + i] = s.cached + i;
+      }
+      newTokens[b] = n;
+      seqLens[b] = s.cached + n;
       blockTable.set(s.blocks, b * maxBlocks);
-      ids[b] = s.tokenList[s.length - 1]!;
-      positions[b] = s.length - 1;
-      seqLens[b] = s.length;
-      rows[b] = b;
-    });
+      row += n;
+      if (s.cached + n === s.length) {
+        logitRows[withLogits.length] = row - 1;
+        withLogits.push(s);
+      }
+    }
     this.checkIds(ids);
-    if (this.decodeLogits.length < B * V) this.decodeLogits = new Float32Array(B * V);
-    this.stats.decodeSteps++;
-    this.stats.decodeRows += B;
+    if (this.stepLogits.length < R * V) this.stepLogits = new Float32Array(R * V);
     cachedForward(this.model, this.cachedWs, this.pool, {
-      B, Tq: 1, ids, positions, blockTable, maxBlocks, seqLens, logitRows: rows, logits: this.decodeLogits,
+      B, Tq: 0, newTokens, ids, positions, blockTable, maxBlocks, seqLens, logitRows, logits: this.stepLogits,
     });
-    list.forEach((s, b) => {
+    this.stats.forwards++;
+    if (M === B) {
+      this.stats.decodeSteps++;
+      this.stats.decodeRows += B;
+    } else {
+      this.stats.prefillTokens += M;
+    }
+    for (let b = 0; b < B; b++) list[b]!.cached += counts[b]!;
+    withLogits.forEach((s, r) => {
       if (!s.logits) s.logits = new Float32Array(V);
-      s.logits.set(this.decodeLogits.subarray(b * V, b * V + V));
-      s.cached = s.length;
+      s.logits.set(this.stepLogits.subarray(r * V, r * V + V));
       s.logitsFor = s.length;
     });
   }
 
-  private checkIds(ids: Int32Array): void {
+  /** @internal */ checkIds(ids: ArrayLike<number>): void {
     const V = this.config.vocabSize;
-    for (const id of ids) {
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i]!;
       if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new EngineError(`token id ${id} is outside the vocabulary [0, ${V})`);
     }
   }
@@ -600,7 +654,7 @@ export class EmbeddedSession implements EngineSession {
     return [...this.tokenList];
   }
 
-  /** Blocks of the KV cache this session references (shared ones included). */
+  /** Blocks of the KV cache this session references (shared ones included); pending tokens have none yet. */
   get blockIds(): readonly number[] {
     return this.blocks;
   }
@@ -609,22 +663,24 @@ export class EmbeddedSession implements EngineSession {
     return this.logitsFor === this.tokenList.length && this.logits !== null;
   }
 
+  /** Appends tokens; they are computed by the next call that needs them (see the file comment). */
   async append(tokens: number[]): Promise<void> {
     this.appendSync(tokens);
   }
 
-  /** Appends tokens and computes them (with any pending sampled token) in one prefill. */
+  /** `append` without the promise: checks the ids and records the tokens (no computation). */
   appendSync(tokens: number[]): void {
     this.check();
     if (tokens.length === 0) return;
+    this.engine.checkIds(tokens);
     for (const t of tokens) this.tokenList.push(t);
-    try {
-      this.engine.prefill(this);
-    } catch (e) {
-      this.tokenList.length -= tokens.length;
-      this.cached = Math.min(this.cached, this.tokenList.length);
-      throw e;
-    }
+  }
+
+  /** The logits [V] of the token after the session's last one (computes pending tokens first). */
+  nextLogits(): Float32Array {
+    this.check();
+    this.engine.sync([this]);
+    return this.logits!;
   }
 
   async sample(params: SampleParams): Promise<SampleResult> {
@@ -633,6 +689,8 @@ export class EmbeddedSession implements EngineSession {
 
   fork(): EmbeddedSession {
     this.check();
+    // pending tokens are computed first, so that the child shares them instead of computing them again
+    if (this.cached < this.tokenList.length) this.engine.computePending([this]);
     const child = this.engine.sessionSync();
     child.tokenList = [...this.tokenList];
     child.blocks = [...this.blocks];

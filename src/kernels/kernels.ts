@@ -170,7 +170,7 @@ export interface Kernels {
     N: number, H: number, D: number, positions: Int32Array, cos: Float32Array, sin: Float32Array, dX: Float32Array,
   ): void;
 
-  /** SwiGLU: out[i] = silu(gate[i]) * up[i] for i < n (n = N * F), silu(g) = g / (1 + exp(-g)). */
+  /** SwiGLU: out[i] = silu(gate[i]) * up[i] for i < n (n = N * F), silu(g) = g / (1 + exp(-g)); out may alias gate or up. */
   swigluForward(n: number, gate: Float32Array, up: Float32Array, out: Float32Array): void;
   /** dGate, dUp (overwritten) from dOut and the forward inputs gate, up. dGate may alias gate, dUp may alias up. */
   swigluBackward(

@@ -385,9 +385,8 @@ export class CachedWorkspace {
   k = new Float32Array(0);
   v = new Float32Array(0);
   att = new Float32Array(0);
-  gate = new Float32Array(0);
+  /** [M, F] the gate projection, then (in place) the MLP activation */ gate = new Float32Array(0);
   up = new Float32Array(0);
-  act = new Float32Array(0);
   rstd = new Float32Array(0);
   /** [M, KV] the k projection before Qwen3's per-head norm */ kRaw = new Float32Array(0);
   /** [M, H] per-head norm scratch */ headRstd = new Float32Array(0);
@@ -410,7 +409,6 @@ export class CachedWorkspace {
     this.att = new Float32Array(cap * Q);
     this.gate = new Float32Array(cap * F);
     this.up = new Float32Array(cap * F);
-    this.act = new Float32Array(cap * F);
     this.rstd = new Float32Array(cap);
     this.rows = new Float32Array(cap * C);
     if (hasQkNorm(this.cfg)) {
@@ -420,20 +418,26 @@ export class CachedWorkspace {
   }
 }
 
-/** One `cachedForward` call: B sequences, each with Tq new tokens (rows b*Tq .. b*Tq+Tq-1). */
+/**
+ * One `cachedForward` call: B sequences with new tokens, M rows in all. Either every sequence has Tq new
+ * tokens (rows b*Tq .. b*Tq+Tq-1, M = B*Tq), or `newTokens` gives each its own count (ragged: the rows of
+ * sequence b follow those of b-1, M = the sum; `Tq` is then ignored).
+ */
 export interface CachedStep {
   B: number;
   Tq: number;
-  /** [B*Tq] new token ids. */
+  /** [B] new tokens of each sequence (each >= 1); absent = Tq for every sequence. */
+  newTokens?: Int32Array;
+  /** [M] new token ids. */
   ids: Int32Array;
-  /** [B*Tq] their positions. */
+  /** [M] their positions. */
   positions: Int32Array;
   /** [B, maxBlocks] block ids of each sequence. */
   blockTable: Int32Array;
   maxBlocks: number;
-  /** [B] cache entries of each sequence including the Tq new ones. */
+  /** [B] cache entries of each sequence including its new ones. */
   seqLens: Int32Array;
-  /** Rows (indices into the B*Tq new tokens) whose logits are wanted, in order. */
+  /** Rows (indices into the M new tokens) whose logits are wanted, in order. */
   logitRows: Int32Array;
   /** [logitRows.length, V] receives those rows' logits. */
   logits: Float32Array;
@@ -441,15 +445,36 @@ export interface CachedStep {
 
 /**
  * Runs the new tokens of B sequences through the model, writing their keys and values into the cache
- * (at entries seqLens[b]-Tq .. seqLens[b]-1) and the requested rows' logits into `step.logits`.
+ * (at entries seqLens[b]-n .. seqLens[b]-1 for its n new tokens) and the requested rows' logits into
+ * `step.logits`.
+ *
+ * The last layer computes keys and values for every new token (the cache needs them) but queries,
+ * attention and MLP only for the rows whose logits are wanted, when each of those is the last new row of
+ * its sequence (a prefill wants one row per sequence, or none).
  */
 export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step: CachedStep): void {
   const { cfg, params: P, kernels: k } = m;
-  const { B, Tq } = step;
-  const M = B * Tq;
-  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
+  const B = step.B;
+  // rowStart[b]: first row of sequence b; runs of sequences with equal counts share one attention call
+  const rowStart = new Int32Array(B + 1);
+  for (let b = 0; b < B; b++) {
+    const n = step.newTokens ? step.newTokens[b]! : step.Tq;
+    if (!(n >= 1)) throw new RangeError(`cachedForward: sequence ${b} has ${n} new tokens; each needs at least 1`);
+    rowStart[b + 1] = rowStart[b]! + n;
+  }
+  const M = rowStart[B]!;
+  const runs: AttentionRun[] = [];
+  for (let b = 0; b < B; b++) {
+    const n = rowStart[b + 1]! - rowStart[b]!;
+    const last = runs[runs.length - 1];
+    if (last && last.Tq === n) last.B++;
+    else runs.push({ b0: b, B: 1, Tq: n, r0: rowStart[b]! });
+  }
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V, numLayers: L } = cfg;
   const Q = H * D;
   const KVD = KVH * D;
+  const R = step.logitRows.length;
+  const lastRows = R < M ? lastRowsOf(step.logitRows, rowStart) : null;
   ws.ensure(M);
   let maxPos = 0;
   for (let i = 0; i < M; i++) maxPos = Math.max(maxPos, step.positions[i]! + 1);
@@ -458,63 +483,126 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   const bs = kv.blockSize;
   const scale = 1 / Math.sqrt(D);
   const x = ws.x;
-  // y [M, out] = x W^T (+ bias): one row is a matrix-vector product; several rows use the packed W when the
-  // model keeps packed copies.
+  // y [rows, out] = x W^T (+ bias): one row is a matrix-vector product; several rows use the packed W when
+  // the model keeps packed copies.
   const pk = m.packed;
-  const proj = (outDim: number, inDim: number, xin: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array, beta: 0 | 1) => {
-    if (M === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
-    else if (pk) k.sgemmPacked(M, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
-    else k.sgemm(false, true, M, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
-    if (bias) k.addBias(M, outDim, y, bias);
+  const proj = (rows: number, outDim: number, inDim: number, xin: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array, beta: 0 | 1) => {
+    if (rows === 0) return;
+    if (rows === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
+    else if (pk) k.sgemmPacked(rows, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
+    else k.sgemm(false, true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
+    if (bias) k.addBias(rows, outDim, y, bias);
   };
   k.embeddingForward(M, C, V, step.ids, P.embed, x);
-  for (let l = 0; l < cfg.numLayers; l++) {
+  // Rows the queries, attention and MLP of a layer run on: every new row, or in the last layer (when
+  // `lastRows`) only the logit rows, moved to the front.
+  let Mq = M;
+  let qPositions = step.positions;
+  let qRuns = runs;
+  let qTable = step.blockTable;
+  let qLens = step.seqLens;
+  for (let l = 0; l < L; l++) {
     const W = P.layers[l]!;
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.inputNorm, ws.ln, ws.rstd);
-    if (W.qNorm && W.kNorm) {
-      proj(Q, C, ws.ln, W.q, W.qBias, ws.att, 0); // att is scratch until attention runs
-      proj(KVD, C, ws.ln, W.k, W.kBias, ws.kRaw, 0);
-      k.rmsnormForward(M * H, D, cfg.rmsNormEps, ws.att, W.qNorm, ws.q, ws.headRstd);
+    // keys and values of every new token, into the cache
+    if (W.kNorm) {
+      proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.kRaw, 0);
       k.rmsnormForward(M * KVH, D, cfg.rmsNormEps, ws.kRaw, W.kNorm, ws.k, ws.headRstd);
     } else {
-      proj(Q, C, ws.ln, W.q, W.qBias, ws.q, 0);
-      proj(KVD, C, ws.ln, W.k, W.kBias, ws.k, 0);
+      proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.k, 0);
     }
-    proj(KVD, C, ws.ln, W.v, W.vBias, ws.v, 0);
-    k.ropeForward(M, H, D, step.positions, cos, sin, ws.q);
+    proj(M, KVD, C, ws.ln, W.v, W.vBias, ws.v, 0);
     k.ropeForward(M, KVH, D, step.positions, cos, sin, ws.k);
     const kc = kv.kCache[l]!;
     const vc = kv.vCache[l]!;
     for (let b = 0; b < B; b++) {
-      const first = step.seqLens[b]! - Tq;
-      for (let i = 0; i < Tq; i++) {
+      const r0 = rowStart[b]!;
+      const n = rowStart[b + 1]! - r0;
+      const first = step.seqLens[b]! - n;
+      for (let i = 0; i < n; i++) {
         const e = first + i;
         const block = step.blockTable[b * step.maxBlocks + Math.floor(e / bs)]!;
         const dst = (block * bs + (e % bs)) * KVD;
-        const src = (b * Tq + i) * KVD;
+        const src = (r0 + i) * KVD;
         kc.set(ws.k.subarray(src, src + KVD), dst);
         vc.set(ws.v.subarray(src, src + KVD), dst);
       }
     }
-    k.attentionCached(
-      { B, Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },
-      m.attention.window, m.attention.sinks, ws.q, kc, vc, step.blockTable, step.seqLens, W.sinks, ws.att,
-    );
-    proj(C, Q, ws.att, W.o, W.oBias, x, 1);
-    k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
-    proj(F, C, ws.ln, W.gate, null, ws.gate, 0);
-    proj(F, C, ws.ln, W.up, null, ws.up, 0);
-    k.swigluForward(M * F, ws.gate, ws.up, ws.act);
-    proj(C, F, ws.act, W.down, null, x, 1);
+    if (l === L - 1 && lastRows) {
+      // only the logit rows go on: their hidden states and norms to the front, one query each
+      Mq = R;
+      qPositions = new Int32Array(R);
+      qTable = new Int32Array(R * step.maxBlocks);
+      qLens = new Int32Array(R);
+      for (let r = 0; r < R; r++) {
+        const row = step.logitRows[r]!;
+        const b = lastRows[r]!;
+        if (row !== r) {
+          x.copyWithin(r * C, row * C, row * C + C);
+          ws.ln.copyWithin(r * C, row * C, row * C + C);
+        }
+        qPositions[r] = step.positions[row]!;
+        qTable.set(step.blockTable.subarray(b * step.maxBlocks, (b + 1) * step.maxBlocks), r * step.maxBlocks);
+        qLens[r] = step.seqLens[b]!;
+      }
+      qRuns = R > 0 ? [{ b0: 0, B: R, Tq: 1, r0: 0 }] : [];
+      if (R === 0) break;
+    }
+    if (W.qNorm) {
+      proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.att, 0); // att is scratch until attention runs
+      k.rmsnormForward(Mq * H, D, cfg.rmsNormEps, ws.att, W.qNorm, ws.q, ws.headRstd);
+    } else {
+      proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.q, 0);
+    }
+    k.ropeForward(Mq, H, D, qPositions, cos, sin, ws.q);
+    for (const run of qRuns) {
+      k.attentionCached(
+        { B: run.B, Tq: run.Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },
+        m.attention.window, m.attention.sinks, ws.q.subarray(run.r0 * Q), kc, vc,
+        qTable.subarray(run.b0 * step.maxBlocks), qLens.subarray(run.b0), W.sinks, ws.att.subarray(run.r0 * Q),
+      );
+    }
+    proj(Mq, C, Q, ws.att, W.o, W.oBias, x, 1);
+    k.rmsnormForward(Mq, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
+    proj(Mq, F, C, ws.ln, W.gate, null, ws.gate, 0);
+    proj(Mq, F, C, ws.ln, W.up, null, ws.up, 0);
+    k.swigluForward(Mq * F, ws.gate, ws.up, ws.gate); // in place: gate becomes the activation
+    proj(Mq, C, F, ws.gate, W.down, null, x, 1);
   }
-  const R = step.logitRows.length;
   if (R === 0) return;
-  for (let r = 0; r < R; r++) {
-    const row = step.logitRows[r]!;
-    ws.rows.set(x.subarray(row * C, row * C + C), r * C);
+  if (!lastRows) {
+    for (let r = 0; r < R; r++) {
+      const row = step.logitRows[r]!;
+      ws.rows.set(x.subarray(row * C, row * C + C), r * C);
+    }
   }
-  k.rmsnormForward(R, C, cfg.rmsNormEps, ws.rows, P.finalNorm, ws.ln, ws.rstd);
+  const h = lastRows ? x : ws.rows; // [R, C] the logit rows' hidden states
+  k.rmsnormForward(R, C, cfg.rmsNormEps, h, P.finalNorm, ws.ln, ws.rstd);
   if (R === 1) k.sgemv(false, V, C, 1, P.lmHead, C, ws.ln, 0, step.logits);
   else if (pk) k.sgemmPacked(R, 1, ws.ln, C, pk.get(P.lmHead, V, C), 0, step.logits, V);
   else k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
+}
+
+/** Sequences b0 .. b0+B-1, Tq new rows each, starting at row r0: one attention call. */
+interface AttentionRun {
+  b0: number;
+  B: number;
+  Tq: number;
+  r0: number;
+}
+
+/**
+ * When every logit row is the last new row of its sequence, in increasing order, the sequence of each;
+ * else null (the last layer then runs on every row).
+ */
+function lastRowsOf(logitRows: Int32Array, rowStart: Int32Array): Int32Array | null {
+  const out = new Int32Array(logitRows.length);
+  let b = 0;
+  for (let r = 0; r < logitRows.length; r++) {
+    const row = logitRows[r]!;
+    while (b + 1 < rowStart.length && rowStart[b + 1]! - 1 < row) b++;
+    if (b + 1 >= rowStart.length || rowStart[b + 1]! - 1 !== row || (r > 0 && out[r - 1] === b)) return null;
+    out[r] = b;
+  }
+  return out;
 }

@@ -30,12 +30,12 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels"
     const ws = new TrainWorkspace(engine.config);
     trainForward(engine.model, ws, packSequences([seq]), false);
     const s = (await engine.session(seq.slice(0, 6))) as EmbeddedSession;
-    expect(maxAbsDiff(s.logits!, ws.logits.subarray(5 * V, 6 * V))).toBeLessThan(1e-4);
+    expect(maxAbsDiff(s.nextLogits(), ws.logits.subarray(5 * V, 6 * V))).toBeLessThan(1e-4);
     await s.append(seq.slice(6, 15));
-    expect(maxAbsDiff(s.logits!, ws.logits.subarray(14 * V, 15 * V))).toBeLessThan(1e-4);
+    expect(maxAbsDiff(s.nextLogits(), ws.logits.subarray(14 * V, 15 * V))).toBeLessThan(1e-4);
     for (let t = 15; t < seq.length; t++) {
       await s.append([seq[t]!]);
-      expect(maxAbsDiff(s.logits!, ws.logits.subarray(t * V, (t + 1) * V))).toBeLessThan(1e-4);
+      expect(maxAbsDiff(s.nextLogits(), ws.logits.subarray(t * V, (t + 1) * V))).toBeLessThan(1e-4);
     }
     expect(s.tokens()).toEqual(seq);
     expect(s.length).toBe(23);
@@ -65,10 +65,13 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels"
     const engine = make();
     const prompt = randomTokens(4, 10, V); // blocks of 4: two full, one half full
     const parent = (await engine.session(prompt)) as EmbeddedSession;
+    expect(parent.blockIds.length).toBe(0); // the prompt is computed by the first call that needs it
+    const kids = [parent.fork()]; // computes the prompt once
     const used = engine.pool.usedBlocks;
     expect(parent.blockIds.length).toBe(3);
-    const kids = Array.from({ length: 8 }, () => parent.fork());
+    for (let i = 1; i < 8; i++) kids.push(parent.fork());
     expect(engine.pool.usedBlocks).toBe(used); // nothing copied
+    expect(engine.stats.prefillTokens).toBe(prompt.length);
     for (const kid of kids) expect(kid.blockIds).toEqual(parent.blockIds);
     const res = await engine.sampleBatch(kids, kids.map((_, i) => ({ maxTokens: 6, seed: i })));
     // each child now owns a copy of the half-full block plus new blocks; the two full blocks stay shared
@@ -102,6 +105,34 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels"
     s.close();
     expect(engine.pool.usedBlocks).toBe(0);
     await expect(s.append([1])).rejects.toThrow(EngineError);
+  });
+
+  it("pending prompts of many sessions are computed together, in forwards of at most maxForwardTokens", async () => {
+    const lengths = [5, 9, 9, 30, 1, 12];
+    const prompts = lengths.map((n, i) => randomTokens(20 + i, n, V));
+    const params = prompts.map((_, i) => ({ maxTokens: 7, seed: 50 + i }));
+    const solo = make();
+    const alone = [];
+    for (let i = 0; i < prompts.length; i++) alone.push(await (await solo.session(prompts[i]!)).sample(params[i]!));
+    for (const cap of [2048, 8]) {
+      const engine = createRandomModel(tinyConfig(), 11, { kernels: k, std: 0.15, blockSize: 4, maxForwardTokens: cap });
+      const sessions = await Promise.all(prompts.map((p) => engine.session(p)));
+      expect(engine.stats.forwards).toBe(0);
+      const res = await engine.sampleBatch(sessions, params);
+      // one prefill forward (or, with 8 rows at most, the 30-token prompt in pieces and the rest in groups),
+      // then one forward per decode step
+      expect(engine.stats.prefillTokens).toBe(lengths.reduce((a, n) => a + n, 0));
+      expect(engine.stats.decodeSteps).toBe(6);
+      if (cap === 2048) expect(engine.stats.forwards).toBe(7);
+      else expect(engine.stats.forwards).toBeGreaterThan(7 + Math.ceil(30 / 8));
+      res.forEach((r, i) => {
+        expect(r.tokens).toEqual(alone[i]!.tokens);
+        expect(maxAbsDiff(r.logprobs, alone[i]!.logprobs)).toBeLessThan(1e-4);
+      });
+      const lps = await engine.logprobs(sessions.map((s) => s.tokens()));
+      res.forEach((r, i) => expect(maxAbsDiff(lps[i]!.subarray(lengths[i]! - 1), r.logprobs)).toBeLessThan(1e-4));
+      engine.dispose();
+    }
   });
 
   it("greedy, top-k 1 and stop tokens", async () => {
