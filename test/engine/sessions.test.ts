@@ -7,6 +7,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRandomModel, EmbeddedSession, EngineError, loadEngine } from "../../src/engine/embedded.js";
+import type { SampleResult } from "../../src/engine/types.js";
 import { packSequences, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
 import { kernelSets } from "../model/fixtures.js";
 import { randomTokens, tinyConfig } from "./helpers.js";
@@ -112,7 +113,7 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels"
     const prompts = lengths.map((n, i) => randomTokens(20 + i, n, V));
     const params = prompts.map((_, i) => ({ maxTokens: 7, seed: 50 + i }));
     const solo = make();
-    const alone = [];
+    const alone: SampleResult[] = [];
     for (let i = 0; i < prompts.length; i++) alone.push(await (await solo.session(prompts[i]!)).sample(params[i]!));
     for (const cap of [2048, 8]) {
       const engine = createRandomModel(tinyConfig(), 11, { kernels: k, std: 0.15, blockSize: 4, maxForwardTokens: cap });
