@@ -359,10 +359,10 @@ async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, o
   for (const batch of [1, 32]) {
     const engine = createRandomModel(cfg, 1, { kernels: k });
     const prompts = Array.from({ length: batch }, (_, b) => randomTokens(prompt, cfg.vocabSize, 500 + b));
-    // warm-up on a short run
-    const w = await engine.session(prompts[0]!.slice(0, 8));
-    await w.sample({ temperature: 0, maxTokens: 2 });
-    w.close();
+    // warm-up on a short run of the same batch (as the peer's: 8 prompt tokens, 2 new)
+    const warm = await Promise.all(prompts.map((p) => engine.session(p.slice(0, 8))));
+    await engine.sampleBatch(warm, warm.map(() => ({ temperature: 0, maxTokens: 2 })));
+    for (const w of warm) w.close();
     const t0 = performance.now();
     const sessions = [];
     for (const p of prompts) sessions.push(await engine.session(p));

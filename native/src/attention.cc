@@ -337,21 +337,39 @@ __attribute__((target("avx512f"))) static inline void decodeValues512(int n, con
     for (int c = 0; c < DV; c++) _mm512_storeu_ps(out + static_cast<size_t>(g) * 16 * DV + 16 * c, o[g][c]);
 }
 
+// Fetches `bytes` from the start of the key rows [j0, j1) into L1 and of the value rows into L2.
+__attribute__((target("avx512f"))) static inline void prefetchRows(int j0, int j1, const float* kBase,
+                                                                  const float* vBase, const size_t* rowOff,
+                                                                  int bytes) {
+  for (int t = j0; t < j1; t++) {
+    const char* kr = reinterpret_cast<const char*>(kBase + rowOff[t]);
+    const char* vr = reinterpret_cast<const char*>(vBase + rowOff[t]);
+    for (int c = 0; c < bytes; c += 64) {
+      _mm_prefetch(kr + c, _MM_HINT_T0);
+      _mm_prefetch(vr + c, _MM_HINT_T1);
+    }
+  }
+}
+
 // decodeGroup for D = 16 * DV with AVX-512: scores of 16 rows at a time reduced together, then the value
-// rows passed once per few heads.
+// rows passed once per few heads. The first head's pass brings the rows from memory: it fetches the keys
+// 16 rows ahead (and the values, read after the softmax, into L2), `pfBytes` from the start of each row
+// (the whole cache row when the other kv heads' parts are read next).
 template <int DV>
 __attribute__((target("avx512f"))) static void decodeGroup512(int G, int n, float scale, const float* q,
                                                              const float* kBase, const float* vBase,
                                                              const size_t* rowOff, const float* sink, float* s,
-                                                             float* out) {
+                                                             float* out, int pfBytes) {
   constexpr int D = 16 * DV;
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int g = 0; g < G; g++) {
     __m512 qv[DV];
     for (int c = 0; c < DV; c++) qv[c] = _mm512_loadu_ps(q + static_cast<size_t>(g) * D + 16 * c);
     float* sg = s + static_cast<size_t>(g) * n;
+    if (g == 0) prefetchRows(0, std::min(n, 16), kBase, vBase, rowOff, pfBytes);
     int j = 0;
     for (; j + 16 <= n; j += 16) {
+      if (g == 0) prefetchRows(j + 16, std::min(n, j + 32), kBase, vBase, rowOff, pfBytes);
       __m512 acc[16];
       for (int t = 0; t < 16; t++) {
         const float* kr = kBase + rowOff[j + t];
@@ -392,10 +410,52 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
                      float* out) {
   const int B = sh.B, Tq = sh.Tq, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   const int bs = sh.blockSize;
-  // tasks: (sequence, kv head, block of up to 64 new tokens). Each gathers the cache entries any of its
-  // queries keeps into dense [n, D] keys and values, then S = Q K^T, softmax, O = P V as small GEMMs.
-  // One new token (decoding): the G query heads of the kv head are the G rows of one product.
-  const int qBlock = Tq == 1 ? 1 : kQBlock;
+  const bool hasSink = sinkLogit != nullptr;
+  if (Tq == 1) {
+    // Decoding: scores straight from the cache rows, the G query heads of a kv head together. One task per
+    // sequence when there are enough of them (it reads whole cache rows, every kv head's part, in order),
+    // else one per (sequence, kv head).
+    const bool perSeq = B >= 4 * poolThreads();
+    const int headsPerTask = perSeq ? KVH : 1;
+    parallelFor(B * KVH / headsPerTask, [&](int task) {
+      int b = perSeq ? task : task / KVH, kh0 = perSeq ? 0 : task % KVH;
+      int e = seqLens[b] - 1;
+      CachedScratch& sc = tCached;
+      sc.cols.clear();
+      int lo = window > 0 ? std::max(0, e - window + 1) : 0;
+      for (int j = 0; j < std::min(sinks, lo); j++) sc.cols.push_back(j);
+      for (int j = lo; j <= e; j++) sc.cols.push_back(j);
+      const int n = static_cast<int>(sc.cols.size());
+      sc.rowOff.resize(static_cast<size_t>(n));
+      for (int c = 0; c < n; c++) {
+        int j = sc.cols[c];
+        int blk = blockTable[static_cast<size_t>(b) * sh.maxBlocks + j / bs];
+        sc.rowOff[c] = (static_cast<size_t>(blk) * bs + j % bs) * KVH * D;  // the row's start (kv head 0)
+      }
+      if (sc.s.size() < static_cast<size_t>(G) * n + 1) sc.s.resize(static_cast<size_t>(G) * n + 1);
+      for (int kvh = kh0; kvh < kh0 + headsPerTask; kvh++) {
+        size_t qo = (static_cast<size_t>(b) * H + static_cast<size_t>(kvh) * G) * D;
+        const float* kb = kCache + static_cast<size_t>(kvh) * D;
+        const float* vb = vCache + static_cast<size_t>(kvh) * D;
+        const float* sink = hasSink ? sinkLogit + kvh * G : nullptr;
+#ifdef SFX_DECODE512
+        if (simdLevel() == Simd::Avx512 && (D == 64 || D == 128)) {
+          // the first kv head's pass fetches whole rows; later heads find their parts in cache
+          int pf = !perSeq ? D * 4 : (kvh == 0 ? KVH * D * 4 : 0);
+          if (D == 64) decodeGroup512<4>(G, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
+          else decodeGroup512<8>(G, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
+          continue;
+        }
+#endif
+        decodeGroup(G, D, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo);
+      }
+    });
+    return;
+  }
+  // Several new tokens: tasks (sequence, kv head, block of up to 64 new tokens). Each gathers the cache
+  // entries any of its queries keeps into dense [n, D] keys and values, then S = Q K^T, softmax, O = P V as
+  // small GEMMs.
+  const int qBlock = kQBlock;
   const int nQB = (Tq + qBlock - 1) / qBlock;
   parallelFor(B * KVH * nQB, [&](int task) {
     int qb = task % nQB, bk = task / nQB, b = bk / KVH, kvh = bk % KVH;
@@ -417,21 +477,6 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
       int j = sc.cols[c];
       int blk = blockTable[static_cast<size_t>(b) * sh.maxBlocks + j / bs];
       sc.rowOff[c] = ((static_cast<size_t>(blk) * bs + j % bs) * KVH + kvh) * D;
-    }
-    const bool hasSink = sinkLogit != nullptr;
-    if (Tq == 1) {
-      size_t qo = (static_cast<size_t>(b) * H + static_cast<size_t>(kvh) * G) * D;
-      if (sc.s.size() < static_cast<size_t>(G) * n + 1) sc.s.resize(static_cast<size_t>(G) * n + 1);
-      const float* sink = hasSink ? sinkLogit + kvh * G : nullptr;
-#ifdef SFX_DECODE512
-      if (simdLevel() == Simd::Avx512 && (D == 64 || D == 128)) {
-        if (D == 64) decodeGroup512<4>(G, n, sh.scale, q + qo, kCache, vCache, sc.rowOff.data(), sink, sc.s.data(), out + qo);
-        else decodeGroup512<8>(G, n, sh.scale, q + qo, kCache, vCache, sc.rowOff.data(), sink, sc.s.data(), out + qo);
-        return;
-      }
-#endif
-      decodeGroup(G, D, n, sh.scale, q + qo, kCache, vCache, sc.rowOff.data(), sink, sc.s.data(), out + qo);
-      return;
     }
     for (int c = 0; c < n; c++) {
       size_t o = sc.rowOff[c];

@@ -77,7 +77,14 @@ export class Sampler {
     const V = this.V;
     if (p.temperature === 0) {
       let best = 0;
-      for (let i = 1; i < V; i++) if (logits[i]! > logits[best]!) best = i;
+      let bestLogit = logits[0]!;
+      for (let i = 1; i < V; i++) {
+        const x = logits[i]!;
+        if (x > bestLogit) {
+          bestLogit = x;
+          best = i;
+        }
+      }
       return { token: best, logprob: 0 };
     }
     const invT = 1 / p.temperature;

@@ -439,13 +439,17 @@ describe("native attention", () => {
     }
   });
 
-  it("cached attention: one new token per sequence, and prefills longer than a query block, match the reference", () => {
+  it("cached attention: one new token per sequence (few and many sequences), and prefills longer than a query block, match the reference", () => {
     const cases = [
       { H: 8, KVH: 2, D: 64, Tq: 1, lens: [1, 17, 40], window: 0, sinks: 0, sink: false },
       { H: 6, KVH: 2, D: 64, Tq: 1, lens: [33, 16, 50], window: 9, sinks: 1, sink: true },
       { H: 6, KVH: 2, D: 128, Tq: 1, lens: [48, 3, 21], window: 0, sinks: 0, sink: true },
       { H: 6, KVH: 3, D: 24, Tq: 1, lens: [30, 5, 9], window: 7, sinks: 2, sink: true },
       { H: 3, KVH: 3, D: 3, Tq: 1, lens: [12, 2, 25], window: 4, sinks: 0, sink: true },
+      // many sequences (decoding runs one task per sequence then)
+      { H: 8, KVH: 2, D: 64, Tq: 1, lens: [1, 17, 40, 5, 33, 16, 50, 2, 9, 64, 31, 8], window: 0, sinks: 0, sink: true },
+      { H: 6, KVH: 3, D: 128, Tq: 1, lens: [12, 3, 40, 21, 7, 1, 19, 30, 5, 26], window: 9, sinks: 1, sink: false },
+      { H: 4, KVH: 2, D: 24, Tq: 1, lens: [12, 3, 40, 21, 7, 1, 19, 30, 5, 26], window: 0, sinks: 0, sink: true },
       { H: 4, KVH: 1, D: 16, Tq: 70, lens: [70, 75, 131], window: 0, sinks: 0, sink: true },
       { H: 4, KVH: 2, D: 8, Tq: 67, lens: [67, 100, 90], window: 20, sinks: 3, sink: false },
     ];
