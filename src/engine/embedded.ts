@@ -539,6 +539,12 @@ export class EmbeddedEngine implements Engine {
     let M = 0;
     let maxBlocks = 0;
     let R = 0;
+    let newBlocks = 0; // at most: the blocks past each session's last, and a copy of a shared one
+    for (let b = 0; b < B; b++) {
+      const s = list[b]!;
+      newBlocks += Math.max(0, Math.ceil((s.cached + counts[b]!) / this.pool.blockSize) - s.blocks.length) + 1;
+    }
+    this.pool.reserveFree(newBlocks); // the storage grows once, not block by block
     for (let b = 0; b < B; b++) {
       const s = list[b]!;
       const end = s.cached + counts[b]!;

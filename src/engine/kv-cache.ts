@@ -46,6 +46,12 @@ export class KvBlockPool implements KvStorage {
     return this.refs[block]!;
   }
 
+  /** Grows the storage (once) so that `n` more blocks can be allocated without growing again. */
+  reserveFree(n: number): void {
+    if (n <= this.free.length) return;
+    this.grow(Math.max(this.capacity * 2, this.capacity - this.free.length + n));
+  }
+
   /** A fresh block with reference count 1 (the storage doubles when full). */
   alloc(): number {
     if (this.free.length === 0) this.grow();
@@ -74,9 +80,8 @@ export class KvBlockPool implements KvStorage {
     }
   }
 
-  private grow(): void {
+  private grow(cap = this.capacity * 2): void {
     const old = this.capacity;
-    const cap = old * 2;
     const n = cap * this.blockSize * this.rowSize;
     this.kCache = this.kCache.map((a) => {
       const b = new Float32Array(n);

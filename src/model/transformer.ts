@@ -519,13 +519,16 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
       const r0 = rowStart[b]!;
       const n = rowStart[b + 1]! - r0;
       const first = step.seqLens[b]! - n;
-      for (let i = 0; i < n; i++) {
+      // the entries of one block are consecutive cache rows: one copy per block
+      for (let i = 0; i < n;) {
         const e = first + i;
+        const run = Math.min(n - i, bs - (e % bs));
         const block = step.blockTable[b * step.maxBlocks + Math.floor(e / bs)]!;
         const dst = (block * bs + (e % bs)) * KVD;
         const src = (r0 + i) * KVD;
-        kc.set(ws.k.subarray(src, src + KVD), dst);
-        vc.set(ws.v.subarray(src, src + KVD), dst);
+        kc.set(ws.k.subarray(src, src + run * KVD), dst);
+        vc.set(ws.v.subarray(src, src + run * KVD), dst);
+        i += run;
       }
     }
     if (l === L - 1 && lastRows) {
