@@ -421,17 +421,24 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
       int b = perSeq ? task : task / KVH, kh0 = perSeq ? 0 : task % KVH;
       int e = seqLens[b] - 1;
       CachedScratch& sc = tCached;
-      sc.cols.clear();
+      // the kept entries (sink slots, then the window or everything up to e) as offsets of their cache
+      // rows' starts (kv head 0), a block at a time
       int lo = window > 0 ? std::max(0, e - window + 1) : 0;
-      for (int j = 0; j < std::min(sinks, lo); j++) sc.cols.push_back(j);
-      for (int j = lo; j <= e; j++) sc.cols.push_back(j);
-      const int n = static_cast<int>(sc.cols.size());
-      sc.rowOff.resize(static_cast<size_t>(n));
-      for (int c = 0; c < n; c++) {
-        int j = sc.cols[c];
-        int blk = blockTable[static_cast<size_t>(b) * sh.maxBlocks + j / bs];
-        sc.rowOff[c] = (static_cast<size_t>(blk) * bs + j % bs) * KVH * D;  // the row's start (kv head 0)
-      }
+      int nSinks = std::min(sinks, lo);
+      const int n = nSinks + (e + 1 - lo);
+      if (sc.rowOff.size() < static_cast<size_t>(n)) sc.rowOff.resize(static_cast<size_t>(n));
+      size_t* off = sc.rowOff.data();
+      const size_t rowElems = static_cast<size_t>(KVH) * D;
+      const int32_t* table = blockTable + static_cast<size_t>(b) * sh.maxBlocks;
+      auto addRange = [&](int j, int j1) {
+        while (j < j1) {
+          int jb = j / bs, end = std::min(j1, (jb + 1) * bs);
+          size_t row = static_cast<size_t>(table[jb]) * bs + (j - jb * bs);
+          for (; j < end; j++, row++) *off++ = row * rowElems;
+        }
+      };
+      addRange(0, nSinks);
+      addRange(lo, e + 1);
       if (sc.s.size() < static_cast<size_t>(G) * n + 1) sc.s.resize(static_cast<size_t>(G) * n + 1);
       for (int kvh = kh0; kvh < kh0 + headsPerTask; kvh++) {
         size_t qo = (static_cast<size_t>(b) * H + static_cast<size_t>(kvh) * G) * D;

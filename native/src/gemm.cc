@@ -538,6 +538,14 @@ static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, in
   const int mcMax = std::max(MR, (kMC / MR) * MR);
   const int ncMax = std::max(NR, (kNC / NR) * NR);
   const int Npad = padN(g.N, NR);
+#ifdef SFX_X86
+  if (kern.pf && m1 - m0 <= kFewRows) {
+    // few rows: the rectangle's first strip of B starts on its way from memory while A is packed
+    const char* first = reinterpret_cast<const char*>(Bpk + static_cast<size_t>(n0) * std::min(kcMax, p1 - p0));
+    const size_t bytes = sizeof(float) * static_cast<size_t>(NR) * std::min(kcMax, p1 - p0);
+    for (size_t c = 0; c < bytes; c += 64) _mm_prefetch(first + c, _MM_HINT_T1);
+  }
+#endif
   for (int pc = p0; pc < p1; pc += kcMax) {
     int kc = std::min(kcMax, p1 - pc);
     float beta = pc == 0 ? g.beta : 1.f;
@@ -553,7 +561,7 @@ static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, in
         if (mc <= kFewRows) {
           // Few rows (decoding): each strip of B, likely coming from memory, serves every sliver of A at
           // once, and while the slivers pass over it the first of them fetch the next strip (or the first
-          // strip of the next depth block) into L1, so reading B overlaps the arithmetic.
+          // strip of the next depth block) into L2, so reading B overlaps the arithmetic.
           const float* nextBlock = pc + kc < p1 ? Bpk + static_cast<size_t>(pc + kc - p0) * Npad +
                                                       static_cast<size_t>(n0) * std::min(kcMax, p1 - pc - kc)
                                                : nullptr;
