@@ -680,6 +680,7 @@ export class EmbeddedSession implements EngineSession {
     if (tokens.length === 0) return;
     this.engine.checkIds(tokens);
     for (const t of tokens) this.tokenList.push(t);
+    this.logitsFor = -1; // the logits held belong to a shorter sequence (or an earlier one)
   }
 
   /** The logits [V] of the token after the session's last one (computes pending tokens first). */
@@ -715,6 +716,7 @@ export class EmbeddedSession implements EngineSession {
     if (n >= this.tokenList.length) return;
     this.tokenList.length = n;
     this.cached = Math.min(this.cached, n);
+    if (this.logitsFor > n) this.logitsFor = -1;
     this.dropBlocksAfter(this.cached);
   }
 

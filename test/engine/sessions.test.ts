@@ -103,6 +103,15 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sessions on %s kernels"
     await s.append(prompt.slice(3));
     const third = await s.sample({ maxTokens: 10, seed: 5 });
     expect(third.tokens).toEqual(first.tokens);
+    // other tokens of the same length after a truncate: computed afresh, not the logits held before
+    const other = randomTokens(7, prompt.length, V);
+    s.truncate(prompt.length);
+    (s as EmbeddedSession).nextLogits(); // logits held for a sequence of this length
+    s.truncate(3);
+    await s.append(other.slice(3));
+    const fresh = await engine.session([...prompt.slice(0, 3), ...other.slice(3)]);
+    expect(maxAbsDiff((s as EmbeddedSession).nextLogits(), (fresh as EmbeddedSession).nextLogits())).toBeLessThan(1e-5);
+    fresh.close();
     s.close();
     expect(engine.pool.usedBlocks).toBe(0);
     await expect(s.append([1])).rejects.toThrow(EngineError);
