@@ -35,7 +35,10 @@ export interface EngineSession {
   readonly length: number;
   /** The session's token ids. */
   tokens(): number[];
-  /** Appends tokens (prefill): only these new tokens are computed. */
+  /**
+   * Appends tokens (prefill): only these new tokens are computed, now or by the next call that needs them
+   * (the embedded engine computes the pending tokens of many sessions together at their next sample).
+   */
   append(tokens: number[]): Promise<void>;
   /** Samples new tokens and appends them. */
   sample(params: SampleParams): Promise<SampleResult>;
@@ -68,7 +71,7 @@ export interface OptimHparams {
 export interface Engine {
   /** Incremented by every `optimStep` (and set by `load`). */
   readonly policyVersion: number;
-  /** A new session, prefilled with `prefix`. */
+  /** A new session, prefilled with `prefix` (computed as `append` computes). */
   session(prefix?: number[]): Promise<EngineSession>;
   /** Samples from many sessions in one batched decode; results in the same order. */
   sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]>;
