@@ -22,7 +22,7 @@ import type { Trajectory } from "../rollout/trajectory.js";
 import type { TrainConfig } from "../rl/config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
-import { sftSteps, sftTrain } from "../rl/sft.js";
+import { sftSteps, sftTrain, stepsThatFit } from "../rl/sft.js";
 import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
@@ -254,15 +254,17 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       const startStep = state.step;
       // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
       // steps that fit: measured after 20 steps and again halfway, so the schedule ends when time does.
+      // The first steps (allocations, caches warming up) are left out of the measured rate.
+      let measuredFrom = { step: startStep + 5, at: Infinity };
       const fitToBudget = (step: number) => {
-        const msPerStep = (performance.now() - tSft) / (step - startStep);
-        const fits = step + Math.floor((0.98 * (sftDeadline - performance.now())) / msPerStep);
-        if (fits >= (state.sftPlanned ?? totalSft)) return;
-        state.sftPlanned = Math.max(step, fits);
-        progress.retarget(state.sftPlanned - startStep);
-        log(`SFT: ${state.sftPlanned} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${state.sftPlanned}`);
+        const msPerStep = (performance.now() - measuredFrom.at) / (step - measuredFrom.step);
+        const fits = stepsThatFit({ step, totalSteps: totalSft, msPerStep, msLeft: sftDeadline - performance.now() });
+        if (fits === (state.sftPlanned ?? totalSft)) return;
+        state.sftPlanned = fits;
+        progress.retarget(fits - startStep);
+        log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
       };
-      let refitAt = Number.isFinite(sftDeadline) ? startStep + 20 : Infinity;
+      let refitAt = Number.isFinite(sftDeadline) ? startStep + 25 : Infinity;
       await sftTrain(
         policy.engine,
         examples,
@@ -272,6 +274,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           progress.tick(1, `loss ${m.loss.toFixed(3)}${m.lossOn === "context" ? " (context)" : ""}`);
           metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens });
           status({ stage: "sft", step: m.step, totalSteps: state.sftPlanned ?? totalSft });
+          if (m.step === measuredFrom.step) measuredFrom = { step: m.step, at: performance.now() };
           if (m.step >= refitAt) {
             fitToBudget(m.step);
             refitAt = m.step < (state.sftPlanned ?? totalSft) / 2 ? Math.ceil((state.sftPlanned ?? totalSft) / 2) : Infinity;

@@ -76,6 +76,15 @@ export function inContextLossPhase(step: number, total: number, hp: Pick<SftHpar
   return step <= Math.round((hp.contextLossFraction ?? 0) * total);
 }
 
+/**
+ * The steps a run can plan for under a time budget: those done, plus what the time left buys at the
+ * measured rate (with 2% to spare), never more than every epoch's nor fewer than those done.
+ */
+export function stepsThatFit(o: { step: number; totalSteps: number; msPerStep: number; msLeft: number }): number {
+  const more = o.msPerStep > 0 ? Math.floor((0.98 * Math.max(0, o.msLeft)) / o.msPerStep) : Infinity;
+  return Math.min(o.totalSteps, o.step + more);
+}
+
 /** The loss mask of an example in the context-loss phase: every token from `contextStart` on. */
 function contextMask(ex: SftExample): Uint8Array {
   const mask = new Uint8Array(ex.tokens.length);

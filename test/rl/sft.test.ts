@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/index.js";
-import { inContextLossPhase, sftLearningRate, sftTrain, type SftExample } from "../../src/rl/sft.js";
+import { inContextLossPhase, sftLearningRate, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 describe("SFT schedule", () => {
@@ -15,6 +15,12 @@ describe("SFT schedule", () => {
     expect(sftLearningRate(100, 100, cos)).toBeCloseTo(0.2e-3, 12);
     const rates = Array.from({ length: 90 }, (_, i) => sftLearningRate(11 + i, 100, cos));
     expect(rates.every((r, i) => i === 0 || r <= rates[i - 1]!)).toBe(true);
+  });
+
+  it("plans the steps that fit a time budget, between those done and every epoch's", () => {
+    expect(stepsThatFit({ step: 25, totalSteps: 1000, msPerStep: 500, msLeft: 100_000 })).toBe(25 + 196);
+    expect(stepsThatFit({ step: 25, totalSteps: 100, msPerStep: 500, msLeft: 100_000 })).toBe(100);
+    expect(stepsThatFit({ step: 25, totalSteps: 1000, msPerStep: 500, msLeft: -10 })).toBe(25);
   });
 
   it("puts the first contextLossFraction of the planned steps in the context-loss phase", () => {
