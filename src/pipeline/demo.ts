@@ -57,8 +57,10 @@ export interface DemoResult {
  * The demo's suites: short prompts and generated tasks at the easy level, thousands of them, so a small
  * model trained from scratch learns to read and copy from its context rather than memorize answers.
  */
-export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string }): TrainConfig {
+export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number }): TrainConfig {
   const quick = options.quick ?? false;
+  // A longer run gets more distinct expert episodes (one pass over them), not more passes over the same.
+  const episodes = Math.round(2500 * Math.max(1, (options.minutes ?? 20) / 20));
   const generated = quick ? 300 : 20_000;
   return validateConfig(
     {
@@ -78,7 +80,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
-        : { expertEpisodes: 2500, epochs: 1, batchSize: 8, lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
+        : { expertEpisodes: episodes, epochs: 1, batchSize: 8, lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 40, batchTasks: 8, groupSize: 8, lr: 5e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
@@ -90,7 +92,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
 }
 
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
-  const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed });
+  const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes });
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const main = await train(config, {
     quiet: options.quiet,
