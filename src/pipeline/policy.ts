@@ -49,7 +49,20 @@ export function createPolicy(
   const tokenizer = loadQwen3Tokenizer();
   // A model trained from scratch uses the prefix-stable template, so no trajectory drifts.
   const template = new ChatTemplate(STABLE_TOOL_TEMPLATE, { eosToken: tokenizer.eosToken, bosToken: tokenizer.bosToken });
-  const rendered = corpus.map((c) => tokenizer.encode(template.render(c.messages, { tools: c.tools, addGenerationPrompt: true, extra: TEMPLATE_VARS })));
+  // The ids the corpus uses. Tokenizers split at special tokens before anything else, so each message
+  // (from one <|im_start|> to the next) encodes alone to the same ids: a system prompt shared by
+  // thousands of conversations is encoded once.
+  const pieces = new Map<string, number[]>();
+  const rendered = corpus.flatMap((c) =>
+    template
+      .render(c.messages, { tools: c.tools, addGenerationPrompt: true, extra: TEMPLATE_VARS })
+      .split(/(?=<\|im_start\|>)/)
+      .map((piece) => {
+        let ids = pieces.get(piece);
+        if (!ids) pieces.set(piece, (ids = tokenizer.encode(piece)));
+        return ids;
+      }),
+  );
   // Digits, punctuation and common words so that unseen numbers and names still have short spellings.
   const extra = tokenizer.encode("0123456789 0 1 2 3 4 5 6 7 8 9 . , : ; ! ? ' \" ( ) [ ] { } - + * / = _ < > yes no the a an is of to and");
   const vocab = TrimmedVocab.build(tokenizer, rendered, extra);

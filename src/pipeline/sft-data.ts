@@ -66,11 +66,18 @@ export function conversationToExample(policy: Policy, conv: Conversation): SftEx
  * context-loss phase of SFT leaves out. The longest common prefix of the rendered system messages
  * and the conversation, so a token that straddles the boundary counts as context.
  */
+const systemPromptIds = new WeakMap<Policy, Map<string, number[]>>();
+
 function systemPromptLength(policy: Policy, conv: Conversation, tokens: number[]): number {
   let n = 0;
   while (n < conv.messages.length && conv.messages[n]!.role === "system") n++;
   if (n === 0) return 1;
-  const system = policy.codec.encode(policy.template.render(conv.messages.slice(0, n), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false }));
+  // A suite's system prompt is the same in every conversation: encoded once per policy.
+  const text = policy.template.render(conv.messages.slice(0, n), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false });
+  let cache = systemPromptIds.get(policy);
+  if (!cache) systemPromptIds.set(policy, (cache = new Map()));
+  let system = cache.get(text);
+  if (!system) cache.set(text, (system = policy.codec.encode(text)));
   let k = 0;
   while (k < system.length && k < tokens.length && system[k] === tokens[k]) k++;
   return Math.max(1, k);

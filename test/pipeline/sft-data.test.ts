@@ -4,7 +4,7 @@ import { runExpertEpisode } from "../../src/envs/suite.js";
 import { make } from "../../src/gym/registry.js";
 import type { AgentTurn, ChatObservation } from "../../src/gym/chat.js";
 import type { Env } from "../../src/gym/env.js";
-import { createPolicy } from "../../src/pipeline/policy.js";
+import { createPolicy, TEMPLATE_VARS } from "../../src/pipeline/policy.js";
 import { conversationToExample } from "../../src/pipeline/sft-data.js";
 
 registerBundledEnvs();
@@ -26,5 +26,8 @@ describe("SFT examples from expert episodes", () => {
     expect(trained.length).toBeGreaterThan(0);
     expect(trained[0]!).toBeGreaterThan(ex.contextStart!);
     expect(text(trained.at(-1)!, trained.at(-1)! + 1)).toBe("<|im_end|>");
+    // The trimmed vocabulary holds every id of the whole conversation encoded at once.
+    const whole = policy.tokenizer.encode(policy.template.render(conv.messages, { tools: conv.tools, addGenerationPrompt: true, extra: TEMPLATE_VARS }));
+    expect(whole.filter((id) => !policy.vocab!.has(id))).toEqual([]);
   });
 });
