@@ -83,7 +83,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         : { expertEpisodes: episodes, epochs: 1, batchSize: 8, lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 40, batchTasks: 8, groupSize: 8, lr: 5e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
+        : { steps: 40, batchTasks: 8, groupSize: 8, lr: 1e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 80, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
