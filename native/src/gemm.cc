@@ -154,12 +154,19 @@ __attribute__((target("avx2,fma"))) static void microAvx2(int kc, const float* A
 }
 
 constexpr int kAvx512MR = 8, kAvx512NR = 32;
-__attribute__((target("avx512f"))) static void microAvx512(int kc, const float* Ap, const float* Bp, float* C,
-                                                          int ldc, float beta, int mr, int nr) {
+// The AVX-512 micro-kernel. With kPrefetch it also prefetches kc * 64 bytes from pf into L2 (one line per
+// step of depth) for the strip of B a later call reads: with few rows (decoding) B comes from memory and
+// each strip is used for a short while only, so fetching the next one ahead keeps the arithmetic from
+// waiting on it. (Into L2, not L1: the strip in use and the slivers of A fill L1 already.)
+template <bool kPrefetch>
+__attribute__((target("avx512f"), always_inline)) static inline void microAvx512Body(int kc, const float* Ap, const float* Bp,
+                                                                                 float* C, int ldc, float beta, int mr,
+                                                                                 int nr, const float* pf) {
   __m512 c[kAvx512MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < kAvx512MR; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
   for (int k = 0; k < kc; k++) {
+    if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(pf + k * 16), _MM_HINT_T1);
     __m512 b0 = _mm512_loadu_ps(Bp + k * kAvx512NR);
     __m512 b1 = _mm512_loadu_ps(Bp + k * kAvx512NR + 16);
 #pragma GCC unroll 8
@@ -195,50 +202,14 @@ __attribute__((target("avx512f"))) static void microAvx512(int kc, const float* 
   storeTile<kAvx512MR, kAvx512NR>(tile, C, ldc, beta, mr, nr);
 }
 
-// The AVX-512 micro-kernel that also prefetches kc * 64 bytes from pf into L2 (one line per step of depth)
-// for the strip of B a later call reads: with few rows (decoding) B comes from memory and each strip is
-// used for a short while only, so fetching the next one ahead keeps the arithmetic from waiting on it.
-// (Into L2, not L1: the strip in use and the slivers of A fill L1 already.)
+__attribute__((target("avx512f"))) static void microAvx512(int kc, const float* Ap, const float* Bp, float* C,
+                                                          int ldc, float beta, int mr, int nr) {
+  microAvx512Body<false>(kc, Ap, Bp, C, ldc, beta, mr, nr, nullptr);
+}
+
 __attribute__((target("avx512f"))) static void microAvx512Pf(int kc, const float* Ap, const float* Bp, float* C,
                                                             int ldc, float beta, int mr, int nr, const float* pf) {
-  __m512 c[kAvx512MR][2];
-#pragma GCC unroll 8
-  for (int i = 0; i < kAvx512MR; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
-  for (int k = 0; k < kc; k++) {
-    _mm_prefetch(reinterpret_cast<const char*>(pf + k * 16), _MM_HINT_T1);
-    __m512 b0 = _mm512_loadu_ps(Bp + k * kAvx512NR);
-    __m512 b1 = _mm512_loadu_ps(Bp + k * kAvx512NR + 16);
-#pragma GCC unroll 8
-    for (int i = 0; i < kAvx512MR; i++) {
-      __m512 a = _mm512_set1_ps(Ap[k * kAvx512MR + i]);
-      c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
-      c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
-    }
-  }
-  if (mr == kAvx512MR && nr == kAvx512NR) {
-    __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-    for (int i = 0; i < kAvx512MR; i++) {
-      float* ci = C + static_cast<size_t>(i) * ldc;
-      if (beta == 0.f) {
-        _mm512_storeu_ps(ci, c[i][0]);
-        _mm512_storeu_ps(ci + 16, c[i][1]);
-      } else if (beta == 1.f) {
-        _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), c[i][0]));
-        _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), c[i][1]));
-      } else {
-        _mm512_storeu_ps(ci, _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci), c[i][0]));
-        _mm512_storeu_ps(ci + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(ci + 16), c[i][1]));
-      }
-    }
-    return;
-  }
-  alignas(64) float tile[kAvx512MR * kAvx512NR];
-  for (int i = 0; i < kAvx512MR; i++) {
-    _mm512_store_ps(tile + i * kAvx512NR, c[i][0]);
-    _mm512_store_ps(tile + i * kAvx512NR + 16, c[i][1]);
-  }
-  storeTile<kAvx512MR, kAvx512NR>(tile, C, ldc, beta, mr, nr);
+  microAvx512Body<true>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
 }
 #endif
 
