@@ -15,18 +15,25 @@
 
 namespace sfx {
 
-// For each position, where its run of equal document ids starts.
-static std::vector<int32_t> docStarts(int B, int T, const int32_t* docIds) {
-  std::vector<int32_t> st(static_cast<size_t>(B) * T);
+// Document id of a shared prefix: positions with it (at the start of a batch row) are kept by every later
+// query of the row, as if each document after them were the prefix followed by that document.
+constexpr int32_t kSharedDoc = -1;
+
+// For each position, its index within its document, counting a shared prefix: a prefix position keeps its
+// own index t; a document position is P + (t - start of its run of equal ids), P = the row's prefix length.
+static std::vector<int32_t> docPositions(int B, int T, const int32_t* docIds) {
+  std::vector<int32_t> vp(static_cast<size_t>(B) * T);
   for (int b = 0; b < B; b++) {
+    const int32_t* d = docIds ? docIds + static_cast<size_t>(b) * T : nullptr;
+    int P = 0;
+    if (d) while (P < T && d[P] == kSharedDoc) P++;
     int s = 0;
     for (int t = 0; t < T; t++) {
-      size_t i = static_cast<size_t>(b) * T + t;
-      if (docIds && t > 0 && docIds[i] != docIds[i - 1]) s = t;
-      st[i] = s;
+      if (d && t > 0 && d[t] != d[t - 1]) s = t;
+      vp[static_cast<size_t>(b) * T + t] = t < P ? t : P + t - s;
     }
   }
-  return st;
+  return vp;
 }
 
 static inline float dotD(const float* a, const float* b, int D) {
@@ -40,19 +47,20 @@ static inline float dotD(const float* a, const float* b, int D) {
 struct MaskCtx {
   const AttnMask& m;
   int T;
-  const int32_t* docStart;
+  const int32_t* docPos;  // docPositions()
   int b;
   bool keep(int q, int j) const {
     if (j > q) return false;
     const size_t row = static_cast<size_t>(b) * T;
-    if (m.docIds && m.docIds[row + q] != m.docIds[row + j]) return false;
-    if (m.window <= 0 || q - j < m.window) return true;
-    if (j - docStart[row + j] < m.sinks) return true;
+    if (m.docIds && m.docIds[row + q] != m.docIds[row + j] && m.docIds[row + j] != kSharedDoc) return false;
+    if (m.window <= 0 || docPos[row + q] - docPos[row + j] < m.window) return true;
+    if (docPos[row + j] < m.sinks) return true;
     return m.pinned && m.pinned[row + j];
   }
 };
 
-// The kv positions that at least one query of [t0, t1) keeps, ascending.
+// The kv positions that at least one query of [t0, t1) keeps, ascending. Only the row's shared prefix and
+// the positions from the start of t0's document on can be kept.
 static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols) {
   cols.clear();
   if (!c.m.docIds && !c.m.pinned) {
@@ -61,14 +69,20 @@ static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& col
     for (int j = lo; j < t1; j++) cols.push_back(j);
     return;
   }
-  for (int j = 0; j < t1; j++) {
+  const size_t row = static_cast<size_t>(c.b) * c.T;
+  int prefix = 0;
+  if (c.m.docIds) while (prefix < t1 && c.m.docIds[row + prefix] == kSharedDoc) prefix++;
+  const int docStart = c.m.docIds ? std::max(prefix, t0 - (c.docPos[row + t0] - (t0 < prefix ? t0 : prefix))) : 0;
+  auto consider = [&](int j) {
     for (int q = std::max(j, t0); q < t1; q++) {
       if (c.keep(q, j)) {
         cols.push_back(j);
-        break;
+        return;
       }
     }
-  }
+  };
+  for (int j = 0; j < std::min(prefix, docStart); j++) consider(j);
+  for (int j = docStart; j < t1; j++) consider(j);
 }
 
 // Copies rows cols[c] of one kv head ([T, KVH, D] layout from `base`) into a dense [n, D] buffer.
@@ -125,7 +139,7 @@ static void blockScores(const MaskCtx& mc, int t0, int R, const std::vector<int>
 void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
                       const float* sinkLogit, float* out, float* lse) {
   const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
-  std::vector<int32_t> ds = docStarts(B, T, m.docIds);
+  std::vector<int32_t> ds = docPositions(B, T, m.docIds);
   const int nBlocks = (T + kQBlock - 1) / kQBlock;
   const size_t kvRow = static_cast<size_t>(KVH) * D;
   // tasks: (b, kv head, query block); each computes S = Q K^T and O = P V with small GEMMs
@@ -159,7 +173,7 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
                        const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
                        float* dK, float* dV, float* dSinkLogit) {
   const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
-  std::vector<int32_t> ds = docStarts(B, T, m.docIds);
+  std::vector<int32_t> ds = docPositions(B, T, m.docIds);
   const size_t kvRow = static_cast<size_t>(KVH) * D;
   const size_t kvSize = static_cast<size_t>(B) * T * kvRow;
   std::fill(dK, dK + kvSize, 0.f);

@@ -4,7 +4,7 @@
  * re-exports the module's public API.
  */
 export {
-  attentionSettings, canonicalMask, checkMaskConfig, documentStarts, keeps, keptKeys, keyBound, MaskError,
+  attentionSettings, canonicalMask, checkMaskConfig, documentPositions, keeps, keptKeys, keyBound, MaskError,
   type CanonicalMask, type SinkMaskConfig,
 } from "./mask.js";
 export {

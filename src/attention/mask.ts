@@ -1,8 +1,13 @@
 /**
  * The canonical sink mask as one description: K sink slots at the start of each document, pinned
- * positions, a sliding window of W tokens, and document ids.
+ * positions, a sliding window of W tokens, document ids, and an optional shared prefix (doc id -1, at the
+ * start of the sequence, seen by every document after it).
  *
- *   keep(q, kv) = kv <= q  AND  doc(q) == doc(kv)  AND  (kv is a sink slot OR kv is pinned OR q - kv < W)
+ *   keep(q, kv) = kv <= q  AND  (doc(q) == doc(kv) OR doc(kv) == -1)
+ *                 AND  (kv is a sink slot OR kv is pinned OR pos(q) - pos(kv) < W)
+ *
+ * pos is the index within the document, counting the shared prefix (see the kernels' `AttentionMask`,
+ * whose `maskKeeps` this file evaluates).
  *
  * The same `CanonicalMask` object is what the attention kernels read in training and scoring (it is the
  * kernels' `AttentionMask` for one sequence) and what `MaskedSession` reads to decide which keys to evict
@@ -11,7 +16,7 @@
  *
  * Shapes: T = sequence length; docIds, pinned are [T].
  */
-import type { AttentionMask } from "../kernels/kernels.js";
+import { documentPositions as rowPositions, maskKeeps, SHARED_DOC, type AttentionMask } from "../kernels/kernels.js";
 import type { AttentionSettings } from "../model/transformer.js";
 
 /** The mask settings shared by every sequence of a model: K sink slots and the window W. */
@@ -27,7 +32,10 @@ export interface SinkMaskConfig {
  * Structurally the kernels' `AttentionMask` (with B = 1), so it can be handed to them as is.
  */
 export interface CanonicalMask extends AttentionMask {
-  /** [T] document id of each position (non-decreasing along the sequence), or null = one document. */
+  /**
+   * [T] document id of each position (non-decreasing along the sequence), or null = one document;
+   * -1 (SHARED_DOC) marks a shared prefix at the start.
+   */
   docIds: Int32Array | null;
   /** [T] 1 = pinned (kept like a sink slot by every later query of its document), or null = none. */
   pinned: Uint8Array | null;
@@ -59,9 +67,12 @@ export function canonicalMask(
   const { sinks, window } = checkMaskConfig(cfg);
   if (docIds) {
     if (docIds.length !== T) throw new MaskError(`docIds has ${docIds.length} entries for a sequence of ${T} tokens`);
-    for (let t = 1; t < T; t++) {
-      if (docIds[t]! < docIds[t - 1]!) {
-        throw new MaskError(`docIds must not decrease along the sequence (position ${t}: ${docIds[t]} after ${docIds[t - 1]}); give each packed document a larger id than the one before`);
+    for (let t = 0; t < T; t++) {
+      if (docIds[t]! < SHARED_DOC) {
+        throw new MaskError(`docIds[${t}] is ${docIds[t]}; document ids are >= 0, or -1 for a shared prefix at the start`);
+      }
+      if (t > 0 && docIds[t]! < docIds[t - 1]!) {
+        throw new MaskError(`docIds must not decrease along the sequence (position ${t}: ${docIds[t]} after ${docIds[t - 1]}); give each packed document a larger id than the one before, and a shared prefix (-1) the first positions`);
       }
     }
   }
@@ -69,32 +80,24 @@ export function canonicalMask(
   return { sinks, window, docIds, pinned };
 }
 
-/** Start position of the document of each position: [T]. */
-export function documentStarts(mask: CanonicalMask, T: number): Int32Array {
-  const start = new Int32Array(T);
-  for (let t = 1; t < T; t++) {
-    start[t] = mask.docIds && mask.docIds[t] !== mask.docIds[t - 1] ? t : start[t - 1]!;
-  }
-  return start;
+/** Each position's index within its document, counting a shared prefix: [T]. */
+export function documentPositions(mask: CanonicalMask, T: number): Int32Array {
+  return rowPositions(1, T, mask.docIds);
 }
 
 /**
- * keep(q, kv) for one sequence. `docStart` is `documentStarts(mask, T)` (passed in so a loop over many
+ * keep(q, kv) for one sequence. `docPos` is `documentPositions(mask, T)` (passed in so a loop over many
  * pairs computes it once).
  */
-export function keeps(mask: CanonicalMask, docStart: Int32Array, q: number, kv: number): boolean {
-  if (kv > q || kv < 0) return false;
-  const start = docStart[q]!;
-  if (kv < start) return false; // another (earlier) document
-  if (kv - start < mask.sinks) return true;
-  if (mask.pinned && mask.pinned[kv] === 1) return true;
-  return mask.window === 0 || q - kv < mask.window;
+export function keeps(mask: CanonicalMask, docPos: Int32Array, q: number, kv: number): boolean {
+  if (kv < 0) return false;
+  return maskKeeps(mask, docPos.length, docPos, 0, q, kv);
 }
 
 /** The kv positions query q keeps, in increasing order. */
-export function keptKeys(mask: CanonicalMask, docStart: Int32Array, q: number): number[] {
+export function keptKeys(mask: CanonicalMask, docPos: Int32Array, q: number): number[] {
   const out: number[] = [];
-  for (let kv = docStart[q]!; kv <= q; kv++) if (keeps(mask, docStart, q, kv)) out.push(kv);
+  for (let kv = 0; kv <= q; kv++) if (keeps(mask, docPos, q, kv)) out.push(kv);
   return out;
 }
 

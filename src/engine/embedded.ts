@@ -19,7 +19,7 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import type { Kernels } from "../kernels/kernels.js";
+import { SHARED_DOC, type Kernels } from "../kernels/kernels.js";
 import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
 import type { ModelConfig } from "../model/config.js";
@@ -35,7 +35,7 @@ import {
 } from "../model/transformer.js";
 import { KvBlockPool } from "./kv-cache.js";
 import { resolveSampleParams, Sampler, type ResolvedSampleParams } from "./sampler.js";
-import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, TokenLoss } from "./types.js";
+import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "./types.js";
 
 export class EngineError extends Error {
   constructor(message: string) {
@@ -77,18 +77,6 @@ export interface EngineSaveOptions {
   maxShardBytes?: number;
   /** Also write the AdamW state (optimizer.safetensors) for an exact resume. Default false. */
   optimizer?: boolean;
-}
-
-/**
- * Per-sequence inputs of the canonical attention mask for scoring and training: document ids (several
- * documents packed in one sequence attend only within themselves) and pinned positions (kept by every
- * later query, like sink slots). Window and sink-slot count are the engine's `attention` settings.
- */
-export interface SequenceMasks {
-  /** One [L] array per sequence. */
-  docIds?: Int32Array[];
-  /** One [L] array per sequence, 1 = pinned. */
-  pinned?: Uint8Array[];
 }
 
 interface SampleRequest {
@@ -615,6 +603,13 @@ export class EmbeddedEngine implements Engine {
         if (a.length !== sequences[i]!.length) throw new EngineError(`${what}[${i}] has ${a.length} values for a sequence of ${sequences[i]!.length} tokens`);
       });
     }
+    masks.docIds?.forEach((d, i) => {
+      for (let t = 0; t < d.length; t++) {
+        if (d[t]! < SHARED_DOC || (t > 0 && d[t]! < d[t - 1]!)) {
+          throw new EngineError(`docIds[${i}][${t}] is ${d[t]} after ${t > 0 ? d[t - 1] : "the start"}; document ids must not decrease along a sequence and are >= 0, or ${SHARED_DOC} for a shared prefix at its start`);
+        }
+      }
+    });
     sequences.forEach((s, i) => {
       if (s.length === 0) throw new EngineError(`sequence ${i} is empty`);
       for (const id of s) {

@@ -2,10 +2,10 @@
  * The engine's public API: the engine primitives (types.ts), the embedded CPU engine, and the model
  * pieces callers need to build one (configs, checkpoints, random models). Re-exports only.
  */
-export type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, TokenLoss } from "./types.js";
+export type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "./types.js";
 export {
   createRandomModel, EmbeddedEngine, EmbeddedSession, EngineError, loadEngine,
-  type EmbeddedEngineOptions, type EngineSaveOptions, type SequenceMasks,
+  type EmbeddedEngineOptions, type EngineSaveOptions,
 } from "./embedded.js";
 export { KvBlockPool } from "./kv-cache.js";
 export { Sampler, SampleParamsError } from "./sampler.js";

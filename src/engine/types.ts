@@ -68,6 +68,20 @@ export interface OptimHparams {
   maxGradNorm?: number;
 }
 
+/**
+ * Per-sequence inputs of the canonical attention mask for scoring and training (see the kernels'
+ * `AttentionMask`): document ids (several documents packed in one sequence attend only within
+ * themselves; -1 marks a shared prefix at the start that every document sees, with each document's
+ * positions continuing from its end) and pinned positions (kept by every later query, like sink slots).
+ * Window and sink-slot count are the engine's `attention` settings.
+ */
+export interface SequenceMasks {
+  /** One [L] array per sequence. */
+  docIds?: Int32Array[];
+  /** One [L] array per sequence, 1 = pinned. */
+  pinned?: Uint8Array[];
+}
+
 export interface Engine {
   /** Incremented by every `optimStep` (and set by `load`). */
   readonly policyVersion: number;
@@ -79,9 +93,9 @@ export interface Engine {
    * Teacher-forced log-probs: for each sequence of length L, L-1 values, log p(seq[t] | seq[<t]) for
    * t = 1..L-1, at temperature 1.
    */
-  logprobs(sequences: number[][]): Promise<Float32Array[]>;
+  logprobs(sequences: number[][], masks?: SequenceMasks): Promise<Float32Array[]>;
   /** Forward, loss, backward; gradients accumulate until `optimStep`. */
-  forwardBackward(sequences: number[][], loss: TokenLoss): Promise<{ loss: number; metrics: Record<string, number> }>;
+  forwardBackward(sequences: number[][], loss: TokenLoss, masks?: SequenceMasks): Promise<{ loss: number; metrics: Record<string, number> }>;
   /** AdamW step on the accumulated gradients, then zeroes them. Returns the pre-clip gradient norm. */
   optimStep(hparams: OptimHparams): Promise<{ gradNorm: number }>;
   /** Writes a Hugging Face checkpoint folder. */

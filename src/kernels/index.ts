@@ -8,6 +8,7 @@ import { loadNativeKernels, nativeLoadError } from "./native.js";
 import { referenceKernels } from "./reference.js";
 
 export type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, PackedWeight, Trans } from "./kernels.js";
+export { SHARED_DOC } from "./kernels.js";
 export { referenceKernels } from "./reference.js";
 export { loadNativeKernels, measurePeakGflops, nativeLoadError, setNativeThreads } from "./native.js";
 

@@ -3,7 +3,8 @@
  *
  * Two implementations sit behind it: the plain TypeScript reference (src/kernels/reference.ts, the oracle
  * in tests) and the native C++ addon (src/kernels/native.ts, the default). `src/kernels/index.ts` picks one.
- * This file declares types and shapes only; it computes nothing, and it knows nothing of models or engines.
+ * This file declares types and shapes, and defines the attention mask's keep rule (`maskKeeps`, read by
+ * the reference kernels and by src/attention/mask.ts); it knows nothing of models or engines.
  *
  * Conventions (apply to every method):
  * - Tensors are row-major `Float32Array`s (subarray views are fine: the view's offset is honoured).
@@ -21,22 +22,67 @@
 export type Trans = boolean;
 
 /**
+ * The document id of a shared prefix. Positions with this id must come first in their batch row; every
+ * later query of the row keeps them, whatever its document, as if each document were the prefix followed
+ * by that document alone (a packed batch of examples that share a system prompt computes it once).
+ */
+export const SHARED_DOC = -1;
+
+/**
  * Which kv positions a query may attend to: the canonical sink mask.
- * keep(q, kv) = kv <= q  AND  doc(q) == doc(kv)  AND  (kv is a sink slot OR kv is pinned OR q - kv < window)
- * Positions q, kv are indices along T within one batch row.
+ * keep(q, kv) = kv <= q  AND  (doc(q) == doc(kv) OR doc(kv) == SHARED_DOC)
+ *               AND  (kv is a sink slot OR kv is pinned OR pos(q) - pos(kv) < window)
+ * Positions q, kv are indices along T within one batch row. pos(t) is t's index within its document,
+ * counting the shared prefix: t for a prefix position, P + (t - the document's start) otherwise, where P
+ * is the row's prefix length (0 without one). The sink slots are the positions with pos < sinks.
  */
 export interface AttentionMask {
-  /** Sliding window W: kv is kept when q - kv < W. 0 (or Infinity) = no window (full causal). */
+  /** Sliding window W: kv is kept when pos(q) - pos(kv) < W. 0 (or Infinity) = no window (full causal). */
   window: number;
   /**
-   * K: the first `sinks` positions of each document are sink slots (kept by every later query of that
-   * document whatever the window). 0 = none.
+   * K: the first `sinks` positions of each document (of the shared prefix, where there is one) are sink
+   * slots, kept by every later query of that document whatever the window. 0 = none.
    */
   sinks: number;
-  /** [B, T] document id of each position; null = each batch row is one document. */
+  /**
+   * [B, T] document id of each position; null = each batch row is one document. SHARED_DOC (-1) marks
+   * a shared prefix at the start of a row.
+   */
   docIds: Int32Array | null;
   /** [B, T] 1 = this kv position is pinned (kept like a sink slot), 0 = not; null = none pinned. */
   pinned: Uint8Array | null;
+}
+
+/**
+ * For each position of each batch row, its index within its document, counting a shared prefix (see
+ * AttentionMask): a prefix position keeps its index t; a document position is P + (t - the start of its
+ * run of equal docIds), P = the row's prefix length. null docIds = one document per row (index t).
+ */
+export function documentPositions(B: number, T: number, docIds: Int32Array | null): Int32Array {
+  const pos = new Int32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let P = 0;
+    if (docIds) while (P < T && docIds[b * T + P] === SHARED_DOC) P++;
+    let s = 0;
+    for (let t = 0; t < T; t++) {
+      if (docIds && t > 0 && docIds[b * T + t] !== docIds[b * T + t - 1]) s = t;
+      pos[b * T + t] = t < P ? t : P + t - s;
+    }
+  }
+  return pos;
+}
+
+/** keep(q, kv) of the canonical sink mask for batch row b (see AttentionMask); docPos = documentPositions(). */
+export function maskKeeps(
+  mask: AttentionMask, T: number, docPos: Int32Array, b: number, q: number, kv: number,
+): boolean {
+  if (kv > q) return false;
+  const { docIds, pinned } = mask;
+  if (docIds && docIds[b * T + q] !== docIds[b * T + kv] && docIds[b * T + kv] !== SHARED_DOC) return false;
+  const w = mask.window > 0 && Number.isFinite(mask.window) ? mask.window : 0;
+  if (w === 0 || docPos[b * T + q]! - docPos[b * T + kv]! < w) return true;
+  if (docPos[b * T + kv]! < mask.sinks) return true;
+  return pinned !== null && pinned[b * T + kv] !== 0;
 }
 
 /** Shapes of a training-time (full-sequence) attention call. */

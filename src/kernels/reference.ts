@@ -5,39 +5,10 @@
  * built, so it favours being obviously right over being fast (sums are accumulated in double precision).
  * It is not tuned: no blocking, no SIMD, no threads.
  */
-import type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, PackedWeight, Trans } from "./kernels.js";
+import { documentPositions, maskKeeps, type AttentionMask, type AttentionShape, type CachedAttentionShape, type Kernels, type PackedWeight, type Trans } from "./kernels.js";
 
 function windowOf(w: number): number {
   return w > 0 && Number.isFinite(w) ? w : 0;
-}
-
-/**
- * For each position of each batch row, the index (along T) where its document starts.
- * Documents are runs of equal docIds; null docIds = one document per row.
- */
-export function documentStarts(B: number, T: number, docIds: Int32Array | null): Int32Array {
-  const start = new Int32Array(B * T);
-  for (let b = 0; b < B; b++) {
-    let s = 0;
-    for (let t = 0; t < T; t++) {
-      if (docIds && t > 0 && docIds[b * T + t] !== docIds[b * T + t - 1]) s = t;
-      start[b * T + t] = s;
-    }
-  }
-  return start;
-}
-
-/** keep(q, kv) of the canonical sink mask for batch row b (see AttentionMask). */
-export function maskKeeps(
-  mask: AttentionMask, T: number, docStart: Int32Array, b: number, q: number, kv: number,
-): boolean {
-  if (kv > q) return false;
-  const { docIds, pinned } = mask;
-  if (docIds && docIds[b * T + q] !== docIds[b * T + kv]) return false;
-  const w = windowOf(mask.window);
-  if (w === 0 || q - kv < w) return true;
-  if (kv - docStart[b * T + kv] < mask.sinks) return true;
-  return pinned !== null && pinned[b * T + kv] !== 0;
 }
 
 function sgemm(
@@ -121,7 +92,7 @@ function attentionForward(
 ): void {
   const { B, T, H, KVH, D, scale } = shape;
   const group = H / KVH;
-  const docStart = documentStarts(B, T, mask.docIds);
+  const docPos = documentPositions(B, T, mask.docIds);
   const s = new Float64Array(T);
   const acc = new Float64Array(D);
   for (let b = 0; b < B; b++) {
@@ -131,7 +102,7 @@ function attentionForward(
         const qo = ((b * T + t) * H + h) * D;
         let mx = sinkLogit ? sinkLogit[h] : -Infinity;
         for (let j = 0; j <= t; j++) {
-          if (!maskKeeps(mask, T, docStart, b, t, j)) {
+          if (!maskKeeps(mask, T, docPos, b, t, j)) {
             s[j] = -Infinity;
             continue;
           }
@@ -164,7 +135,7 @@ function attentionBackward(
 ): void {
   const { B, T, H, KVH, D, scale } = shape;
   const group = H / KVH;
-  const docStart = documentStarts(B, T, mask.docIds);
+  const docPos = documentPositions(B, T, mask.docIds);
   const dKacc = new Float64Array(B * T * KVH * D);
   const dVacc = new Float64Array(B * T * KVH * D);
   const dq = new Float64Array(D);
@@ -183,7 +154,7 @@ function attentionBackward(
         if (sinkLogit && dSinkLogit) dSinkLogit[h] -= Math.exp(sinkLogit[h] - l) * delta;
         dq.fill(0);
         for (let j = 0; j <= t; j++) {
-          if (!maskKeeps(mask, T, docStart, b, t, j)) continue;
+          if (!maskKeeps(mask, T, docPos, b, t, j)) continue;
           const ko = ((b * T + j) * KVH + kvh) * D;
           let dot = 0;
           let dp = 0;

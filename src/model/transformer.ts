@@ -14,7 +14,7 @@
  * Shapes: N packed tokens, C hidden, H query heads, KVH kv heads, D head size, Q = H*D, KV = KVH*D,
  * F MLP width, V vocabulary, L layers.
  */
-import type { AttentionMask, Kernels } from "../kernels/kernels.js";
+import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels } from "../kernels/kernels.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
 import { hasQkNorm, type ModelParams } from "./params.js";
@@ -46,7 +46,11 @@ export interface Model {
 export interface PackedBatch {
   /** [N] token ids. */
   ids: Int32Array;
-  /** [N] positions (restarting at 0 for each sequence). */
+  /**
+   * [N] positions: restarting at 0 for each sequence; in a sequence that starts with a shared prefix
+   * (doc id SHARED_DOC), each document's positions continue from the prefix's end, as if it were the
+   * prefix followed by that document alone.
+   */
   positions: Int32Array;
   /** [N] the next token of each row, -1 at the end of a sequence. */
   targets: Int32Array;
@@ -73,9 +77,10 @@ export function packSequences(seqs: number[][], docIds?: Int32Array[] | null, pi
     if (s.length === 0) throw new RangeError(`sequence ${i} is empty; every sequence needs at least one token`);
     starts.push(o);
     lengths.push(s.length);
+    const shared = docIds && docIds[i]![0] === SHARED_DOC ? documentPositions(1, s.length, docIds[i]!) : null;
     for (let t = 0; t < s.length; t++) {
       ids[o + t] = s[t]!;
-      positions[o + t] = t;
+      positions[o + t] = shared ? shared[t]! : t;
       targets[o + t] = t + 1 < s.length ? s[t + 1]! : -1;
     }
     if (d) d.set(docIds![i]!, o);

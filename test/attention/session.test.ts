@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
 import { loadNativeKernels, referenceKernels, type Kernels } from "../../src/kernels/index.js";
-import { documentStarts, keptKeys, MaskedSession, type CanonicalMask } from "../../src/attention/index.js";
+import { documentPositions, keptKeys, MaskedSession, type CanonicalMask } from "../../src/attention/index.js";
 import { randomTokens, tinyConfig } from "./helpers.js";
 
 const native = loadNativeKernels();
@@ -48,7 +48,7 @@ describe.each(kernelSets.map((k) => [k.name, k] as const))("masked sessions on %
       s.lastLogits(); // computes the sampled token: the cache now matches the mask's last query
       const mask = s.mask();
       const q = s.length - 1;
-      expect(s.cachedPositions()).toEqual(keptKeys(mask, documentStarts(mask, s.length), q));
+      expect(s.cachedPositions()).toEqual(keptKeys(mask, documentPositions(mask, s.length), q));
       expect(s.cachedCount).toBeLessThanOrEqual(cfg.sinks + 2 + cfg.window);
     }
     const tokens = s.tokens();
@@ -60,7 +60,7 @@ describe.each(kernelSets.map((k) => [k.name, k] as const))("masked sessions on %
     const r2 = s.sample({ maxTokens: 12, seed: 9 });
     s.lastLogits();
     const mask = s.mask();
-    expect(s.cachedPositions()).toEqual(keptKeys(mask, documentStarts(mask, s.length), s.length - 1));
+    expect(s.cachedPositions()).toEqual(keptKeys(mask, documentPositions(mask, s.length), s.length - 1));
     expect(Math.min(...s.cachedPositions())).toBe(tokens.length);
     const lp = await teacherForced(engine, s.tokens(), mask);
     expect(maxDiff(r2.logprobs, lp, tokens.length + doc2.length)).toBeLessThan(1e-5);

@@ -9,7 +9,7 @@ import { loadNativeKernels, referenceKernels, type Kernels } from "../../src/ker
 import { buildModel } from "../../src/model/instance.js";
 import { Rng } from "../../src/model/random.js";
 import {
-  canonicalMask, documentStarts, initSinkLogits, keeps, maxLogitDifference, withSinkLogits,
+  canonicalMask, documentPositions, initSinkLogits, keeps, maxLogitDifference, withSinkLogits,
 } from "../../src/attention/index.js";
 import { randomTokens, tinyConfig } from "./helpers.js";
 
@@ -46,7 +46,7 @@ describe.each(kernelSets.map((k) => [k.name, k] as const))("sink logit and mask 
 
   it("the kernels keep exactly the keys keep(q, kv) keeps, with the sink logit in the denominator", () => {
     const out = forward();
-    const start = documentStarts(mask, T);
+    const start = documentPositions(mask, T);
     let worst = 0;
     for (let t = 0; t < T; t++) {
       for (let h = 0; h < H; h++) {

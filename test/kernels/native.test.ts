@@ -370,11 +370,19 @@ describe("native attention", () => {
     pinned[t] = t === 20 ? 1 : 0;
     pinned[shape.T + t] = t === 5 || t === 30 ? 1 : 0;
   }
+  // a shared prefix (doc id -1) that every later document of its row sees
+  const shared = new Int32Array(shape.B * shape.T);
+  for (let t = 0; t < shape.T; t++) {
+    shared[t] = t < 8 ? -1 : t < 20 ? 0 : t < 33 ? 1 : 2;
+    shared[shape.T + t] = t < 12 ? -1 : 5;
+  }
   const masks: [string, AttentionMask][] = [
     ["full causal", { window: 0, sinks: 0, docIds: null, pinned: null }],
     ["window 6 + 2 sinks", { window: 6, sinks: 2, docIds: null, pinned: null }],
     ["window 5 + 1 sink + documents + pinned", { window: 5, sinks: 1, docIds, pinned }],
     ["documents only", { window: Infinity, sinks: 0, docIds, pinned: null }],
+    ["shared prefix + documents", { window: 0, sinks: 0, docIds: shared, pinned: null }],
+    ["shared prefix + documents, window 6 + 2 sinks + pinned", { window: 6, sinks: 2, docIds: shared, pinned }],
   ];
   for (const [name, mask] of masks) {
     for (const withSink of [false, true]) {
@@ -421,10 +429,17 @@ describe("native attention", () => {
       pins[t] = t === 3 || t === 90 ? 1 : 0;
       pins[s.T + t] = t === 64 ? 1 : 0;
     }
+    const sharedDocs = new Int32Array(s.B * s.T);
+    for (let t = 0; t < s.T; t++) {
+      sharedDocs[t] = t < 70 ? -1 : t < 100 ? 0 : 1; // a prefix longer than a query block
+      sharedDocs[s.T + t] = t < 5 ? -1 : t < 140 ? 3 : 4;
+    }
     const cases: [string, AttentionMask][] = [
       ["full causal", { window: 0, sinks: 0, docIds: null, pinned: null }],
       ["window 40 + 3 sinks", { window: 40, sinks: 3, docIds: null, pinned: null }],
       ["window 30 + 2 sinks + documents + pinned", { window: 30, sinks: 2, docIds: docs, pinned: pins }],
+      ["shared prefix + documents", { window: 0, sinks: 0, docIds: sharedDocs, pinned: null }],
+      ["window 30 + 2 sinks + shared prefix + documents + pinned", { window: 30, sinks: 2, docIds: sharedDocs, pinned: pins }],
     ];
     for (const [name, mask] of cases) {
       const x = attnInputs(13, s);
