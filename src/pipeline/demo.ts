@@ -60,7 +60,7 @@ export interface DemoResult {
 export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number }): TrainConfig {
   const quick = options.quick ?? false;
   // A longer run gets more distinct expert episodes (one pass over them), not more passes over the same.
-  const episodes = Math.round(2500 * Math.max(1, (options.minutes ?? 20) / 20));
+  const episodes = Math.round(4500 * Math.max(1, (options.minutes ?? 20) / 20));
   const generated = quick ? 300 : 20_000;
   return validateConfig(
     {
@@ -76,11 +76,11 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
       attention: { mode: "sink-window", sinks: 4, window: 2048 },
-      // The full run's SFT (one pass over ~8,000 expert episodes) and GRPO lengths are upper bounds:
+      // The full run's SFT (one pass over ~14,500 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
-        : { expertEpisodes: episodes, epochs: 1, batchSize: 8, lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
+        : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 40, batchTasks: 8, groupSize: 8, lr: 1e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
@@ -150,7 +150,7 @@ async function naiveComparison(config: TrainConfig, main: TrainResult, steps: nu
       model: { checkpoint: join(main.runDir, "checkpoints", "reference") },
       attention: { mode: "full", sinks: config.attention.sinks, window: config.attention.window },
       sft: { ...config.sft, enabled: false },
-      grpo: { ...config.grpo, steps },
+      grpo: { ...config.grpo, steps, packPrefixes: false },
     },
     "the naive demo config",
   );

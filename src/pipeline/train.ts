@@ -243,7 +243,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
 
     // 3. SFT.
     const examples = conversations.map((c) => conversationToExample(policy, c)).filter((e) => !e.drifted);
-    const totalSft = cfg.sft.enabled ? sftSteps(examples.length, cfg.sft) : 0;
+    const totalSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
       const tSft = performance.now();
       status({ stage: "sft", step: state.step, totalSteps: totalSft });
@@ -272,7 +272,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         async (m) => {
           state.step = m.step;
           progress.tick(1, `loss ${m.loss.toFixed(3)}${m.lossOn === "context" ? " (context)" : ""}`);
-          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens });
+          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens, computedTokens: m.computedTokens });
           status({ stage: "sft", step: m.step, totalSteps: state.sftPlanned ?? totalSft });
           if (m.step === measuredFrom.step) measuredFrom = { step: m.step, at: performance.now() };
           if (m.step >= refitAt) {
@@ -385,7 +385,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         const sampled = rollout.stats.sampledTokens - lastStats.sampledTokens;
         const prefilled = rollout.stats.prefillTokens - lastStats.prefillTokens;
         lastStats = { ...rollout.stats };
-        const trainedTokens = trainGroups.flat().reduce((a, s) => a + s.tokens.length, 0) * cfg.grpo.epochs;
+        // Tokens the update ran through the engine (old and reference log-probs, every epoch), after packing.
+        const trainedTokens = m!.engineTokens;
         state.grpo.rolloutTokens += sampled + prefilled;
         state.grpo.trainTokens += trainedTokens;
         state.grpo.rolloutMs += rolloutMs;

@@ -75,6 +75,10 @@ const SftSection = z
      * teaches a model trained from scratch to read its context. 0 for pretrained models.
      */
     contextLossFraction: z.number().min(0).lt(1, "must be below 1: the last SFT steps train on the assistant's tokens only").default(0),
+    /** "shuffle": batches drawn at random; "prefix": each batch from the examples of one system prompt (suite). */
+    batchBy: z.enum(["shuffle", "prefix"]).default("shuffle"),
+    /** Pack examples sharing a prefix into one sequence with one copy of it (same loss, fewer tokens). */
+    packPrefixes: z.boolean().default(true),
   })
   .strict();
 
@@ -105,6 +109,8 @@ const GrpoSection = z
     maxContextTokens: positiveInt.default(8192),
     /** Trajectories in flight at once. */
     concurrency: positiveInt.default(16),
+    /** Pack a group's sequences into one with one copy of their shared prompt (same loss, fewer tokens). */
+    packPrefixes: z.boolean().default(true),
   })
   .strict();
 

@@ -5,9 +5,10 @@
  * Input is plain data (token ids, loss masks, behaviour log-probs, rewards) grouped by task; the
  * engine does the forward/backward through the `Engine` primitives. This file knows no environment.
  */
-import type { Engine } from "../engine/types.js";
+import type { Engine, TokenLoss } from "../engine/types.js";
 import { computeAdvantages, type AdvantageEstimator } from "./advantages.js";
 import { countMask, policyLoss, type LossAggregation, type LossSequence } from "./policy-loss.js";
+import { packedForwardBackward, packedLogprobs } from "./prefix-packing.js";
 
 /** One sampled sequence, as the trainer needs it. */
 export interface TrainSequence {
@@ -36,6 +37,11 @@ export interface GrpoHparams {
   filterDegenerateGroups: boolean;
   /** Sequences per forward/backward call (gradients accumulate across calls of one step). */
   microBatch: number;
+  /**
+   * Pack sequences sharing a prefix (a group's prompt) into one sequence with one copy of it (default
+   * true; the same loss, fewer tokens).
+   */
+  packPrefixes?: boolean;
 }
 
 export interface GrpoStepMetrics {
@@ -47,6 +53,8 @@ export interface GrpoStepMetrics {
   entropyEstimate: number;
   gradNorm: number;
   trainedTokens: number;
+  /** Tokens the engine computed for this update: old and reference log-probs, and every epoch. */
+  engineTokens: number;
   sequences: number;
   degenerateGroups: number;
   groups: number;
@@ -96,17 +104,26 @@ export async function grpoUpdate(
     advantageAbsMean: advantages.reduce((a, x) => a + Math.abs(x), 0) / Math.max(advantages.length, 1),
   };
   if (sequences.length === 0) {
-    return { ...base, loss: 0, kl: 0, clipFraction: 0, ratioMean: 1, importanceWeightMean: 1, entropyEstimate: 0, gradNorm: 0, trainedTokens: 0 };
+    return { ...base, loss: 0, kl: 0, clipFraction: 0, ratioMean: 1, importanceWeightMean: 1, entropyEstimate: 0, gradNorm: 0, trainedTokens: 0, engineTokens: 0 };
   }
 
   // 2. Log-probs of the policy at the start of this update (the PPO "old" policy) and of the reference.
   const tokenLists = sequences.map((s) => s.tokens);
-  const oldLogprobs = await engine.logprobs(tokenLists);
-  const refLogprobs = hp.klCoef > 0 ? await reference!.logprobs(tokenLists) : undefined;
-  const lossSequences: LossSequence[] = sequences.map((s, i) => {
-    const { mask, behaviour } = shiftToPredictions(s);
-    return { mask, advantage: advantages[i]!, oldLogprobs: oldLogprobs[i]!, behaviourLogprobs: behaviour, refLogprobs: refLogprobs?.[i] };
-  });
+  const shifted = sequences.map(shiftToPredictions);
+  const pack = hp.packPrefixes !== false;
+  let engineTokens = 0;
+  const logprobsOf = async (e: Engine) => {
+    const r = pack
+      ? await packedLogprobs(e, tokenLists, shifted.map((x) => x.mask))
+      : { logprobs: await e.logprobs(tokenLists), tokens: tokenLists.reduce((n, t) => n + t.length, 0) };
+    engineTokens += r.tokens;
+    return r.logprobs;
+  };
+  const oldLogprobs = await logprobsOf(engine);
+  const refLogprobs = hp.klCoef > 0 ? await logprobsOf(reference!) : undefined;
+  const lossSequences: LossSequence[] = shifted.map(({ mask, behaviour }, i) => (
+    { mask, advantage: advantages[i]!, oldLogprobs: oldLogprobs[i]!, behaviourLogprobs: behaviour, refLogprobs: refLogprobs?.[i] }
+  ));
   const totalTokens = lossSequences.reduce((n, s) => n + countMask(s.mask), 0);
 
   // 3. E epochs; each is one optimizer step over the whole batch, accumulated over micro-batches.
@@ -122,15 +139,20 @@ export async function grpoUpdate(
       const microSeqs = micro.filter((s) => countMask(s.mask) > 0).length;
       // Scale so that the micro-batch losses add up to the loss of the whole batch.
       const scale = hp.aggregation === "token" ? microTokens / Math.max(totalTokens, 1) : microSeqs / Math.max(lossSequences.filter((s) => countMask(s.mask) > 0).length, 1);
-      const result = await engine.forwardBackward(tokenLists.slice(start, start + hp.microBatch), (lp) => {
+      const microLoss: TokenLoss = (lp) => {
         const r = policyLoss(lp, micro, hp);
         return { loss: r.loss * scale, dLogprobs: r.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: r.metrics };
-      });
+      };
+      const microSeqList = tokenLists.slice(start, start + hp.microBatch);
+      const result = pack
+        ? await packedForwardBackward(engine, microSeqList, micro.map((s) => s.mask), microLoss)
+        : await engine.forwardBackward(microSeqList, microLoss);
+      engineTokens += result.metrics.tokens ?? 0;
       loss += result.loss;
       for (const key of Object.keys(sums) as (keyof typeof sums)[]) sums[key] += (result.metrics[key] ?? 0) * (microTokens / Math.max(totalTokens, 1));
     }
     const { gradNorm } = await engine.optimStep({ lr: hp.lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
-    last = { loss, ...sums, gradNorm, trainedTokens: totalTokens };
+    last = { loss, ...sums, gradNorm, trainedTokens: totalTokens, engineTokens };
   }
   return { ...base, ...last! };
 }

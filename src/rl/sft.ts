@@ -9,12 +9,17 @@
  *   what teaches a small random model to read and copy from its context (task numbers, table names,
  *   ids in tool results); with the assistant tokens alone it memorizes the training tasks instead.
  *
+ * Speed: examples of a micro-batch that share a prefix (the system prompt) are packed into one
+ * sequence with one copy of it (rl/prefix-packing.ts; same loss). `batchBy: "prefix"` draws each batch
+ * from the examples of one prefix (one suite), so the whole batch shares it.
+ *
  * Input: tokenized examples (token ids + per-token mask). Where they come from (expert episodes,
  * imported chat JSONL) is the pipeline's business.
  */
-import type { Engine } from "../engine/types.js";
+import type { Engine, TokenLoss } from "../engine/types.js";
 import { Rng } from "../gym/rng.js";
 import { sftLoss } from "./policy-loss.js";
+import { packedForwardBackward } from "./prefix-packing.js";
 
 export interface SftExample {
   tokens: number[];
@@ -25,6 +30,9 @@ export interface SftExample {
 }
 
 export type LrSchedule = "constant" | "cosine";
+
+/** "shuffle": batches of examples drawn at random; "prefix": each batch from examples sharing a system prompt. */
+export type SftBatchBy = "shuffle" | "prefix";
 
 export interface SftHparams {
   epochs: number;
@@ -42,6 +50,10 @@ export interface SftHparams {
   minLrRatio?: number;
   /** Fraction of the steps (the first ones) whose loss covers every token after the system prompt. */
   contextLossFraction?: number;
+  /** How batches are drawn (default "shuffle"). */
+  batchBy?: SftBatchBy;
+  /** Pack examples that share a prefix into one sequence (default true; the loss is the same). */
+  packPrefixes?: boolean;
 }
 
 export interface SftStepMetrics {
@@ -51,14 +63,45 @@ export interface SftStepMetrics {
   gradNorm: number;
   /** Tokens the loss covered. */
   tokens: number;
+  /** Tokens the engine computed (after prefix packing). */
+  computedTokens: number;
   lr: number;
   /** "context": user, tool and assistant tokens; "assistant": the assistant's tokens only. */
   lossOn: "context" | "assistant";
 }
 
+/** The examples' system prompts as keys: examples with equal keys share the prompt's tokens. */
+function promptKey(ex: SftExample): string {
+  return ex.tokens.slice(0, Math.max(1, ex.contextStart ?? 1)).join(",");
+}
+
+/** The groups `batchBy: "prefix"` draws batches from (indices into examples, in order of appearance). */
+function promptGroups(examples: readonly SftExample[]): number[][] {
+  const groups = new Map<string, number[]>();
+  examples.forEach((ex, i) => {
+    const key = promptKey(ex);
+    const g = groups.get(key);
+    if (g) g.push(i);
+    else groups.set(key, [i]);
+  });
+  return [...groups.values()];
+}
+
+/** One epoch's batches (indices into examples). */
+function epochBatches(examples: readonly SftExample[], hp: Pick<SftHparams, "batchSize" | "batchBy">, rng: Rng, groups: number[][]): number[][] {
+  const chunk = (order: number[]) => {
+    const out: number[][] = [];
+    for (let b = 0; b < order.length; b += hp.batchSize) out.push(order.slice(b, b + hp.batchSize));
+    return out;
+  };
+  if ((hp.batchBy ?? "shuffle") === "shuffle") return chunk(rng.shuffle(examples.map((_, i) => i)));
+  return rng.shuffle(groups.flatMap((g) => chunk(rng.shuffle([...g]))));
+}
+
 /** The number of optimizer steps `sftTrain` will take with every epoch. */
-export function sftSteps(examples: number, hp: Pick<SftHparams, "epochs" | "batchSize">): number {
-  return hp.epochs * Math.ceil(examples / hp.batchSize);
+export function sftSteps(examples: readonly SftExample[], hp: Pick<SftHparams, "epochs" | "batchSize" | "batchBy">): number {
+  if ((hp.batchBy ?? "shuffle") === "shuffle") return hp.epochs * Math.ceil(examples.length / hp.batchSize);
+  return hp.epochs * promptGroups(examples).reduce((n, g) => n + Math.ceil(g.length / hp.batchSize), 0);
 }
 
 /** The learning rate of step `step` (1-based) of a run planned for `total` steps. */
@@ -107,15 +150,15 @@ export async function sftTrain(
   for (const [i, ex] of examples.entries()) {
     if (ex.tokens.length !== ex.lossMask.length) throw new Error(`sft: example ${i} has ${ex.tokens.length} tokens but a mask of ${ex.lossMask.length}`);
   }
-  const allSteps = sftSteps(examples.length, hp);
+  const allSteps = sftSteps(examples, hp);
   const planned = () => Math.min(allSteps, options.plannedSteps?.() ?? allSteps);
   const rng = new Rng(hp.seed);
+  const groups = (hp.batchBy ?? "shuffle") === "prefix" ? promptGroups(examples) : [];
   const history: SftStepMetrics[] = [];
   let step = 0;
   const startStep = options.startStep ?? 0;
   for (let epoch = 0; epoch < hp.epochs; epoch++) {
-    const order = rng.shuffle(examples.map((_, i) => i));
-    for (let b = 0; b < order.length; b += hp.batchSize) {
+    for (const indices of epochBatches(examples, hp, rng, groups)) {
       step++;
       if (step > planned()) return history;
       if (step <= startStep) continue; // resumed: these steps are already in the checkpoint
@@ -124,27 +167,29 @@ export async function sftTrain(
       if (options.shouldStop?.()) return history;
       const total = planned();
       const lossOn = inContextLossPhase(step, total, hp) ? "context" : "assistant";
-      const batch = order.slice(b, b + hp.batchSize).map((i) => examples[i]!);
+      const batch = indices.map((i) => examples[i]!);
       const masks = batch.map((ex) => (lossOn === "context" ? contextMask(ex) : ex.lossMask).subarray(1));
       const covered = masks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
       let loss = 0;
+      let computedTokens = 0;
       for (let m = 0; m < batch.length; m += hp.microBatch) {
-        const micro = batch.slice(m, m + hp.microBatch);
+        const micro = batch.slice(m, m + hp.microBatch).map((ex) => ex.tokens);
         const microMasks = masks.slice(m, m + hp.microBatch);
         const microTokens = microMasks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
         const scale = microTokens / Math.max(covered, 1);
-        const r = await engine.forwardBackward(
-          micro.map((ex) => ex.tokens),
-          (lp) => {
-            const s = sftLoss(lp, microMasks);
-            return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
-          },
-        );
+        const microLoss: TokenLoss = (lp) => {
+          const s = sftLoss(lp, microMasks);
+          return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
+        };
+        const r = hp.packPrefixes === false
+          ? await engine.forwardBackward(micro, microLoss)
+          : await packedForwardBackward(engine, micro, microMasks, microLoss);
         loss += r.loss;
+        computedTokens += r.metrics.tokens ?? 0;
       }
       const lr = sftLearningRate(step, total, hp);
       const { gradNorm } = await engine.optimStep({ lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
-      const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, lr, lossOn };
+      const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, computedTokens, lr, lossOn };
       history.push(metrics);
       await onStep?.(metrics);
     }

@@ -1,0 +1,165 @@
+/**
+ * Shared-prefix packing for training calls: sequences that begin with the same tokens (a suite's system
+ * prompt in SFT, a task's prompt in a GRPO group) are packed into one sequence holding one copy of the
+ * prefix followed by every sequence's rest, each rest a document that sees the prefix (the attention
+ * mask's shared prefix, doc id -1). The prefix is computed once instead of once per sequence.
+ *
+ * The loss is unchanged: log-probs are handed to the loss in the unpacked layout ([L-1] per sequence),
+ * and the gradients packed back. The prefix ends before the first token any of the sequences trains on,
+ * so every trained token is predicted from the same context in both layouts. One row per packed sequence
+ * but the first cannot be computed (the prediction of its first token after the prefix, which in the
+ * packed layout follows another document): it is never trained (the prefix was cut so), reads as 0 in
+ * the unpacked log-probs, and a gradient on it is an error.
+ *
+ * Input masks are per prediction ([L-1], 1 = trained), as the losses use them.
+ */
+import type { Engine, SequenceMasks, TokenLoss } from "../engine/types.js";
+
+/** Shorter common prefixes are not worth packing (a packed sequence's attention is no cheaper). */
+export const MIN_SHARED_PREFIX = 8;
+
+/** Where row r of an unpacked sequence lives: packed sequence `seq`, row `row`; row -1 = not computed. */
+interface RowSource {
+  seq: number;
+  /** [L-1] packed row of each prediction row, -1 where it cannot be computed. */
+  rows: Int32Array;
+}
+
+export interface PrefixPacking {
+  /** The sequences to run: packed groups, and the sequences that share no prefix, as they are. */
+  sequences: number[][];
+  /** Their document ids (-1 on each packed prefix). */
+  masks: SequenceMasks;
+  /** Tokens before and after packing. */
+  tokensIn: number;
+  tokensOut: number;
+  /** Per-sequence log-probs ([L-1] each, input order) from the packed sequences' log-probs. */
+  unpack(packedLogprobs: Float32Array[]): Float32Array[];
+  /** Packed-layout gradients from per-sequence ones (shared rows add up). */
+  pack(dLogprobs: Float32Array[]): Float32Array[];
+}
+
+function commonPrefix(a: readonly number[], b: readonly number[], limit: number): number {
+  let n = 0;
+  while (n < limit && a[n] === b[n]) n++;
+  return n;
+}
+
+/** Index of the first 1 in mask, or mask.length. */
+function firstTrained(mask: Uint8Array): number {
+  const i = mask.indexOf(1);
+  return i < 0 ? mask.length : i;
+}
+
+/**
+ * Groups `seqs` by shared prefix and packs each group of two or more. `masks[i]` has one entry per
+ * prediction of seqs[i] (length - 1).
+ */
+export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: readonly Uint8Array[]): PrefixPacking {
+  if (masks.length !== seqs.length) throw new Error(`prefix packing: ${masks.length} masks for ${seqs.length} sequences`);
+  seqs.forEach((s, i) => {
+    if (masks[i]!.length !== s.length - 1) throw new Error(`prefix packing: sequence ${i} has ${s.length} tokens but a mask of ${masks[i]!.length} (one per prediction: length - 1)`);
+  });
+  // Buckets by the first MIN_SHARED_PREFIX tokens, in order of first appearance.
+  const buckets = new Map<string, number[]>();
+  seqs.forEach((s, i) => {
+    const key = s.length > MIN_SHARED_PREFIX ? s.slice(0, MIN_SHARED_PREFIX).join(",") : `alone:${i}`;
+    const b = buckets.get(key);
+    if (b) b.push(i);
+    else buckets.set(key, [i]);
+  });
+  const sequences: number[][] = [];
+  const docIds: Int32Array[] = [];
+  const sources: RowSource[] = new Array(seqs.length);
+  let tokensIn = 0;
+  let tokensOut = 0;
+  const alone = (i: number) => {
+    const s = seqs[i]!;
+    sources[i] = { seq: sequences.length, rows: Int32Array.from({ length: s.length - 1 }, (_, r) => r) };
+    sequences.push([...s]);
+    docIds.push(new Int32Array(s.length));
+    tokensOut += s.length;
+  };
+  for (const members of buckets.values()) {
+    for (const i of members) tokensIn += seqs[i]!.length;
+    const first = seqs[members[0]!]!;
+    // P: the common prefix, ending before the first trained token (so token P is untrained in every
+    // member) and leaving every member at least one token of its own.
+    let P = Infinity;
+    for (const i of members) {
+      const s = seqs[i]!;
+      P = Math.min(P, commonPrefix(first, s, s.length - 1), firstTrained(masks[i]!));
+    }
+    if (members.length < 2 || P < MIN_SHARED_PREFIX) {
+      members.forEach(alone);
+      continue;
+    }
+    const seq = sequences.length;
+    const tokens = first.slice(0, P);
+    const ids: number[] = new Array<number>(P).fill(-1);
+    members.forEach((i, d) => {
+      const s = seqs[i]!;
+      const offset = tokens.length; // packed index of token P of this member
+      const rows = new Int32Array(s.length - 1);
+      // prediction row r predicts token r + 1: prefix rows are shared; row P-1 exists for the first member
+      for (let r = 0; r < s.length - 1; r++) {
+        if (r < P - 1) rows[r] = r;
+        else if (r === P - 1) rows[r] = d === 0 ? P - 1 : -1;
+        else rows[r] = offset + (r - P);
+      }
+      sources[i] = { seq, rows };
+      for (let t = P; t < s.length; t++) {
+        tokens.push(s[t]!);
+        ids.push(d);
+      }
+    });
+    sequences.push(tokens);
+    docIds.push(Int32Array.from(ids));
+    tokensOut += tokens.length;
+  }
+  return {
+    sequences,
+    masks: { docIds },
+    tokensIn,
+    tokensOut,
+    unpack(packed) {
+      return sources.map(({ seq, rows }) => {
+        const lp = packed[seq]!;
+        return Float32Array.from(rows, (row) => (row < 0 ? 0 : lp[row]!));
+      });
+    },
+    pack(d) {
+      if (d.length !== sources.length) throw new Error(`prefix packing: ${d.length} gradient arrays for ${sources.length} sequences`);
+      const out = sequences.map((s) => new Float32Array(s.length - 1));
+      sources.forEach(({ seq, rows }, i) => {
+        const di = d[i]!;
+        if (di.length !== rows.length) throw new Error(`prefix packing: gradient ${i} has ${di.length} values, expected ${rows.length}`);
+        for (let r = 0; r < rows.length; r++) {
+          if (rows[r]! >= 0) out[seq]![rows[r]!]! += di[r]!;
+          else if (di[r] !== 0) throw new Error(`prefix packing: the loss has a gradient on row ${r} of sequence ${i}, which packing cannot compute; its mask must be 0 there`);
+        }
+      });
+      return out;
+    },
+  };
+}
+
+/** engine.logprobs on the packed sequences, in the unpacked layout; `tokens`: the tokens computed. */
+export async function packedLogprobs(
+  engine: Engine, seqs: number[][], masks: readonly Uint8Array[],
+): Promise<{ logprobs: Float32Array[]; tokens: number }> {
+  const p = packSharedPrefixes(seqs, masks);
+  return { logprobs: p.unpack(await engine.logprobs(p.sequences, p.masks)), tokens: p.tokensOut };
+}
+
+/** engine.forwardBackward on the packed sequences; `loss` sees and returns the unpacked layout. */
+export async function packedForwardBackward(
+  engine: Engine, seqs: number[][], masks: readonly Uint8Array[], loss: TokenLoss,
+): Promise<{ loss: number; metrics: Record<string, number> }> {
+  const p = packSharedPrefixes(seqs, masks);
+  const r = await engine.forwardBackward(p.sequences, (lps) => {
+    const out = loss(p.unpack(lps));
+    return { ...out, dLogprobs: p.pack(out.dLogprobs) };
+  }, p.masks);
+  return { loss: r.loss, metrics: { ...r.metrics, unpackedTokens: p.tokensIn } };
+}
