@@ -22,7 +22,7 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
-  /** The time the whole demo may take, in minutes (default 20): SFT gets 45% and GRPO 25%. */
+  /** The time the whole demo may take, in minutes (default 20): SFT gets 52% and GRPO 25%. */
   minutes?: number;
 }
 
@@ -60,7 +60,7 @@ export interface DemoResult {
 export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number }): TrainConfig {
   const quick = options.quick ?? false;
   // A longer run gets more distinct expert episodes (one pass over them), not more passes over the same.
-  const episodes = Math.round(4500 * Math.max(1, (options.minutes ?? 20) / 20));
+  const episodes = Math.round(5500 * Math.max(1, (options.minutes ?? 20) / 20));
   const generated = quick ? 300 : 20_000;
   return validateConfig(
     {
@@ -76,7 +76,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
       attention: { mode: "sink-window", sinks: 4, window: 2048 },
-      // The full run's SFT (one pass over ~14,500 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
+      // The full run's SFT (one pass over ~17,000 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
@@ -97,7 +97,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftBudgetMs: 0.45 * budgetMs, grpoBudgetMs: 0.25 * budgetMs }),
+    ...(options.quick ? {} : { sftBudgetMs: 0.52 * budgetMs, grpoBudgetMs: 0.25 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => {
@@ -214,7 +214,7 @@ export function formatDemoTable(r: DemoResult): string {
     lines.push(`                              naive     sinkflex   ratio`);
     lines.push(`  rollout tokens per step  ${k(n.naive.rolloutTokensPerStep).padStart(9)}  ${k(n.ours.rolloutTokensPerStep).padStart(9)}   ${n.rolloutTokenRatio.toFixed(2)}x fewer`);
     lines.push(`  rollout seconds per step ${n.naive.rolloutSecondsPerStep.toFixed(1).padStart(9)}  ${n.ours.rolloutSecondsPerStep.toFixed(1).padStart(9)}   ${n.rolloutWallRatio.toFixed(2)}x less`);
-    lines.push(`  all tokens per step      ${k(n.naive.tokensPerStep).padStart(9)}  ${k(n.ours.tokensPerStep).padStart(9)}   ${n.tokenRatio.toFixed(2)}x fewer (updates are the same work in both)`);
+    lines.push(`  all tokens per step      ${k(n.naive.tokensPerStep).padStart(9)}  ${k(n.ours.tokensPerStep).padStart(9)}   ${n.tokenRatio.toFixed(2)}x fewer (updates: sinkflex packs shared prompts)`);
     lines.push(`  all seconds per step     ${n.naive.secondsPerStep.toFixed(1).padStart(9)}  ${n.ours.secondsPerStep.toFixed(1).padStart(9)}   ${n.wallRatio.toFixed(2)}x less`);
     lines.push(
       n.sameRewards
