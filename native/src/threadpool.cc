@@ -35,12 +35,16 @@ class Pool {
       return;
     }
     std::lock_guard<std::mutex> callLock(callMutex_);
-    fn_ = &fn;
-    nTasks_ = nTasks;
-    next_.store(0, std::memory_order_release);
-    done_.store(0, std::memory_order_relaxed);
+    // The call's state is set, and workers join it, under m_ while it is open; the call returns only when
+    // every task is done and every worker that joined has left work(), so no worker can take a task of
+    // this call after it returns (into the next call's state, or with this call's buffers freed).
     {
       std::lock_guard<std::mutex> lk(m_);
+      fn_ = &fn;
+      nTasks_ = nTasks;
+      next_.store(0, std::memory_order_relaxed);
+      done_.store(0, std::memory_order_relaxed);
+      open_ = true;
       generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
@@ -50,6 +54,11 @@ class Pool {
     while (done_.load(std::memory_order_acquire) < nTasks) {
       if (++spins > 2000) std::this_thread::yield();
     }
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      open_ = false;
+    }
+    while (active_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
     fn_ = nullptr;
   }
 
@@ -77,13 +86,16 @@ class Pool {
         __builtin_ia32_pause();
 #endif
       }
-      if (generation_.load(std::memory_order_acquire) == seen && !quit_.load()) {
+      {
         std::unique_lock<std::mutex> lk(m_);
         cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen || quit_.load(); });
+        if (quit_.load()) return;
+        seen = generation_.load(std::memory_order_acquire);
+        if (!open_) continue;  // that call has ended; wait for the next
+        active_.fetch_add(1, std::memory_order_acq_rel);
       }
-      if (quit_.load()) return;
-      seen = generation_.load(std::memory_order_acquire);
-      if (next_.load(std::memory_order_relaxed) < nTasks_) work();
+      work();
+      active_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
@@ -113,6 +125,10 @@ class Pool {
   std::atomic<bool> quit_{false};
   std::atomic<int> next_{0};
   std::atomic<int> done_{0};
+  /** Workers inside work() for the current call. */
+  std::atomic<int> active_{0};
+  /** Whether the current call still takes workers (guarded by m_). */
+  bool open_ = false;
   int nTasks_ = 0;
   const std::function<void(int)>* fn_ = nullptr;
 };
