@@ -400,6 +400,23 @@ describe("native attention", () => {
     }
   }
 
+  it("400 back-to-back forward + backward calls give bit-identical results", () => {
+    // one sequence and one kv head: the backward splits the query blocks over the threads and adds their
+    // private dK / dV afterwards in a fixed order, so repeated calls must agree to the bit
+    const s: AttentionShape = { B: 1, T: 130, H: 2, KVH: 1, D: 8, scale: 0.35 };
+    const mask: AttentionMask = { window: 0, sinks: 0, docIds: null, pinned: null };
+    const x = attnInputs(17, s);
+    const first = runAttention(nat, s, mask, x, false);
+    let worst = 0;
+    for (let i = 0; i < 400; i++) {
+      const again = runAttention(nat, s, mask, x, false);
+      for (const key of ["out", "dQ", "dK", "dV"] as const) {
+        for (let j = 0; j < first[key].length; j++) worst = Math.max(worst, Math.abs(first[key][j]! - again[key][j]!));
+      }
+    }
+    expect(worst).toBe(0);
+  });
+
   it("odd shapes: one token, MHA (KVH = H), head size 1, 3 and 128", () => {
     for (const s of [
       { B: 1, T: 1, H: 2, KVH: 1, D: 8, scale: 0.3 },
