@@ -8,7 +8,7 @@
 import type { Engine, TokenLoss } from "../engine/types.js";
 import { computeAdvantages, type AdvantageEstimator } from "./advantages.js";
 import { countMask, policyLoss, type LossAggregation, type LossSequence } from "./policy-loss.js";
-import { packedForwardBackward, packedLogprobs } from "./prefix-packing.js";
+import { packedForwardBackward, packSharedPrefixes } from "./prefix-packing.js";
 
 /** One sampled sequence, as the trainer needs it. */
 export interface TrainSequence {
@@ -111,13 +111,12 @@ export async function grpoUpdate(
   const tokenLists = sequences.map((s) => s.tokens);
   const shifted = sequences.map(shiftToPredictions);
   const pack = hp.packPrefixes !== false;
+  // One packing of the whole batch serves the policy's and the reference's log-probs.
+  const packing = pack ? packSharedPrefixes(tokenLists, shifted.map((x) => x.mask)) : null;
   let engineTokens = 0;
   const logprobsOf = async (e: Engine) => {
-    const r = pack
-      ? await packedLogprobs(e, tokenLists, shifted.map((x) => x.mask))
-      : { logprobs: await e.logprobs(tokenLists), tokens: tokenLists.reduce((n, t) => n + t.length, 0) };
-    engineTokens += r.tokens;
-    return r.logprobs;
+    engineTokens += packing ? packing.tokensOut : tokenLists.reduce((n, t) => n + t.length, 0);
+    return packing ? packing.unpack(await e.logprobs(packing.sequences, packing.masks)) : e.logprobs(tokenLists);
   };
   const oldLogprobs = await logprobsOf(engine);
   const refLogprobs = hp.klCoef > 0 ? await logprobsOf(reference!) : undefined;

@@ -28,7 +28,7 @@ interface RowSource {
 export interface PrefixPacking {
   /** The sequences to run: packed groups, and the sequences that share no prefix, as they are. */
   sequences: number[][];
-  /** Their document ids (-1 on each packed prefix). */
+  /** Their document ids (-1 on each packed prefix); none when nothing was packed. */
   masks: SequenceMasks;
   /** Tokens before and after packing. */
   tokensIn: number;
@@ -119,7 +119,7 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
   }
   return {
     sequences,
-    masks: { docIds },
+    masks: sequences.length < seqs.length ? { docIds } : {},
     tokensIn,
     tokensOut,
     unpack(packed) {
@@ -142,14 +142,6 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
       return out;
     },
   };
-}
-
-/** engine.logprobs on the packed sequences, in the unpacked layout; `tokens`: the tokens computed. */
-export async function packedLogprobs(
-  engine: Engine, seqs: number[][], masks: readonly Uint8Array[],
-): Promise<{ logprobs: Float32Array[]; tokens: number }> {
-  const p = packSharedPrefixes(seqs, masks);
-  return { logprobs: p.unpack(await engine.logprobs(p.sequences, p.masks)), tokens: p.tokensOut };
 }
 
 /** engine.forwardBackward on the packed sequences; `loss` sees and returns the unpacked layout. */

@@ -1,5 +1,7 @@
-/** Test helpers for the engine: a tiny config, the mean cross-entropy loss, fixture paths. */
+/** Test helpers for the engine: a tiny config, the mean cross-entropy loss, gradient comparison. */
 import type { ModelConfig } from "../../src/model/config.js";
+import { expect } from "vitest";
+import type { EmbeddedEngine } from "../../src/engine/embedded.js";
 import type { TokenLoss } from "../../src/engine/types.js";
 
 export function tinyConfig(over: Partial<ModelConfig> = {}): ModelConfig {
@@ -26,4 +28,16 @@ export function randomTokens(seed: number, n: number, V: number): number[] {
     x = (Math.imul(x, 1103515245) + 12345) >>> 0;
     return (x >>> 8) % V;
   });
+}
+
+/** Expects the accumulated gradients of `a` to equal those of `b` within `tol` x b's largest gradient. */
+export function expectSameGradients(a: EmbeddedEngine, b: EmbeddedEngine, tol = 1e-4): void {
+  let worst = 0;
+  let scale = 0;
+  for (let i = 0; i < a.grads.length; i++) {
+    worst = Math.max(worst, Math.abs(a.grads[i]! - b.grads[i]!));
+    scale = Math.max(scale, Math.abs(b.grads[i]!));
+  }
+  expect(scale).toBeGreaterThan(0);
+  expect(worst / scale, `largest gradient difference ${worst} (largest gradient ${scale})`).toBeLessThan(tol);
 }

@@ -3,10 +3,10 @@
 // keep packed documents apart; documents packed after one shared prefix score and train as if each were
 // prefix + document alone; the sink logit's gradient matches finite differences.
 import { describe, expect, it } from "vitest";
-import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
+import { createRandomModel } from "../../src/engine/embedded.js";
 import type { TokenLoss } from "../../src/engine/types.js";
 import { kernelSets } from "../model/fixtures.js";
-import { meanCrossEntropy, randomTokens, tinyConfig } from "./helpers.js";
+import { expectSameGradients, meanCrossEntropy, randomTokens, tinyConfig } from "./helpers.js";
 
 const kernels = await kernelSets();
 const V = 64;
@@ -108,14 +108,3 @@ describe.each(kernels.map((k) => [k.name, k] as const))("sink mask on %s kernels
     await expect(engine.logprobs([seq], { docIds: [Int32Array.from([-2, 0, 0, 1, 1])] })).rejects.toThrow(/-1 for a shared prefix/);
   });
 });
-
-function expectSameGradients(a: EmbeddedEngine, b: EmbeddedEngine): void {
-  let worst = 0;
-  let scale = 0;
-  for (let i = 0; i < a.grads.length; i++) {
-    worst = Math.max(worst, Math.abs(a.grads[i]! - b.grads[i]!));
-    scale = Math.max(scale, Math.abs(b.grads[i]!));
-  }
-  expect(scale).toBeGreaterThan(0);
-  expect(worst / scale, `largest gradient difference ${worst} (largest gradient ${scale})`).toBeLessThan(1e-4);
-}
