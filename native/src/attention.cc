@@ -331,24 +331,35 @@ __attribute__((target("avx512f"))) static inline __m512 reduce16(const __m512* v
   return _mm512_permutexvar_ps(idx, z);
 }
 
+// Loads / stores chunk c of a row of D floats: whole 16-float chunks, the last one masked to the row's end.
+__attribute__((target("avx512f"))) static inline __m512 loadChunk(const float* row, int c, int DV, __mmask16 tail) {
+  return c + 1 < DV ? _mm512_loadu_ps(row + 16 * c) : _mm512_maskz_loadu_ps(tail, row + 16 * c);
+}
+
 // out[g] += sum_j s[g][j] * v_j for GB heads at once, their outputs held in registers over one pass of rows.
+// D <= 16 * DV; `tail` masks the lanes of the last chunk that lie inside D.
 template <int DV, int GB>
 __attribute__((target("avx512f"))) static inline void decodeValues512(int n, const float* s, int ldS, const float* vBase,
-                                                                     const size_t* rowOff, float* out) {
+                                                                     const size_t* rowOff, float* out, int D,
+                                                                     __mmask16 tail) {
   __m512 o[GB][DV];
   for (int g = 0; g < GB; g++)
     for (int c = 0; c < DV; c++) o[g][c] = _mm512_setzero_ps();
   for (int j = 0; j < n; j++) {
     const float* vr = vBase + rowOff[j];
     __m512 vv[DV];
-    for (int c = 0; c < DV; c++) vv[c] = _mm512_loadu_ps(vr + 16 * c);
+    for (int c = 0; c < DV; c++) vv[c] = loadChunk(vr, c, DV, tail);
     for (int g = 0; g < GB; g++) {
       __m512 p = _mm512_set1_ps(s[static_cast<size_t>(g) * ldS + j]);
       for (int c = 0; c < DV; c++) o[g][c] = _mm512_fmadd_ps(p, vv[c], o[g][c]);
     }
   }
   for (int g = 0; g < GB; g++)
-    for (int c = 0; c < DV; c++) _mm512_storeu_ps(out + static_cast<size_t>(g) * 16 * DV + 16 * c, o[g][c]);
+    for (int c = 0; c < DV; c++) {
+      float* dst = out + static_cast<size_t>(g) * D + 16 * c;
+      if (c + 1 < DV) _mm512_storeu_ps(dst, o[g][c]);
+      else _mm512_mask_storeu_ps(dst, tail, o[g][c]);
+    }
 }
 
 // Fetches `bytes` from the start of the key rows [j0, j1) into L1 and of the value rows into L2.
@@ -365,20 +376,21 @@ __attribute__((target("avx512f"))) static inline void prefetchRows(int j0, int j
   }
 }
 
-// decodeGroup for D = 16 * DV with AVX-512: scores of 16 rows at a time reduced together, then the value
-// rows passed once per few heads. The first head's pass brings the rows from memory: it fetches the keys
-// 16 rows ahead (and the values, read after the softmax, into L2), `pfBytes` from the start of each row
-// (the whole cache row when the other kv heads' parts are read next).
+// decodeGroup for 16 * (DV - 1) < D <= 16 * DV with AVX-512 (the last 16-float chunk of a row masked):
+// scores of 16 rows at a time reduced together, then the value rows passed once per few heads. The first
+// head's pass brings the rows from memory: it fetches the keys 16 rows ahead (and the values, read after
+// the softmax, into L2), `pfBytes` from the start of each row (the whole cache row when the other kv
+// heads' parts are read next).
 template <int DV>
-__attribute__((target("avx512f"))) static void decodeGroup512(int G, int n, float scale, const float* q,
+__attribute__((target("avx512f"))) static void decodeGroup512(int G, int D, int n, float scale, const float* q,
                                                              const float* kBase, const float* vBase,
                                                              const size_t* rowOff, const float* sink, float* s,
                                                              float* out, int pfBytes) {
-  constexpr int D = 16 * DV;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (D - 16 * (DV - 1))) - 1u);
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int g = 0; g < G; g++) {
     __m512 qv[DV];
-    for (int c = 0; c < DV; c++) qv[c] = _mm512_loadu_ps(q + static_cast<size_t>(g) * D + 16 * c);
+    for (int c = 0; c < DV; c++) qv[c] = loadChunk(q + static_cast<size_t>(g) * D, c, DV, tail);
     float* sg = s + static_cast<size_t>(g) * n;
     if (g == 0) prefetchRows(0, std::min(n, 16), kBase, vBase, rowOff, pfBytes);
     int j = 0;
@@ -387,16 +399,16 @@ __attribute__((target("avx512f"))) static void decodeGroup512(int G, int n, floa
       __m512 acc[16];
       for (int t = 0; t < 16; t++) {
         const float* kr = kBase + rowOff[j + t];
-        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-        for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+        __m512 a = _mm512_mul_ps(qv[0], loadChunk(kr, 0, DV, tail));
+        for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(qv[c], loadChunk(kr, c, DV, tail), a);
         acc[t] = a;
       }
       _mm512_storeu_ps(sg + j, _mm512_mul_ps(reduce16(acc), vscale));
     }
     for (; j < n; j++) {
       const float* kr = kBase + rowOff[j];
-      __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-      for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kr + 16 * c), a);
+      __m512 a = _mm512_mul_ps(qv[0], loadChunk(kr, 0, DV, tail));
+      for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(qv[c], loadChunk(kr, c, DV, tail), a);
       sg[j] = _mm512_reduce_add_ps(a) * scale;
     }
   }
@@ -404,9 +416,9 @@ __attribute__((target("avx512f"))) static void decodeGroup512(int G, int n, floa
   constexpr int GB = 16 / DV;
   int g = 0;
   for (; g + GB <= G; g += GB)
-    decodeValues512<DV, GB>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D);
+    decodeValues512<DV, GB>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D, D, tail);
   for (; g < G; g++)
-    decodeValues512<DV, 1>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D);
+    decodeValues512<DV, 1>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D, D, tail);
 }
 #endif
 
@@ -460,11 +472,20 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         const float* vb = vCache + static_cast<size_t>(kvh) * D;
         const float* sink = hasSink ? sinkLogit + kvh * G : nullptr;
 #ifdef SFX_DECODE512
-        if (simdLevel() == Simd::Avx512 && (D == 64 || D == 128)) {
+        if (simdLevel() == Simd::Avx512 && D <= 128) {
           // the first kv head's pass fetches whole rows; later heads find their parts in cache
           int pf = !perSeq ? D * 4 : (kvh == 0 ? KVH * D * 4 : 0);
-          if (D == 64) decodeGroup512<4>(G, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
-          else decodeGroup512<8>(G, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
+          const float* qh = q + qo;
+          switch ((D + 15) / 16) {
+            case 1: decodeGroup512<1>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            case 2: decodeGroup512<2>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            case 3: decodeGroup512<3>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            case 4: decodeGroup512<4>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            case 5: decodeGroup512<5>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            case 6: decodeGroup512<6>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            case 7: decodeGroup512<7>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+            default: decodeGroup512<8>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
+          }
           continue;
         }
 #endif

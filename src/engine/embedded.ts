@@ -119,7 +119,7 @@ export class EmbeddedEngine implements Engine {
     this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16);
     this.trainWs = new TrainWorkspace(cfg);
     this.cachedWs = new CachedWorkspace(cfg);
-    this.sampler = new Sampler(cfg.vocabSize);
+    this.sampler = new Sampler(cfg.vocabSize, (n, v, t, x, out) => this.model.kernels.softmaxRows(n, v, t, x, out));
     this.rng = new Rng(opts.seed ?? 0);
     this.policyVersion = opts.policyVersion ?? 0;
     this.tokenizerDir = opts.tokenizerDir;

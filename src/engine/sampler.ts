@@ -51,16 +51,43 @@ const NUM_BINS = 256 * 24;
 
 export class Sampler {
   private readonly probs: Float64Array;
+  private readonly probs32: Float32Array;
   private readonly order: Int32Array;
 
   private readonly bins: Int32Array;
   private readonly binMass = new Float64Array(NUM_BINS);
   private readonly binCount = new Int32Array(NUM_BINS);
 
-  constructor(readonly V: number) {
+  /**
+   * `softmax` (a kernel set's `softmaxRows`), when given, computes the probabilities of plain temperature
+   * sampling (no top-k / top-p); without it the sampler computes them itself.
+   */
+  constructor(
+    readonly V: number,
+    private readonly softmax?: (N: number, V: number, temperature: number, x: Float32Array, out: Float32Array) => void,
+  ) {
     this.probs = new Float64Array(V);
+    this.probs32 = new Float32Array(softmax ? V : 0);
     this.order = new Int32Array(V);
     this.bins = new Int32Array(V);
+  }
+
+  /** Plain temperature sampling from the kernels' softmax: the inverse of the cumulative distribution at u. */
+  private sampleSoftmax(logits: Float32Array, temperature: number, rng: Rng): { token: number; logprob: number } {
+    const V = this.V;
+    const q = this.probs32;
+    this.softmax!(1, V, temperature, logits, q);
+    let u = rng.uniform();
+    let tok = V - 1;
+    for (let i = 0; i < V; i++) {
+      u -= q[i]!;
+      if (u < 0) {
+        tok = i;
+        break;
+      }
+    }
+    while (q[tok] === 0 && tok > 0) tok--; // u beyond the rounded total: the last token with mass
+    return { token: tok, logprob: Math.log(q[tok]!) };
   }
 
   /** Puts the ids of bin b into order[0..n), by descending probability (ties by ascending id); returns n. */
@@ -87,6 +114,8 @@ export class Sampler {
       }
       return { token: best, logprob: 0 };
     }
+    const truncate = (p.topK > 0 && p.topK < V) || p.topP < 1;
+    if (!truncate && this.softmax) return this.sampleSoftmax(logits, p.temperature, rng);
     const invT = 1 / p.temperature;
     let mx = -Infinity;
     for (let i = 0; i < V; i++) mx = Math.max(mx, logits[i]! * invT);
@@ -97,7 +126,6 @@ export class Sampler {
       probs[i] = e;
       Z += e;
     }
-    const truncate = (p.topK > 0 && p.topK < V) || p.topP < 1;
     if (!truncate) {
       let u = rng.uniform() * Z;
       let tok = V - 1;

@@ -73,8 +73,47 @@ interface Pending {
 }
 
 /**
- * SQLite files, one child process for all of them (spawned on first use, respawned after a timeout).
- * `db` names a file through `resolve(db)`, e.g. `DIR/<db>.sqlite`.
+ * Runners of closed backends that are still healthy (no query timed out, none in flight), kept for the
+ * next backend: starting one is a Node process start (tens of milliseconds of CPU), and a rollout opens
+ * an environment, so a backend, per episode. Each backend still has its runner to itself while it is
+ * open, so a runaway query of one episode never stops another's. Idle runners do not keep the process
+ * alive, and exit with it.
+ */
+const idleRunners: ChildProcess[] = [];
+const MAX_IDLE_RUNNERS = 32;
+
+function takeIdleRunner(): ChildProcess | undefined {
+  while (idleRunners.length > 0) {
+    const child = idleRunners.pop()!;
+    child.removeAllListeners("exit");
+    if (child.exitCode === null && child.signalCode === null && child.connected) {
+      child.ref();
+      child.channel?.ref();
+      return child;
+    }
+  }
+  return undefined;
+}
+
+/** Keeps a healthy runner for reuse; returns false when the pool is full (the caller stops it). */
+function releaseRunner(child: ChildProcess): boolean {
+  if (idleRunners.length >= MAX_IDLE_RUNNERS || child.exitCode !== null || child.signalCode !== null || !child.connected) return false;
+  child.removeAllListeners("message");
+  child.removeAllListeners("exit");
+  child.once("exit", () => {
+    const i = idleRunners.indexOf(child);
+    if (i >= 0) idleRunners.splice(i, 1);
+  });
+  child.unref();
+  child.channel?.unref();
+  idleRunners.push(child);
+  return true;
+}
+
+/**
+ * SQLite files, one child process for all of them (spawned on first use, or an idle runner of a closed
+ * backend reused; respawned after a timeout). `db` names a file through `resolve(db)`, e.g.
+ * `DIR/<db>.sqlite`.
  */
 export class SqliteBackend implements SqlBackend {
   readonly dialect = "sqlite" as const;
@@ -108,7 +147,8 @@ export class SqliteBackend implements SqlBackend {
   private spawn(): { child: ChildProcess; ready: Promise<void> } {
     if (this.closed) throw new SqlError("the SQL backend is closed", "error");
     if (this.child) return this.child;
-    const child = fork(RUNNER, [], { execArgv: [], stdio: ["ignore", "ignore", "inherit", "ipc"], serialization: "advanced" });
+    const reused = takeIdleRunner();
+    const child = reused ?? fork(RUNNER, [], { execArgv: [], stdio: ["ignore", "ignore", "inherit", "ipc"], serialization: "advanced" });
     let onReady!: () => void;
     let onFail!: (err: Error) => void;
     const ready = new Promise<void>((resolve, reject) => {
@@ -133,6 +173,7 @@ export class SqliteBackend implements SqlBackend {
         p.reject(new SqlError("the SQLite runner stopped; run the query again", "error"));
       }
     });
+    if (reused) onReady();
     this.child = { child, ready };
     return this.child;
   }
@@ -168,6 +209,7 @@ export class SqliteBackend implements SqlBackend {
     this.closed = true;
     const child = this.child?.child;
     this.child = undefined;
+    if (child && this.pending.size === 0 && releaseRunner(child)) return;
     if (child && child.exitCode === null && child.signalCode === null) {
       const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
       child.kill("SIGKILL");
