@@ -124,16 +124,43 @@ SFX_CLONES static void backwardRow(float* s, float* dp, int n, float lse, float 
 
 constexpr int kQBlock = 64;
 
-// Scores of one (query block, head): S [R, n] = scale * Q K^T, masked entries set to -inf.
-static void blockScores(const MaskCtx& mc, int t0, int R, const std::vector<int>& cols, const float* Q, int ldq,
-                        const float* Kc, int D, float scale, float* S) {
+// The additive mask of one query block: bias[r * n + c] = 0 where query t0 + r keeps kv position cols[c],
+// -inf where it does not (MaskCtx::keep, evaluated a row at a time over per-column arrays so it vectorizes).
+SFX_CLONES static void blockMask(const MaskCtx& mc, int t0, int R, const std::vector<int>& cols, std::vector<float>& bias) {
   const int n = static_cast<int>(cols.size());
-  sgemmSerial(false, true, R, n, D, scale, Q, ldq, Kc, D, 0.f, S, n);
-  for (int r = 0; r < R; r++) {
-    float* row = S + static_cast<size_t>(r) * n;
-    for (int c = 0; c < n; c++)
-      if (!mc.keep(t0 + r, cols[c])) row[c] = -INFINITY;
+  bias.resize(static_cast<size_t>(R) * n);
+  const size_t row = static_cast<size_t>(mc.b) * mc.T;
+  const AttnMask& m = mc.m;
+  std::vector<int32_t> cDoc(static_cast<size_t>(n)), cPos(static_cast<size_t>(n));
+  std::vector<int32_t> cFar(static_cast<size_t>(n));  // kept at any distance: a sink slot or pinned
+  for (int c = 0; c < n; c++) {
+    const size_t j = row + cols[c];
+    cDoc[c] = m.docIds ? m.docIds[j] : 0;
+    cPos[c] = mc.docPos[j];
+    cFar[c] = m.window <= 0 || mc.docPos[j] < m.sinks || (m.pinned && m.pinned[j]);
   }
+  const int* cj = cols.data();
+  const int32_t* cd = cDoc.data();
+  const int32_t* cp = cPos.data();
+  const int32_t* cf = cFar.data();
+  const int W = m.window;
+  for (int r = 0; r < R; r++) {
+    const int q = t0 + r;
+    const int32_t dq = m.docIds ? m.docIds[row + q] : 0, pq = mc.docPos[row + q];
+    float* b = bias.data() + static_cast<size_t>(r) * n;
+#pragma omp simd
+    for (int c = 0; c < n; c++) {
+      const int keep = (cj[c] <= q) & ((cd[c] == dq) | (cd[c] == kSharedDoc)) & ((cf[c] != 0) | (pq - cp[c] < W));
+      b[c] = keep ? 0.f : -INFINITY;
+    }
+  }
+}
+
+// Scores of one (query block, head): S [R, n] = scale * Q K^T + bias (the block's mask: -inf where masked).
+static void blockScores(int R, int n, const float* bias, const float* Q, int ldq, const float* Kc, int D, float scale,
+                        float* S) {
+  std::copy(bias, bias + static_cast<size_t>(R) * n, S);
+  sgemmSerial(false, true, R, n, D, scale, Q, ldq, Kc, D, 1.f, S, n);
 }
 
 void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
@@ -150,13 +177,14 @@ void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, co
     std::vector<int> cols;
     blockColumns(mc, t0, t1, cols);
     const int n = static_cast<int>(cols.size());
-    std::vector<float> Kc(static_cast<size_t>(n) * D), Vc(static_cast<size_t>(n) * D), S(static_cast<size_t>(R) * n);
+    std::vector<float> Kc(static_cast<size_t>(n) * D), Vc(static_cast<size_t>(n) * D), S(static_cast<size_t>(R) * n), bias;
     const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
     gatherRows(k + base, cols, kvRow, D, Kc.data());
     gatherRows(v + base, cols, kvRow, D, Vc.data());
+    blockMask(mc, t0, R, cols, bias);
     for (int h = kvh * G; h < (kvh + 1) * G; h++) {
       const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
-      blockScores(mc, t0, R, cols, q + qo, H * D, Kc.data(), D, sh.scale, S.data());
+      blockScores(R, n, bias.data(), q + qo, H * D, Kc.data(), D, sh.scale, S.data());
       for (int r = 0; r < R; r++)
         lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] =
             softmaxRow(S.data() + static_cast<size_t>(r) * n, n, sinkLogit != nullptr, sinkLogit ? sinkLogit[h] : 0.f);
@@ -205,7 +233,7 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
     }
     MaskCtx mc{m, T, ds.data(), b};
     std::vector<int> cols;
-    std::vector<float> Kc, Vc, dKc, dVc, S, dP;
+    std::vector<float> Kc, Vc, dKc, dVc, S, dP, bias;
     const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
     for (int qb = c; qb < nBlocks; qb += chunks) {
       int t0 = qb * kQBlock, t1 = std::min(T, t0 + kQBlock), R = t1 - t0;
@@ -219,6 +247,7 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
       dP.resize(static_cast<size_t>(R) * n);
       gatherRows(k + base, cols, kvRow, D, Kc.data());
       gatherRows(v + base, cols, kvRow, D, Vc.data());
+      blockMask(mc, t0, R, cols, bias);
       for (int h = kvh * G; h < (kvh + 1) * G; h++) {
         const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
         const int ld = H * D;
@@ -226,7 +255,7 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
           for (int r = 0; r < R; r++) std::fill(dQ + qo + static_cast<size_t>(r) * ld, dQ + qo + static_cast<size_t>(r) * ld + D, 0.f);
           continue;
         }
-        blockScores(mc, t0, R, cols, q + qo, ld, Kc.data(), D, sh.scale, S.data());
+        blockScores(R, n, bias.data(), q + qo, ld, Kc.data(), D, sh.scale, S.data());
         sgemmSerial(false, true, R, n, D, 1.f, dOut + qo, ld, Vc.data(), D, 0.f, dP.data(), n);
         for (int r = 0; r < R; r++) {
           const size_t ro = (static_cast<size_t>(b) * T + t0 + r) * H + h;

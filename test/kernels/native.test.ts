@@ -478,6 +478,9 @@ describe("native attention", () => {
       { H: 6, KVH: 2, D: 128, Tq: 1, lens: [48, 3, 21], window: 0, sinks: 0, sink: true },
       { H: 6, KVH: 3, D: 24, Tq: 1, lens: [30, 5, 9], window: 7, sinks: 2, sink: true },
       { H: 3, KVH: 3, D: 3, Tq: 1, lens: [12, 2, 25], window: 4, sinks: 0, sink: true },
+      // head sizes that are not a multiple of 16 (the last chunk of each row masked)
+      { H: 4, KVH: 2, D: 40, Tq: 1, lens: [35, 2, 18], window: 0, sinks: 0, sink: false },
+      { H: 2, KVH: 1, D: 100, Tq: 1, lens: [20, 9], window: 6, sinks: 2, sink: true },
       // many sequences (decoding runs one task per sequence then)
       { H: 8, KVH: 2, D: 64, Tq: 1, lens: [1, 17, 40, 5, 33, 16, 50, 2, 9, 64, 31, 8], window: 0, sinks: 0, sink: true },
       { H: 6, KVH: 3, D: 128, Tq: 1, lens: [12, 3, 40, 21, 7, 1, 19, 30, 5, 26], window: 9, sinks: 1, sink: false },
