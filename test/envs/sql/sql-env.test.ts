@@ -199,6 +199,25 @@ describe("tools", () => {
     expect(o2.messages[0]!.content).toBe("count(*)\n5\n(1 row)");
   });
 
+  it("a closed backend's runner serves the next backend; one stopped at a timeout is never reused", async () => {
+    const file = join(dir, "poker.sqlite");
+    const runnerPid = (b: SqliteBackend) => (b as unknown as { child?: { child: { pid: number } } }).child?.child.pid;
+    const a = new SqliteBackend(() => file);
+    expect(await a.listTables("poker")).toEqual(["people", "poker_player"]);
+    const first = runnerPid(a);
+    await a.close();
+    const b = new SqliteBackend(() => file);
+    expect(await b.listTables("poker")).toEqual(["people", "poker_player"]);
+    expect(runnerPid(b)).toBe(first);
+    const runaway = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
+    await expect(b.query("poker", runaway, { maxRows: 5, timeoutMs: 300 })).rejects.toThrow(/did not finish within 300 ms/);
+    await b.close();
+    const c = new SqliteBackend(() => file);
+    expect((await c.query("poker", "SELECT count(*) FROM poker_player", { maxRows: 5, timeoutMs: 5000 })).rows).toEqual([[5]]);
+    expect(runnerPid(c)).not.toBe(first);
+    await c.close();
+  });
+
   it("scores an ordered gold in order", async () => {
     expect((await scoreOn(env, 1, "SELECT Name FROM people ORDER BY Height DESC")).reward).toBe(1);
     expect((await scoreOn(env, 1, "SELECT Name FROM people ORDER BY Height ASC")).reward).toBe(0);
