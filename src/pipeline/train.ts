@@ -253,16 +253,18 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       let stopped = false;
       const startStep = state.step;
       // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
-      // steps that fit: measured after 20 steps and again halfway, so the schedule ends when time does.
-      // The first steps (allocations, caches warming up) are left out of the measured rate.
+      // steps that fit: measured after 20 steps and again every 100 steps until 90% of the plan, so the
+      // schedule ends when time does (steps of different suites take different times, so an early
+      // measure can be far off). The first steps (allocations, caches warming up) are left out.
       let measuredFrom = { step: startStep + 5, at: Infinity };
       const fitToBudget = (step: number) => {
         const msPerStep = (performance.now() - measuredFrom.at) / (step - measuredFrom.step);
         const fits = stepsThatFit({ step, totalSteps: totalSft, msPerStep, msLeft: sftDeadline - performance.now() });
-        if (fits === (state.sftPlanned ?? totalSft)) return;
+        const before = state.sftPlanned ?? totalSft;
+        if (fits === before) return;
         state.sftPlanned = fits;
         progress.retarget(fits - startStep);
-        log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
+        if (Math.abs(fits - before) >= 0.05 * before) log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
       };
       let refitAt = Number.isFinite(sftDeadline) ? startStep + 25 : Infinity;
       await sftTrain(
@@ -277,7 +279,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           if (m.step === measuredFrom.step) measuredFrom = { step: m.step, at: performance.now() };
           if (m.step >= refitAt) {
             fitToBudget(m.step);
-            refitAt = m.step < (state.sftPlanned ?? totalSft) / 2 ? Math.ceil((state.sftPlanned ?? totalSft) / 2) : Infinity;
+            refitAt = m.step < 0.9 * (state.sftPlanned ?? totalSft) ? m.step + 100 : Infinity;
           }
         },
         {
