@@ -38,6 +38,10 @@ function tokenText(t: string | { content: string } | null | undefined): string |
   return typeof t === "string" ? t : t.content;
 }
 
+/** Pieces of at least this many characters are remembered by `Tokenizer.encode`, at most this many. */
+const MIN_CACHED_PIECE = 200;
+const MAX_CACHED_PIECES = 1024;
+
 export class Tokenizer {
   private readonly hf: HfTokenizer;
   /** Size of the id space: one past the largest id (base vocabulary and added tokens). */
@@ -51,6 +55,10 @@ export class Tokenizer {
   /** Ids of added special tokens (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, ...). */
   readonly specialIds: ReadonlySet<number>;
   private readonly idToTokenCache: (string | undefined)[];
+  /** Splits text before the special tokens it can be cut at exactly (see `encode`); null when none. */
+  private readonly splitter: RegExp | null;
+  /** Ids of long pieces already encoded (a suite's system prompt recurs in thousands of conversations). */
+  private readonly pieceCache = new Map<string, number[]>();
 
   constructor(
     readonly tokenizerJson: Record<string, unknown>,
@@ -66,10 +74,15 @@ export class Tokenizer {
     this.idToTokenCache = new Array(this.vocabSize);
     for (const [tok, id] of vocab) this.idToTokenCache[id] = tok;
     const specials = new Set<number>();
-    for (const added of (tokenizerJson.added_tokens as { id: number; special: boolean }[] | undefined) ?? []) {
-      if (added.special) specials.add(added.id);
+    const cuts: string[] = [];
+    type Added = { id: number; content: string; special: boolean; lstrip?: boolean; rstrip?: boolean; single_word?: boolean };
+    for (const added of (tokenizerJson.added_tokens as Added[] | undefined) ?? []) {
+      if (!added.special) continue;
+      specials.add(added.id);
+      if (!added.lstrip && !added.rstrip && !added.single_word && added.content) cuts.push(added.content);
     }
     this.specialIds = specials;
+    this.splitter = cuts.length ? new RegExp(`(?=${cuts.map((c) => c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|")})`) : null;
     const tpl = config.chat_template;
     this.chatTemplate = Array.isArray(tpl) ? (tpl.find((t) => t.name === "default") ?? tpl[0])?.template : tpl;
     this.eosToken = tokenText(config.eos_token);
@@ -92,8 +105,34 @@ export class Tokenizer {
     return new Tokenizer(JSON.parse(readFileSync(tj, "utf8")) as Record<string, unknown>, config, dir);
   }
 
-  /** Encodes text to ids. Special-token strings in the text (e.g. `<|im_start|>`) become their ids. */
+  /**
+   * Encodes text to ids. Special-token strings in the text (e.g. `<|im_start|>`) become their ids.
+   *
+   * A tokenizer matches its added tokens before anything else, so text cut just before a special token
+   * (one that strips no whitespace) encodes piece by piece to the same ids as whole. Chat text is cut so
+   * at each message, and long pieces are remembered: a rendered conversation encodes its system prompt
+   * once, not once per conversation.
+   */
   encode(text: string, options: EncodeOptions = {}): number[] {
+    if (options.addSpecialTokens || !this.splitter || text.length < 2 * MIN_CACHED_PIECE) return this.encodePiece(text, options);
+    const ids: number[] = [];
+    for (const piece of text.split(this.splitter)) {
+      if (piece.length < MIN_CACHED_PIECE) {
+        for (const id of this.encodePiece(piece)) ids.push(id);
+        continue;
+      }
+      let cached = this.pieceCache.get(piece);
+      if (!cached) {
+        cached = this.encodePiece(piece);
+        if (this.pieceCache.size >= MAX_CACHED_PIECES) this.pieceCache.clear();
+        this.pieceCache.set(piece, cached);
+      }
+      for (const id of cached) ids.push(id);
+    }
+    return ids;
+  }
+
+  private encodePiece(text: string, options: EncodeOptions = {}): number[] {
     return this.hf.encode(text, { add_special_tokens: options.addSpecialTokens ?? false }).ids;
   }
 

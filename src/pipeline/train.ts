@@ -52,6 +52,12 @@ export interface TrainOptions {
    */
   sftBudgetMs?: number;
   grpoBudgetMs?: number;
+  /**
+   * Deadlines (`performance.now()` times) for the end of SFT and of GRPO, whatever came before: the demo
+   * sets them from its own start, so slow data preparation shortens SFT instead of overrunning its time.
+   */
+  sftDeadline?: number;
+  grpoDeadline?: number;
 }
 
 export interface PhaseTotals {
@@ -157,6 +163,9 @@ function trajectoryRecord(policy: Policy, suite: string, groupIdx: number, t: Tr
   };
 }
 
+/** At most this many conversations are read to build a new model's trimmed vocabulary. */
+const VOCAB_SAMPLE = 6000;
+
 export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promise<TrainResult> {
   registerBundledEnvs();
   const t0 = performance.now();
@@ -218,7 +227,10 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     } else if (cfg.model.checkpoint) {
       policy = loadPolicy(cfg.model.checkpoint, attentionOf(cfg));
     } else {
-      policy = createPolicy(cfg.model.init!, conversations, cfg.seed, attentionOf(cfg));
+      // The vocabulary is read off an even sample of the conversations (ids the sample lacks are spelled
+      // with smaller pieces, down to bytes): rendering all of them would cost as much again as the SFT data.
+      const step = Math.max(1, Math.ceil(conversations.length / VOCAB_SAMPLE));
+      policy = createPolicy(cfg.model.init!, conversations.filter((_, i) => i % step === 0), cfg.seed, attentionOf(cfg));
     }
     const params = policy.engine.weights.data.length;
     log(`policy: ${policy.engine.config.arch}, ${(params / 1e6).toFixed(2)}M parameters, vocabulary ${policy.codec.size}, kernels ${policy.engine.kernels.describe()}`);
@@ -247,7 +259,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
       const tSft = performance.now();
       status({ stage: "sft", step: state.step, totalSteps: totalSft });
-      const sftDeadline = tSft + (options.sftBudgetMs ?? Infinity);
+      const sftDeadline = Math.min(tSft + (options.sftBudgetMs ?? Infinity), options.sftDeadline ?? Infinity);
       let outOfTime = false;
       const progress = new Progress("sft", (state.sftPlanned ?? totalSft) - state.step, "steps", options.quiet);
       let stopped = false;
@@ -430,7 +442,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m!.kl.toFixed(4)}`);
         status({ stage: "grpo", step, totalSteps: totalGrpo });
         const stop = options.shouldStop?.() ?? false;
-        const outOfTime = performance.now() - tGrpo > (options.grpoBudgetMs ?? Infinity);
+        const outOfTime = performance.now() - tGrpo > (options.grpoBudgetMs ?? Infinity) || performance.now() > (options.grpoDeadline ?? Infinity);
         if (step % cfg.checkpointEvery === 0 || step === totalGrpo || stop || outOfTime) {
           await checkpoint(`grpo-${String(step).padStart(5, "0")}`, state);
         }

@@ -77,6 +77,9 @@ export function assistantCloseTail(template: ChatTemplate, eosToken: string, ext
   return headerAt > 0 ? after.slice(0, headerAt) : "";
 }
 
+/** assistantCloseTail per template, eos token and template variables (a renderer is made per episode). */
+const closeTails = new WeakMap<ChatTemplate, Map<string, string>>();
+
 export class IncrementalRenderer {
   private messages: ChatMessage[] = [];
   private tools: ToolSpec[] | undefined;
@@ -94,7 +97,12 @@ export class IncrementalRenderer {
     const eos = codec.tokenizer.eosToken;
     if (!eos) throw new Error(`the tokenizer (${codec.tokenizer.source}) has no eos_token; the renderer needs the end-of-turn token`);
     this.eosToken = eos;
-    this.closeTail = assistantCloseTail(template, eos, options.extra);
+    const key = `${eos}\u0000${JSON.stringify(options.extra ?? {})}`;
+    let tails = closeTails.get(template);
+    if (!tails) closeTails.set(template, (tails = new Map()));
+    let tail = tails.get(key);
+    if (tail === undefined) tails.set(key, (tail = assistantCloseTail(template, eos, options.extra)));
+    this.closeTail = tail;
   }
 
   /** The model id of the end-of-turn token, the stop token for sampling. */

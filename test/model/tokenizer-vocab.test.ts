@@ -65,3 +65,29 @@ describe("TrimmedVocab", () => {
     expect(() => tokenCodec(tokenizer, other)).toThrow(/rebuild it/);
   });
 });
+
+describe("Tokenizer.encode on chat text", () => {
+  const tokenizer = loadQwen3Tokenizer();
+  const template = ChatTemplate.fromTokenizer(tokenizer);
+  const whole = (text: string) => (tokenizer as unknown as { encodePiece(t: string): number[] }).encodePiece(text);
+  const tools = [{ name: "lookup", description: "Looks a word up in the dictionary and returns its meanings. ".repeat(4), parameters: { type: "object", properties: { word: { type: "string" } } } }];
+
+  it("cut at each message and with long pieces remembered, gives the ids of encoding the text whole", () => {
+    for (const [i, word] of ["alpha", "beta", "gamma"].entries()) {
+      const text = template.render(
+        [
+          { role: "system", content: "You answer questions about words, briefly and exactly. ".repeat(5) },
+          { role: "user", content: `What does ${word} mean? ${"Please be precise. ".repeat(i * 12)}` },
+          { role: "assistant", content: "Let me look.", toolCalls: [{ id: "1", name: "lookup", arguments: JSON.stringify({ word }) }] },
+          { role: "tool", toolCallId: "1", name: "lookup", content: `${word}: the ${i + 1}th letter\u00e9 \u4e2d\u6587 ${"x".repeat(300)}` },
+        ],
+        { tools, addGenerationPrompt: true },
+      );
+      expect(text.length).toBeGreaterThan(600);
+      const expected = whole(text);
+      expect(tokenizer.encode(text)).toEqual(expected);
+      expect(tokenizer.encode(text)).toEqual(expected); // the remembered pieces
+      expect(tokenizer.encode(`no special token at the start ${text}`)).toEqual(whole(`no special token at the start ${text}`));
+    }
+  });
+});
