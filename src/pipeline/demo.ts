@@ -22,7 +22,7 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
-  /** The time the whole demo may take, in minutes (default 20): SFT gets 52% and GRPO 25%. */
+  /** The time the whole demo may take, in minutes (default 20): SFT ends at 57% of it, GRPO gets 25%. */
   minutes?: number;
 }
 
@@ -61,7 +61,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
   const quick = options.quick ?? false;
   // A longer run gets more distinct expert episodes (one pass over them), not more passes over the same.
   const episodes = Math.round(5500 * Math.max(1, (options.minutes ?? 20) / 20));
-  const generated = quick ? 300 : 20_000;
+  const generated = quick ? 300 : 12_000;
   return validateConfig(
     {
       name: options.name ?? (quick ? "demo-quick" : "demo"),
@@ -75,7 +75,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" } },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
-      attention: { mode: "sink-window", sinks: 4, window: 2048 },
+      // A window of 512 covers an episode's own messages; the 32 sink slots keep the start of the system
+      // prompt (which suite this is, which tools it has) in view when its tool list falls out of the window.
+      attention: { mode: "sink-window", sinks: 32, window: 512 },
       // The full run's SFT (one pass over ~17,000 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
@@ -83,8 +85,8 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 40, batchTasks: 8, groupSize: 8, lr: 1e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
-      eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 80, samples: 1, temperature: 1 },
+        : { steps: 200, batchTasks: 8, groupSize: 8, estimator: "dr-grpo", lr: 1e-4, epochs: 2, klCoef: 0.04, maxTurns: 8, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 64, temperature: 1 },
+      eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 160, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
     "the demo config",
@@ -94,10 +96,14 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes });
   const budgetMs = (options.minutes ?? 20) * 60_000;
+  const start = performance.now();
+  // Deadlines from the demo's start, so that however long the data takes to prepare the demo ends on
+  // time: SFT until 57% of the budget, GRPO for 25% (and in any case until 88%, leaving the evaluation
+  // after RL and the naive replay the rest).
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftBudgetMs: 0.52 * budgetMs, grpoBudgetMs: 0.25 * budgetMs }),
+    ...(options.quick ? {} : { sftDeadline: start + 0.57 * budgetMs, grpoBudgetMs: 0.25 * budgetMs, grpoDeadline: start + 0.88 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => {
