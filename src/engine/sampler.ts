@@ -45,6 +45,20 @@ export function resolveSampleParams(p: SampleParams): ResolvedSampleParams {
   return r;
 }
 
+/**
+ * The first index i at which mass[0] + ... + mass[i] exceeds u; when rounding leaves u beyond the total,
+ * the last index with mass.
+ */
+function inverseCdf(mass: ArrayLike<number>, V: number, u: number): number {
+  for (let i = 0; i < V; i++) {
+    u -= mass[i]!;
+    if (u < 0) return i;
+  }
+  let tok = V - 1;
+  while (mass[tok] === 0 && tok > 0) tok--;
+  return tok;
+}
+
 /** Samples tokens from logits rows; holds scratch space for a vocabulary of V. */
 const BINS_PER_NAT = 256;
 const NUM_BINS = 256 * 24;
@@ -77,16 +91,7 @@ export class Sampler {
     const V = this.V;
     const q = this.probs32;
     this.softmax!(1, V, temperature, logits, q);
-    let u = rng.uniform();
-    let tok = V - 1;
-    for (let i = 0; i < V; i++) {
-      u -= q[i]!;
-      if (u < 0) {
-        tok = i;
-        break;
-      }
-    }
-    while (q[tok] === 0 && tok > 0) tok--; // u beyond the rounded total: the last token with mass
+    const tok = inverseCdf(q, V, rng.uniform());
     return { token: tok, logprob: Math.log(q[tok]!) };
   }
 
@@ -127,16 +132,7 @@ export class Sampler {
       Z += e;
     }
     if (!truncate) {
-      let u = rng.uniform() * Z;
-      let tok = V - 1;
-      for (let i = 0; i < V; i++) {
-        u -= probs[i]!;
-        if (u < 0) {
-          tok = i;
-          break;
-        }
-      }
-      while (probs[tok] === 0 && tok > 0) tok--;
+      const tok = inverseCdf(probs, V, rng.uniform() * Z);
       return { token: tok, logprob: logits[tok]! * invT - mx - Math.log(Z) };
     }
     // Top-k, then top-p over the renormalized top-k distribution. Tokens are binned by log-probability

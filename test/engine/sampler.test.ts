@@ -3,6 +3,7 @@
 import { describe, expect, it } from "vitest";
 import { resolveSampleParams, Sampler } from "../../src/engine/sampler.js";
 import { Rng } from "../../src/model/random.js";
+import { getKernels } from "../../src/kernels/index.js";
 
 function bruteForce(logits: Float32Array, T: number, topK: number, topP: number): Map<number, number> {
   const V = logits.length;
@@ -53,5 +54,30 @@ describe("Sampler", () => {
     for (let i = 0; i < 20000; i++) counts[sampler.sample(logits, resolveSampleParams({ maxTokens: 1 }), rng).token]!++;
     expect(Math.abs(counts[0]! / 20000 - 0.5)).toBeLessThan(0.015);
     expect(Math.abs(counts[2]! / 20000 - 0.2)).toBeLessThan(0.015);
+  });
+
+  it("with the kernels' softmax (plain temperature sampling): the same log-probs and proportions", () => {
+    const k = getKernels();
+    const softmax = (n: number, v: number, t: number, x: Float32Array, out: Float32Array) => k.softmaxRows(n, v, t, x, out);
+    const V = 300;
+    const rng = new Rng(11);
+    const sampler = new Sampler(V, softmax);
+    for (const T of [1, 0.6, 1.7]) {
+      const logits = Float32Array.from({ length: V }, () => rng.normal() * 4);
+      const want = bruteForce(logits, T, 0, 1);
+      for (let s = 0; s < 50; s++) {
+        const { token, logprob } = sampler.sample(logits, resolveSampleParams({ maxTokens: 1, temperature: T }), rng);
+        expect(Math.abs(logprob - want.get(token)!)).toBeLessThan(1e-5);
+      }
+    }
+    const three = new Sampler(3, softmax);
+    const logits = Float32Array.from([Math.log(0.5), Math.log(0.3), Math.log(0.2)]);
+    const counts = [0, 0, 0];
+    for (let i = 0; i < 20000; i++) counts[three.sample(logits, resolveSampleParams({ maxTokens: 1 }), rng).token]!++;
+    expect(Math.abs(counts[0]! / 20000 - 0.5)).toBeLessThan(0.015);
+    expect(Math.abs(counts[2]! / 20000 - 0.2)).toBeLessThan(0.015);
+    // top-k / top-p still take the exact path
+    const { logprob } = three.sample(logits, resolveSampleParams({ maxTokens: 1, topK: 2 }), new Rng(3));
+    expect([Math.log(0.5 / 0.8), Math.log(0.3 / 0.8)].some((x) => Math.abs(x - logprob) < 1e-6)).toBe(true);
   });
 });
