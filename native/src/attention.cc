@@ -131,8 +131,11 @@ SFX_CLONES static void blockMask(const MaskCtx& mc, int t0, int R, const std::ve
   bias.resize(static_cast<size_t>(R) * n);
   const size_t row = static_cast<size_t>(mc.b) * mc.T;
   const AttnMask& m = mc.m;
-  std::vector<int32_t> cDoc(static_cast<size_t>(n)), cPos(static_cast<size_t>(n));
-  std::vector<int32_t> cFar(static_cast<size_t>(n));  // kept at any distance: a sink slot or pinned
+  // per-column document id, position in it, and whether it is kept at any distance (a sink slot or pinned)
+  static thread_local std::vector<int32_t> cDoc, cPos, cFar;
+  cDoc.resize(static_cast<size_t>(n));
+  cPos.resize(static_cast<size_t>(n));
+  cFar.resize(static_cast<size_t>(n));
   for (int c = 0; c < n; c++) {
     const size_t j = row + cols[c];
     cDoc[c] = m.docIds ? m.docIds[j] : 0;
@@ -449,6 +452,13 @@ __attribute__((target("avx512f"))) static void decodeGroup512(int G, int D, int 
   for (; g < G; g++)
     decodeValues512<DV, 1>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D, D, tail);
 }
+
+// decodeGroup512 by the number of 16-float chunks of a head (1 to 8: head sizes up to 128).
+using DecodeGroupFn = void (*)(int, int, int, float, const float*, const float*, const float*, const size_t*,
+                               const float*, float*, float*, int);
+static constexpr DecodeGroupFn kDecodeGroup512[8] = {decodeGroup512<1>, decodeGroup512<2>, decodeGroup512<3>,
+                                                     decodeGroup512<4>, decodeGroup512<5>, decodeGroup512<6>,
+                                                     decodeGroup512<7>, decodeGroup512<8>};
 #endif
 
 // Scratch of one thread for cached attention: the gathered keys and values of one (sequence, kv head) and
@@ -504,17 +514,7 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         if (simdLevel() == Simd::Avx512 && D <= 128) {
           // the first kv head's pass fetches whole rows; later heads find their parts in cache
           int pf = !perSeq ? D * 4 : (kvh == 0 ? KVH * D * 4 : 0);
-          const float* qh = q + qo;
-          switch ((D + 15) / 16) {
-            case 1: decodeGroup512<1>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            case 2: decodeGroup512<2>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            case 3: decodeGroup512<3>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            case 4: decodeGroup512<4>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            case 5: decodeGroup512<5>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            case 6: decodeGroup512<6>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            case 7: decodeGroup512<7>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-            default: decodeGroup512<8>(G, D, n, sh.scale, qh, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf); break;
-          }
+          kDecodeGroup512[(D + 15) / 16 - 1](G, D, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
           continue;
         }
 #endif

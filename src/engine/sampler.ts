@@ -59,10 +59,10 @@ function inverseCdf(mass: ArrayLike<number>, V: number, u: number): number {
   return tok;
 }
 
-/** Samples tokens from logits rows; holds scratch space for a vocabulary of V. */
 const BINS_PER_NAT = 256;
 const NUM_BINS = 256 * 24;
 
+/** Samples tokens from logits rows; holds scratch space for a vocabulary of V. */
 export class Sampler {
   private readonly probs: Float64Array;
   private readonly probs32: Float32Array;

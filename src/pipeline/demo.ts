@@ -78,7 +78,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
       // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
       attention: { mode: "sink-window", sinks: 4, window: 512 },
-      // The full run's SFT (one pass over ~17,000 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
+      // The full run's SFT (one pass over ~21,600 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }

@@ -370,6 +370,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       };
       const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: cfg.grpo.batchTasks, maxStaleness: cfg.grpo.maxStaleness });
       const tGrpo = performance.now();
+      const grpoDeadline = Math.min(tGrpo + (options.grpoBudgetMs ?? Infinity), options.grpoDeadline ?? Infinity);
       let tRollout = performance.now();
       let stepIndex = 0;
       let lastStats = { ...rollout.stats };
@@ -442,7 +443,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m!.kl.toFixed(4)}`);
         status({ stage: "grpo", step, totalSteps: totalGrpo });
         const stop = options.shouldStop?.() ?? false;
-        const outOfTime = performance.now() - tGrpo > (options.grpoBudgetMs ?? Infinity) || performance.now() > (options.grpoDeadline ?? Infinity);
+        const outOfTime = performance.now() > grpoDeadline;
         if (step % cfg.checkpointEvery === 0 || step === totalGrpo || stop || outOfTime) {
           await checkpoint(`grpo-${String(step).padStart(5, "0")}`, state);
         }
