@@ -362,6 +362,15 @@ export class EmbeddedEngine implements Engine {
     return { loss: out.loss, metrics: { ...(out.metrics ?? {}), tokens: N, sequences: sequences.length } };
   }
 
+  /**
+   * Forgets the AdamW moments and step count: the next optimStep starts a fresh optimizer. A new training
+   * stage calls it, so its updates are not scaled by the previous stage's gradient statistics.
+   */
+  resetOptimizer(): void {
+    this.alive();
+    this.adamw = null;
+  }
+
   async optimStep(hparams: OptimHparams): Promise<{ gradNorm: number }> {
     return this.optimStepSync(hparams);
   }

@@ -30,6 +30,7 @@ import { RunDir, writeJsonAtomic, type RunStatus } from "./run-dir.js";
 import { conversationToExample, readChatJsonl, type Conversation } from "./sft-data.js";
 import { mean } from "./stats.js";
 import { expertEpisodes, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
+import { learningRateAt } from "../rl/lr-schedule.js";
 
 export interface TrainOptions {
   resume?: boolean;
@@ -314,6 +315,9 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // The frozen reference policy: the policy as it enters RL (saved once, so a resume finds it).
     const referenceDir = join(run.path, "checkpoints", "reference");
     if (state.stage === "sft") {
+      // RL gets a fresh optimizer, as a new stage: SFT's moments describe other gradients (in the demo,
+      // SFT's gradient norm is about twice the policy gradient's), and would damp RL's first updates.
+      policy.engine.resetOptimizer();
       state = { ...state, stage: "grpo", step: 0 };
       await savePolicy(policy, referenceDir);
       await checkpoint("grpo-00000", state);
@@ -382,10 +386,12 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         // Rewards per suite, then the update (weights change between decoding steps only).
         const tTrain = performance.now();
         const trainGroups = groups.flatMap(trainSequences);
+        const lr = learningRateAt(step, totalGrpo, cfg.grpo);
         let m: GrpoStepMetrics | undefined;
         await rollout.decoder.swapWeights(async () => {
           m = await grpoUpdate(policy.engine, reference, trainGroups, {
             ...cfg.grpo,
+            lr,
             microBatch: 8,
           });
         });
@@ -416,6 +422,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           reward: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v)])),
           success: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v.map((r) => (r >= SUCCESS_THRESHOLD ? 1 : 0)))])),
           rewardMean: mean(allRewards),
+          lr,
           loss: m!.loss,
           kl: m!.kl,
           clipFraction: m!.clipFraction,

@@ -89,6 +89,11 @@ const GrpoSection = z
     batchTasks: positiveInt.default(32),
     groupSize: positiveInt.default(8),
     lr: z.number().positive().default(5e-6),
+    /**
+     * Steps of linear learning-rate warm-up. RL starts a fresh AdamW, whose first updates move every
+     * weight by about lr whatever its gradient's size; a warm-up keeps those first moves small.
+     */
+    warmupSteps: z.number().int().min(0).default(0),
     epochs: positiveInt.default(3),
     klCoef: z.number().min(0).default(0.04),
     klEstimator: z.enum(["k3"]).default("k3"),

@@ -20,6 +20,7 @@ import type { Engine, TokenLoss } from "../engine/types.js";
 import { Rng } from "../gym/rng.js";
 import { sftLoss } from "./policy-loss.js";
 import { packedForwardBackward } from "./prefix-packing.js";
+import { learningRateAt } from "./lr-schedule.js";
 
 export interface SftExample {
   tokens: number[];
@@ -104,16 +105,6 @@ export function sftSteps(examples: readonly SftExample[], hp: Pick<SftHparams, "
   return hp.epochs * promptGroups(examples).reduce((n, g) => n + Math.ceil(g.length / hp.batchSize), 0);
 }
 
-/** The learning rate of step `step` (1-based) of a run planned for `total` steps. */
-export function sftLearningRate(step: number, total: number, hp: Pick<SftHparams, "lr" | "warmupSteps" | "lrSchedule" | "minLrRatio">): number {
-  const warm = Math.min(hp.warmupSteps ?? 0, total);
-  if (step <= warm) return (hp.lr * step) / warm;
-  if ((hp.lrSchedule ?? "constant") === "constant") return hp.lr;
-  const progress = Math.min(1, (step - warm) / Math.max(1, total - warm));
-  const floor = hp.minLrRatio ?? 0.1;
-  return hp.lr * (floor + (1 - floor) * 0.5 * (1 + Math.cos(Math.PI * progress)));
-}
-
 /** Whether step `step` (1-based) of a run planned for `total` steps is in the context-loss phase. */
 export function inContextLossPhase(step: number, total: number, hp: Pick<SftHparams, "contextLossFraction">): boolean {
   return step <= Math.round((hp.contextLossFraction ?? 0) * total);
@@ -187,7 +178,7 @@ export async function sftTrain(
         loss += r.loss;
         computedTokens += r.metrics.tokens ?? 0;
       }
-      const lr = sftLearningRate(step, total, hp);
+      const lr = learningRateAt(step, total, hp);
       const { gradNorm } = await engine.optimStep({ lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
       const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, computedTokens, lr, lossOn };
       history.push(metrics);

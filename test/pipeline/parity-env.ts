@@ -45,7 +45,7 @@ export function parityConfig(runsDir: string, name: string, seed = 3) {
     suites: [{ env: PARITY_ENV_ID }],
     model: { init: { hiddenSize: 32, layers: 1, heads: 2, kvHeads: 1, intermediateSize: 64, maxPositions: 1024 } },
     sft: { expertEpisodes: 8, epochs: 1, batchSize: 4, lr: 1e-3, lrSchedule: "cosine", warmupSteps: 1, contextLossFraction: 0.5 },
-    grpo: { steps: 3, batchTasks: 2, groupSize: 4, lr: 1e-2, epochs: 2, klCoef: 0.04, maxTurns: 2, maxTokensPerTurn: 12, maxContextTokens: 512, concurrency: 8 },
+    grpo: { steps: 3, batchTasks: 2, groupSize: 4, lr: 1e-2, warmupSteps: 2, epochs: 2, klCoef: 0.04, maxTurns: 2, maxTokensPerTurn: 12, maxContextTokens: 512, concurrency: 8 },
     eval: { tasksPerSuite: 4 },
     checkpointEvery: 1,
     keepCheckpoints: 2,

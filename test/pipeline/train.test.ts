@@ -30,6 +30,15 @@ describe("the training pipeline", () => {
     const fullMetrics = learning(join(full.runDir, "metrics.jsonl"));
     const grpo = fullMetrics.filter((r) => r.stage === "grpo");
     expect(grpo.map((r) => r.step)).toEqual([1, 2, 3]);
+    // Warm-up over the first two GRPO steps, from lr / 2 to lr.
+    expect(grpo.map((r) => r.lr)).toEqual([5e-3, 1e-2, 1e-2]);
+    // RL started a fresh optimizer: its step count is the GRPO updates alone, not SFT's as well.
+    const sftSteps = fullMetrics.filter((r) => r.stage === "sft").length;
+    const latest = readFileSync(join(full.runDir, "checkpoints", "latest"), "utf8").trim();
+    const meta = JSON.parse(readFileSync(join(full.runDir, "checkpoints", latest, "sinkflex.json"), "utf8"));
+    expect(sftSteps).toBeGreaterThan(0);
+    expect(meta.optimizerStep).toBe(meta.policyVersion - sftSteps);
+    expect(meta.optimizerStep).toBeGreaterThan(0);
     // The policy learned from something: some group had mixed rewards and the weights moved.
     expect(grpo.some((r) => r.degenerateGroups < 2 && r.gradNorm > 0)).toBe(true);
     expect(readdirSync(join(full.runDir, "trajectories")).filter((f) => f.endsWith(".jsonl"))).toHaveLength(3);

@@ -1,19 +1,20 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/index.js";
-import { inContextLossPhase, sftLearningRate, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
+import { learningRateAt } from "../../src/rl/lr-schedule.js";
+import { inContextLossPhase, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 describe("SFT schedule", () => {
   it("warms up linearly, then stays constant or decays by cosine to minLrRatio x lr", () => {
     const hp = { lr: 1e-3, warmupSteps: 10 };
-    expect(sftLearningRate(1, 100, hp)).toBeCloseTo(1e-4, 12);
-    expect(sftLearningRate(10, 100, hp)).toBeCloseTo(1e-3, 12);
-    expect(sftLearningRate(70, 100, hp)).toBe(1e-3);
+    expect(learningRateAt(1, 100, hp)).toBeCloseTo(1e-4, 12);
+    expect(learningRateAt(10, 100, hp)).toBeCloseTo(1e-3, 12);
+    expect(learningRateAt(70, 100, hp)).toBe(1e-3);
     const cos = { ...hp, lrSchedule: "cosine" as const, minLrRatio: 0.2 };
-    expect(sftLearningRate(10, 100, cos)).toBeCloseTo(1e-3, 12);
-    expect(sftLearningRate(55, 100, cos)).toBeCloseTo(0.6e-3, 12); // halfway: the mean of lr and the floor
-    expect(sftLearningRate(100, 100, cos)).toBeCloseTo(0.2e-3, 12);
-    const rates = Array.from({ length: 90 }, (_, i) => sftLearningRate(11 + i, 100, cos));
+    expect(learningRateAt(10, 100, cos)).toBeCloseTo(1e-3, 12);
+    expect(learningRateAt(55, 100, cos)).toBeCloseTo(0.6e-3, 12); // halfway: the mean of lr and the floor
+    expect(learningRateAt(100, 100, cos)).toBeCloseTo(0.2e-3, 12);
+    const rates = Array.from({ length: 90 }, (_, i) => learningRateAt(11 + i, 100, cos));
     expect(rates.every((r, i) => i === 0 || r <= rates[i - 1]!)).toBe(true);
   });
 
@@ -46,7 +47,7 @@ describe("sftTrain", () => {
     expect(history.map((m) => m.lossOn)).toEqual(["context", "context", "assistant", "assistant"]);
     // Predicting tokens 6..19 (14 per example) in the context phase; tokens 16..19 (4) after it.
     expect(history.map((m) => m.tokens)).toEqual([28, 28, 8, 8]);
-    expect(history.map((m) => m.lr)).toEqual([1, 2, 3, 4].map((s) => sftLearningRate(s, 4, hp)));
+    expect(history.map((m) => m.lr)).toEqual([1, 2, 3, 4].map((s) => learningRateAt(s, 4, hp)));
     expect(history[1]!.loss).toBeLessThan(history[0]!.loss);
     engine.dispose();
   });
