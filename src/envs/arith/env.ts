@@ -11,6 +11,7 @@ import { ToolEnv } from "../../tools/tool-env.js";
 import { functionTool } from "../../tools/tool.js";
 import { evaluateExpression, formatNumber } from "./calculator.js";
 import { arithTaskSet, generateArithTasks, type ArithTask, type Difficulty } from "./tasks.js";
+import { cachedTasks } from "../task-cache.js";
 
 export interface ArithState {
   submitted?: number;
@@ -59,7 +60,7 @@ export function createArithEnv(options: Record<string, unknown> = {}): ToolEnv<A
   if (difficulty !== undefined && difficulty !== 1 && difficulty !== 2 && difficulty !== 3) {
     throw new RangeError(`arith: options.difficulty must be 1, 2 or 3, got ${JSON.stringify(difficulty)}`);
   }
-  const tasks = generateArithTasks({ count: count as number, seed: taskSeed as number, difficulty });
+  const tasks = cachedTasks("arith", { count, taskSeed, difficulty }, () => generateArithTasks({ count: count as number, seed: taskSeed as number, difficulty }));
   return new ToolEnv<ArithTask, ArithState>({
     name: "ArithEnv",
     tasks: arithTaskSet(tasks),

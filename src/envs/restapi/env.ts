@@ -18,6 +18,7 @@ import { answerMatches, firstNumber, normalizeText } from "./answer.js";
 import { FAULT_KINDS, startRestApiServer, type FaultKind, type RestApiServer } from "./server.js";
 import { generateRestTasks, type RestTask } from "./tasks.js";
 import { RestWorld, TODAY } from "./world.js";
+import { cachedTasks } from "../task-cache.js";
 
 export const RESTAPI_ENV_ID = "sinkflex/restapi-v0";
 
@@ -136,7 +137,9 @@ export async function createRestApiEnv(options: RestApiEnvOptions = {}): Promise
   if (toolChoice !== "all" && toolChoice !== "used") throw new Error(`${RESTAPI_ENV_ID}: options.tools must be "all" or "used", got ${JSON.stringify(toolChoice)}`);
 
   const world = new RestWorld(seed);
-  const tasks = generateRestTasks(world, { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults });
+  const taskOptions = { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults };
+  // The tasks depend on the world's seed and these options only (the world they read is the same).
+  const tasks = cachedTasks("restapi", { worldSeed: seed, ...taskOptions }, () => generateRestTasks(world, taskOptions));
   const server = await startRestApiServer(world, { slowMs: requestTimeoutMs + 1_000 });
   let apiTools = openApiTools(server.document, { baseUrl: server.url, requestTimeoutMs });
   if (toolChoice === "used") {

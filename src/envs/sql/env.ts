@@ -18,6 +18,7 @@ import { dbFile, defaultDbDir, defaultQuestionsFile, loadQuestions, type SqlTask
 import { generateTasks, LEVELS, type Level } from "./generate.js";
 import { compareResults } from "./result.js";
 import { hasTopLevelOrderBy } from "./statement.js";
+import { cachedTasks } from "../task-cache.js";
 
 export const SQL_ENV_ID = "sinkflex/spider-sql-v0";
 
@@ -151,11 +152,12 @@ export class SqlEnv extends ToolEnv<SqlTask, SqlState> {
 }
 
 /** The tasks an options object selects (Spider's questions, a questions file, or generated ones). */
-export function loadSqlTasks(options: SqlEnvOptions): SqlTask[] {
+export function loadSqlTasks(options: SqlEnvOptions): readonly SqlTask[] {
   const dbDir = options.dbDir ?? defaultDbDir();
   if ((options.taskSource ?? "spider") === "generated") {
     const levels = (options.levels ?? [...LEVELS]) as Level[];
-    return generateTasks({ dbDir, levels, count: options.count ?? 100, seed: options.taskSeed ?? 0 });
+    const spec = { dbDir, levels, count: options.count ?? 100, seed: options.taskSeed ?? 0 };
+    return cachedTasks("sql", spec, () => generateTasks(spec));
   }
   if (options.taskSource !== undefined && options.taskSource !== "spider") {
     throw new Error(`taskSource must be "spider" or "generated", got ${JSON.stringify(options.taskSource)}`);
