@@ -75,10 +75,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" } },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
-      // A window of 768 keeps a household task's goal in view up to its last action (with 512 the goal
-      // had left the window by the last action of 29% of the expert's episodes); the long tool lists
-      // of the system prompts fall out of it, which the model trained from scratch does not read anyway.
-      attention: { mode: "sink-window", sinks: 4, window: 768 },
+      // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
+      // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
+      attention: { mode: "sink-window", sinks: 4, window: 512 },
       // The full run's SFT (one pass over ~21,600 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
