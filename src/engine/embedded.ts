@@ -319,7 +319,7 @@ export class EmbeddedEngine implements Engine {
     return this.logprobsSync(sequences, masks);
   }
 
-  /** Teacher-forced log-probs; `masks` optionally gives per-sequence document ids / pinned flags. */
+  /** Teacher-forced log-probs; `masks` optionally gives per-sequence document ids, pinned flags and the predictions wanted. */
   logprobsSync(sequences: number[][], masks: SequenceMasks = {}): Float32Array[] {
     this.alive();
     if (sequences.length === 0) return [];
@@ -354,6 +354,12 @@ export class EmbeddedEngine implements Engine {
     out.dLogprobs.forEach((d, i) => {
       if (d.length !== lps[i]!.length) {
         throw new EngineError(`forwardBackward: dLogprobs[${i}] has ${d.length} values, expected ${lps[i]!.length} (sequence length - 1)`);
+      }
+      const scored = masks.scored?.[i];
+      if (scored) {
+        for (let t = 0; t < d.length; t++) {
+          if (d[t] !== 0 && !scored[t]) throw new EngineError(`forwardBackward: dLogprobs[${i}][${t}] is ${d[t]}, but masks.scored leaves that prediction out; score it or give it no gradient`);
+        }
       }
       dLogprob.set(d, batch.starts[i]!);
     });
@@ -625,7 +631,13 @@ export class EmbeddedEngine implements Engine {
         if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new EngineError(`sequence ${i}: token id ${id} is outside the vocabulary [0, ${V})`);
       }
     });
-    return packSequences(sequences, masks.docIds ?? null, masks.pinned ?? null);
+    if (masks.scored) {
+      if (masks.scored.length !== sequences.length) throw new EngineError(`scored: ${masks.scored.length} arrays for ${sequences.length} sequences`);
+      masks.scored.forEach((a, i) => {
+        if (a.length !== sequences[i]!.length - 1) throw new EngineError(`scored[${i}] has ${a.length} values for a sequence of ${sequences[i]!.length} tokens (one per prediction: length - 1)`);
+      });
+    }
+    return packSequences(sequences, masks.docIds ?? null, masks.pinned ?? null, masks.scored ?? null);
   }
 
   private own(s: EngineSession): EmbeddedSession {

@@ -80,6 +80,12 @@ export interface SequenceMasks {
   docIds?: Int32Array[];
   /** One [L] array per sequence, 1 = pinned. */
   pinned?: Uint8Array[];
+  /**
+   * One [L-1] array per sequence (one flag per prediction, as log-probs are returned): 1 = the caller
+   * reads this log-prob. The others are not computed: they read 0, and a loss must give them no gradient.
+   * Default: every prediction.
+   */
+  scored?: Uint8Array[];
 }
 
 export interface Engine {

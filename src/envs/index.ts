@@ -2,6 +2,7 @@
  * The bundled environment suites. `registerBundledEnvs()` registers every suite's env ids with the
  * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
  */
+import { registeredIds } from "../gym/registry.js";
 import { registerArith } from "./arith/index.js";
 import { registerBash } from "./bash/index.js";
 import { registerHousehold } from "./household/index.js";
@@ -12,10 +13,12 @@ import { registerRestApiSuite } from "./restapi/index.js";
 import { registerCodeSuite } from "./code/index.js";
 
 let registered = false;
+let bundled: ReadonlySet<string> = new Set();
 
 export function registerBundledEnvs(): void {
   if (registered) return;
   registered = true;
+  const before = new Set(registeredIds());
   // Suites register here, one line each.
   registerArith();
   registerHousehold();
@@ -25,4 +28,10 @@ export function registerBundledEnvs(): void {
   registerTau();
   registerRestApiSuite();
   registerCodeSuite();
+  bundled = new Set(registeredIds().filter((id) => !before.has(id)));
+}
+
+/** The env ids `registerBundledEnvs` registered (empty before it runs): those a fresh thread can make too. */
+export function bundledEnvIds(): ReadonlySet<string> {
+  return bundled;
 }

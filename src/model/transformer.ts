@@ -60,10 +60,18 @@ export interface PackedBatch {
   /** [N] document ids / pinned flags for the canonical mask, or null. */
   docIds: Int32Array | null;
   pinned: Uint8Array | null;
+  /**
+   * The rows whose log-probs are wanted, ascending, or null = every row. The LM head (the largest
+   * product of a small model) runs on these rows only; the others' log-probs read 0 and take no gradient.
+   */
+  scored: Int32Array | null;
 }
 
-/** Packs token sequences (each of length >= 1) into one batch. */
-export function packSequences(seqs: number[][], docIds?: Int32Array[] | null, pinned?: Uint8Array[] | null): PackedBatch {
+/**
+ * Packs token sequences (each of length >= 1) into one batch. `scored[i]`, when given, has one flag per
+ * prediction of sequence i (length - 1): 1 = its log-prob is wanted.
+ */
+export function packSequences(seqs: number[][], docIds?: Int32Array[] | null, pinned?: Uint8Array[] | null, scored?: Uint8Array[] | null): PackedBatch {
   const N = seqs.reduce((a, s) => a + s.length, 0);
   const ids = new Int32Array(N);
   const positions = new Int32Array(N);
@@ -87,7 +95,15 @@ export function packSequences(seqs: number[][], docIds?: Int32Array[] | null, pi
     if (p) p.set(pinned![i]!, o);
     o += s.length;
   });
-  return { ids, positions, targets, starts, lengths, docIds: d, pinned: p };
+  let rows: Int32Array | null = null;
+  if (scored) {
+    const list: number[] = [];
+    scored.forEach((flags, i) => {
+      for (let t = 0; t < flags.length; t++) if (flags[t]) list.push(starts[i]! + t);
+    });
+    rows = Int32Array.from(list);
+  }
+  return { ids, positions, targets, starts, lengths, docIds: d, pinned: p, scored: rows };
 }
 
 /** Runs of consecutive sequences of equal length: each is one [B, T] attention call. */
@@ -136,6 +152,13 @@ export class TrainWorkspace {
   logitRows = 0;
   /** [N] log p(target) per row (0 where no target). */ logprob = new Float32Array(0);
   /** [N] */ lse = new Float32Array(0);
+  /** Scored rows' scratch, R rows a chunk: final-norm outputs [R, C], their gradients [R, C], targets, log-probs, lse, dLogprob. */
+  scoredLn = new Float32Array(0);
+  scoredDLn = new Float32Array(0);
+  scoredTargets = new Int32Array(0);
+  scoredLogprob = new Float32Array(0);
+  scoredLse = new Float32Array(0);
+  scoredDLogprob = new Float32Array(0);
   // backward scratch
   dResid = new Float32Array(0);
   dTmp = new Float32Array(0);
@@ -187,6 +210,12 @@ export class TrainWorkspace {
       this.lse = new Float32Array(cap);
       this.logitRows = Math.max(1, Math.min(cap, Math.floor(this.logitsBudget / V)));
       this.logits = new Float32Array(this.logitRows * V);
+      this.scoredLn = new Float32Array(this.logitRows * C);
+      this.scoredDLn = new Float32Array(this.logitRows * C);
+      this.scoredTargets = new Int32Array(this.logitRows);
+      this.scoredLogprob = new Float32Array(this.logitRows);
+      this.scoredLse = new Float32Array(this.logitRows);
+      this.scoredDLogprob = new Float32Array(this.logitRows);
       this.dResid = new Float32Array(0);
     }
     if (withBackward && this.dResid.length < this.capacity * C) {
@@ -283,12 +312,39 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
   }
   k.rmsnormForward(N, C, cfg.rmsNormEps, ws.resid[cfg.numLayers]!, P.finalNorm, ws.lnf, ws.rstdf);
   const R = ws.logitRows;
+  if (b.scored) {
+    // Only the scored rows, gathered R at a time; the others read 0.
+    const rows = b.scored;
+    ws.logprob.fill(0, 0, N);
+    for (let c0 = 0; c0 < rows.length; c0 += R) {
+      const n = gatherScored(ws, b, C, c0, Math.min(R, rows.length - c0));
+      k.sgemm(false, true, n, V, C, 1, ws.scoredLn, C, P.lmHead, C, 0, ws.logits, V);
+      k.logprobsForward(n, V, ws.logits, ws.scoredTargets, ws.scoredLogprob, ws.scoredLse);
+      for (let r = 0; r < n; r++) {
+        ws.logprob[rows[c0 + r]!] = ws.scoredLogprob[r]!;
+        ws.lse[rows[c0 + r]!] = ws.scoredLse[r]!;
+      }
+    }
+    ws.logitsComplete = rows.length <= R;
+    return;
+  }
   for (let r0 = 0; r0 < N; r0 += R) {
     const rows = Math.min(R, N - r0);
     lmHeadRows(m, ws, r0, rows);
     k.logprobsForward(rows, V, ws.logits, b.targets.subarray(r0), ws.logprob.subarray(r0), ws.lse.subarray(r0));
   }
   ws.logitsComplete = N <= R;
+}
+
+/** Copies scored rows c0 .. c0+n-1 (their final-norm outputs and targets) to the front of the scratch; returns n. */
+function gatherScored(ws: TrainWorkspace, b: PackedBatch, C: number, c0: number, n: number): number {
+  const rows = b.scored!;
+  for (let r = 0; r < n; r++) {
+    const row = rows[c0 + r]!;
+    ws.scoredLn.set(ws.lnf.subarray(row * C, row * C + C), r * C);
+    ws.scoredTargets[r] = b.targets[row]!;
+  }
+  return n;
 }
 
 /**
@@ -308,12 +364,30 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
 
   // LM head and log-softmax: dLnf [N, C] (in ws.dLn), dLmHead accumulated.
   const R = ws.logitRows;
-  for (let r0 = 0; r0 < N; r0 += R) {
-    const rows = Math.min(R, N - r0);
-    if (!ws.logitsComplete) lmHeadRows(m, ws, r0, rows);
-    k.logprobsBackward(rows, V, ws.logits, b.targets.subarray(r0), ws.lse.subarray(r0), dLogprob.subarray(r0), ws.logits);
-    k.sgemm(false, false, rows, C, V, 1, ws.logits, V, P.lmHead, C, 0, dLn.subarray(r0 * C), C);
-    k.sgemm(true, false, V, C, rows, 1, ws.logits, V, ws.lnf.subarray(r0 * C), C, 1, G.lmHead, C);
+  if (b.scored) {
+    // The scored rows only (the others have no gradient), gathered R at a time as in the forward.
+    const rows = b.scored;
+    dLn.fill(0, 0, N * C);
+    for (let c0 = 0; c0 < rows.length; c0 += R) {
+      const n = gatherScored(ws, b, C, c0, Math.min(R, rows.length - c0));
+      if (!ws.logitsComplete) k.sgemm(false, true, n, V, C, 1, ws.scoredLn, C, P.lmHead, C, 0, ws.logits, V);
+      for (let r = 0; r < n; r++) {
+        ws.scoredLse[r] = ws.lse[rows[c0 + r]!]!;
+        ws.scoredDLogprob[r] = dLogprob[rows[c0 + r]!]!;
+      }
+      k.logprobsBackward(n, V, ws.logits, ws.scoredTargets, ws.scoredLse, ws.scoredDLogprob, ws.logits);
+      k.sgemm(false, false, n, C, V, 1, ws.logits, V, P.lmHead, C, 0, ws.scoredDLn, C);
+      k.sgemm(true, false, V, C, n, 1, ws.logits, V, ws.scoredLn, C, 1, G.lmHead, C);
+      for (let r = 0; r < n; r++) dLn.set(ws.scoredDLn.subarray(r * C, r * C + C), rows[c0 + r]! * C);
+    }
+  } else {
+    for (let r0 = 0; r0 < N; r0 += R) {
+      const rows = Math.min(R, N - r0);
+      if (!ws.logitsComplete) lmHeadRows(m, ws, r0, rows);
+      k.logprobsBackward(rows, V, ws.logits, b.targets.subarray(r0), ws.lse.subarray(r0), dLogprob.subarray(r0), ws.logits);
+      k.sgemm(false, false, rows, C, V, 1, ws.logits, V, P.lmHead, C, 0, dLn.subarray(r0 * C), C);
+      k.sgemm(true, false, V, C, rows, 1, ws.logits, V, ws.lnf.subarray(r0 * C), C, 1, G.lmHead, C);
+    }
   }
   ws.logitsComplete = false; // the logits buffer now holds gradients
   k.rmsnormBackward(N, C, dLn, ws.resid[cfg.numLayers]!, P.finalNorm, ws.rstdf, ws.dResid, G.finalNorm);

@@ -27,6 +27,9 @@ export interface Policy {
   templateVars: Record<string, unknown>;
 }
 
+/** The text side of a policy: what turns conversations into token ids, without the model. */
+export type PolicyText = Pick<Policy, "tokenizer" | "template" | "codec" | "vocab" | "templateVars">;
+
 export interface ModelInit {
   family: "qwen2" | "llama";
   hiddenSize: number;

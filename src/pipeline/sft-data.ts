@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import type { AssistantMessage, ChatMessage, ToolSpec } from "../gym/chat.js";
 import { IncrementalRenderer } from "../rollout/renderer.js";
 import type { SftExample } from "../rl/sft.js";
-import type { Policy } from "./policy.js";
+import type { PolicyText } from "./policy.js";
 
 export interface Conversation {
   messages: ChatMessage[];
@@ -18,7 +18,7 @@ export interface Conversation {
 }
 
 /** The text the model writes for an assistant turn (its content, tool calls and end-of-turn token). */
-function assistantText(policy: Policy, before: ChatMessage[], assistant: AssistantMessage, tools: ToolSpec[]): string {
+function assistantText(policy: PolicyText, before: ChatMessage[], assistant: AssistantMessage, tools: ToolSpec[]): string {
   const opts = { tools, extra: policy.templateVars };
   const prompt = policy.template.render(before, { ...opts, addGenerationPrompt: true });
   const full = policy.template.render([...before, assistant], { ...opts, addGenerationPrompt: false });
@@ -30,7 +30,7 @@ function assistantText(policy: Policy, before: ChatMessage[], assistant: Assista
   return rest.slice(0, end + eos.length);
 }
 
-export function conversationToExample(policy: Policy, conv: Conversation): SftExample & { drifted: boolean } {
+export function conversationToExample(policy: PolicyText, conv: Conversation): SftExample & { drifted: boolean } {
   const firstAssistant = conv.messages.findIndex((m) => m.role === "assistant");
   if (firstAssistant <= 0) throw new Error("a training conversation needs opening messages and at least one assistant turn");
   const renderer = new IncrementalRenderer(policy.codec, policy.template, { extra: policy.templateVars, onDrift: "flag" });
@@ -66,9 +66,9 @@ export function conversationToExample(policy: Policy, conv: Conversation): SftEx
  * context-loss phase of SFT leaves out. The longest common prefix of the rendered system messages
  * and the conversation, so a token that straddles the boundary counts as context.
  */
-const systemPromptIds = new WeakMap<Policy, Map<string, number[]>>();
+const systemPromptIds = new WeakMap<PolicyText, Map<string, number[]>>();
 
-function systemPromptLength(policy: Policy, conv: Conversation, tokens: number[]): number {
+function systemPromptLength(policy: PolicyText, conv: Conversation, tokens: number[]): number {
   let n = 0;
   while (n < conv.messages.length && conv.messages[n]!.role === "system") n++;
   if (n === 0) return 1;

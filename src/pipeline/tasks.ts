@@ -70,13 +70,26 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
   );
 }
 
-/** Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data. */
-export async function expertEpisodes(plan: SuitePlan, count: number, seed: number, onEpisode?: () => void): Promise<{ kept: ExpertEpisode[]; failed: number }> {
+/**
+ * Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data. Episode k
+ * runs training task k (cycling through them, at most four times) with seed `seed + k`; `range` runs
+ * episodes [from, to) of the `count` only, so that parts of one suite's episodes can run on different
+ * threads and be concatenated in order.
+ */
+export async function expertEpisodes(
+  plan: Pick<SuitePlan, "envId" | "options" | "trainTasks">,
+  count: number,
+  seed: number,
+  onEpisode?: () => void,
+  range: { from: number; to: number } = { from: 0, to: count },
+): Promise<{ kept: ExpertEpisode[]; failed: number }> {
   const kept: ExpertEpisode[] = [];
   let failed = 0;
+  const end = Math.min(range.to, expertEpisodeCount(plan, count));
+  if (range.from >= end) return { kept, failed };
   const env = await makeChatEnv(plan.envId, plan.options);
   try {
-    for (let k = 0; k < count && k < plan.trainTasks.length * 4; k++) {
+    for (let k = range.from; k < end; k++) {
       const taskIndex = plan.trainTasks[k % plan.trainTasks.length]!;
       const ep = await runExpertEpisode(env, plan.envId, { taskIndex, seed: seed + k });
       if (ep.reward >= 1 - 1e-9) kept.push(ep);
@@ -87,4 +100,9 @@ export async function expertEpisodes(plan: SuitePlan, count: number, seed: numbe
     await env.close();
   }
   return { kept, failed };
+}
+
+/** How many expert episodes `expertEpisodes` runs for `count` asked: each training task at most 4 times. */
+export function expertEpisodeCount(plan: Pick<SuitePlan, "trainTasks">, count: number): number {
+  return Math.min(count, plan.trainTasks.length * 4);
 }

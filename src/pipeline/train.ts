@@ -27,9 +27,10 @@ import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { RunDir, writeJsonAtomic, type RunStatus } from "./run-dir.js";
-import { conversationToExample, readChatJsonl, type Conversation } from "./sft-data.js";
+import { readChatJsonl, type Conversation } from "./sft-data.js";
 import { mean } from "./stats.js";
-import { expertEpisodes, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
+import { expertEpisodeCount, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
+import { PrepPool } from "./prep-pool.js";
 import { learningRateAt } from "../rl/lr-schedule.js";
 
 export interface TrainOptions {
@@ -192,6 +193,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     options.onMetrics?.(full);
   };
 
+  // Expert episodes and SFT examples are prepared on worker threads (stopped once the data is ready).
+  const prep = new PrepPool();
   try {
     // 1. Suites and their train / held-out tasks.
     const plans = await planSuites(cfg);
@@ -200,12 +203,12 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // 2. SFT data: expert episodes on training tasks, plus imported chat JSONL.
     const conversations: Conversation[] = [];
     if (cfg.sft.enabled || cfg.model.init) {
-      const progress = new Progress("expert episodes", plans.length * cfg.sft.expertEpisodes, "eps", options.quiet);
-      for (const plan of plans) {
-        const { kept, failed } = await expertEpisodes(plan, cfg.sft.expertEpisodes, cfg.seed, () => progress.tick());
-        if (failed > 0) log(`  ${plan.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
-        conversations.push(...kept.map((e) => ({ messages: e.messages, tools: e.tools })));
-      }
+      const progress = new Progress("expert episodes", plans.reduce((n, p) => n + expertEpisodeCount(p, cfg.sft.expertEpisodes), 0), "eps", options.quiet);
+      const perSuite = await prep.expertConversations(plans, cfg.sft.expertEpisodes, cfg.seed, (n) => progress.tick(n));
+      perSuite.forEach(({ kept, failed }, i) => {
+        if (failed > 0) log(`  ${plans[i]!.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
+        for (const c of kept) conversations.push(c);
+      });
       progress.finish();
       for (const file of cfg.sft.data) conversations.push(...readChatJsonl(file));
     }
@@ -255,7 +258,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     };
 
     // 3. SFT.
-    const examples = conversations.map((c) => conversationToExample(policy, c)).filter((e) => !e.drifted);
+    const examples = (await prep.examples(policy, conversations)).filter((e) => !e.drifted);
+    await prep.close();
     const totalSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
       const tSft = performance.now();
@@ -498,5 +502,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
   } catch (err) {
     status({ state: "failed", error: err instanceof Error ? err.message : String(err) });
     throw err;
+  } finally {
+    await prep.close();
   }
 }

@@ -116,7 +116,7 @@ export async function grpoUpdate(
   let engineTokens = 0;
   const logprobsOf = async (e: Engine) => {
     engineTokens += packing ? packing.tokensOut : tokenLists.reduce((n, t) => n + t.length, 0);
-    return packing ? packing.unpack(await e.logprobs(packing.sequences, packing.masks)) : e.logprobs(tokenLists);
+    return packing ? packing.unpack(await e.logprobs(packing.sequences, packing.masks)) : e.logprobs(tokenLists, { scored: shifted.map((x) => x.mask) });
   };
   const oldLogprobs = await logprobsOf(engine);
   const refLogprobs = hp.klCoef > 0 ? await logprobsOf(reference!) : undefined;
@@ -145,7 +145,7 @@ export async function grpoUpdate(
       const microSeqList = tokenLists.slice(start, start + hp.microBatch);
       const result = pack
         ? await packedForwardBackward(engine, microSeqList, micro.map((s) => s.mask), microLoss)
-        : await engine.forwardBackward(microSeqList, microLoss);
+        : await engine.forwardBackward(microSeqList, microLoss, { scored: micro.map((s) => s.mask) });
       engineTokens += result.metrics.tokens ?? 0;
       loss += result.loss;
       for (const key of Object.keys(sums) as (keyof typeof sums)[]) sums[key] += (result.metrics[key] ?? 0) * (microTokens / Math.max(totalTokens, 1));

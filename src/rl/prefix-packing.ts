@@ -28,7 +28,10 @@ interface RowSource {
 export interface PrefixPacking {
   /** The sequences to run: packed groups, and the sequences that share no prefix, as they are. */
   sequences: number[][];
-  /** Their document ids (-1 on each packed prefix); none when nothing was packed. */
+  /**
+   * Their document ids (-1 on each packed prefix; none when nothing was packed) and the predictions
+   * scored: those the input masks train on (the others' log-probs read 0 after unpacking).
+   */
   masks: SequenceMasks;
   /** Tokens before and after packing. */
   tokensIn: number;
@@ -117,9 +120,15 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
     docIds.push(Int32Array.from(ids));
     tokensOut += tokens.length;
   }
+  // The packed rows any member trains on: the only log-probs the engine computes.
+  const scored = sequences.map((s) => new Uint8Array(s.length - 1));
+  sources.forEach(({ seq, rows }, i) => {
+    const mask = masks[i]!;
+    for (let r = 0; r < rows.length; r++) if (mask[r] && rows[r]! >= 0) scored[seq]![rows[r]!] = 1;
+  });
   return {
     sequences,
-    masks: sequences.length < seqs.length ? { docIds } : {},
+    masks: sequences.length < seqs.length ? { docIds, scored } : { scored },
     tokensIn,
     tokensOut,
     unpack(packed) {

@@ -173,7 +173,7 @@ export async function sftTrain(
           return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
         };
         const r = hp.packPrefixes === false
-          ? await engine.forwardBackward(micro, microLoss)
+          ? await engine.forwardBackward(micro, microLoss, { scored: microMasks })
           : await packedForwardBackward(engine, micro, microMasks, microLoss);
         loss += r.loss;
         computedTokens += r.metrics.tokens ?? 0;

@@ -62,4 +62,30 @@ describe.each(kernels.map((k) => [k.name, k] as const))("training on %s kernels"
     const after = (await a.logprobs(seqs)).flatMap((l) => [...l]).reduce((x, y) => x + y, 0);
     expect(after).toBeGreaterThan(before); // a few AdamW steps reduce the loss
   });
+
+  it("masks.scored: log-probs of the scored predictions, the same gradients, and a clear error for a gradient outside them", async () => {
+    const cfg = tinyConfig();
+    const seqs = [randomTokens(4, 11, 64), randomTokens(5, 7, 64)];
+    const scored = seqs.map((s, i) => Uint8Array.from({ length: s.length - 1 }, (_, t) => ((t + i) % 3 === 0 ? 1 : 0)));
+    // Mean cross-entropy over the scored predictions.
+    const count = scored.reduce((n, m) => n + m.reduce((a, x) => a + x, 0), 0);
+    const loss = (lps: Float32Array[]) => ({
+      loss: -lps.reduce((a, lp, i) => a + lp.reduce((x, v, t) => x + (scored[i]![t] ? v : 0), 0), 0) / count,
+      dLogprobs: lps.map((lp, i) => Float32Array.from(lp, (_, t) => (scored[i]![t] ? -1 / count : 0))),
+    });
+    const a = createRandomModel(cfg, 9, { kernels: k, std: 0.1 });
+    const b = createRandomModel(cfg, 9, { kernels: k, std: 0.1 });
+    const ra = await a.forwardBackward(seqs, loss);
+    const rb = await b.forwardBackward(seqs, loss, { scored });
+    expect(rb.loss).toBeCloseTo(ra.loss, 6);
+    expectSameGradients(b, a, 1e-5);
+    const full = await a.logprobs(seqs);
+    const part = await b.logprobs(seqs, { scored });
+    part.forEach((lp, i) => lp.forEach((v, t) => expect(v).toBeCloseTo(scored[i]![t] ? full[i]![t]! : 0, 6)));
+    // A gradient on a prediction that was not scored, and masks of the wrong length, are errors.
+    const leaky = (lps: Float32Array[]) => ({ loss: 0, dLogprobs: lps.map((lp) => new Float32Array(lp.length).fill(0.1)) });
+    await expect(b.forwardBackward(seqs, leaky, { scored })).rejects.toThrow(/dLogprobs\[0\]\[1\] is 0\.1.*scored leaves that prediction out/);
+    await expect(b.logprobs(seqs, { scored: [scored[0]!] })).rejects.toThrow(/scored: 1 arrays for 2 sequences/);
+    await expect(b.logprobs(seqs, { scored: [scored[0]!, scored[0]!] })).rejects.toThrow(/scored\[1\] has 10 values for a sequence of 7 tokens/);
+  });
 });

@@ -1,0 +1,172 @@
+/**
+ * Data preparation spread over worker threads: the suites' expert episodes and their SFT examples
+ * (rendering and tokenizing every conversation) are CPU work that one thread would do alone while the
+ * other cores idle. The pool splits both into jobs, runs them on up to `threads` workers, and puts the
+ * results back in order, so the data is exactly what one thread produces: episode k of a suite still
+ * runs training task k with seed `seed + k`.
+ *
+ * Suites registered by the caller at run time are not known in a worker thread (a worker starts with
+ * only the bundled suites), so their episodes run on this thread; so does everything when there is one
+ * core, or too little work to pay for starting workers.
+ */
+import { availableParallelism } from "node:os";
+import { Worker } from "node:worker_threads";
+import { bundledEnvIds } from "../envs/index.js";
+import type { SftExample } from "../rl/sft.js";
+import { qwen3TokenizerDir } from "../model/tokenizer.js";
+import type { Policy } from "./policy.js";
+import { type PolicyTextSpec, type PrepJob, type PrepMessage } from "./prep-worker.js";
+import { conversationToExample, type Conversation } from "./sft-data.js";
+import { expertEpisodeCount, expertEpisodes, type SuitePlan } from "./tasks.js";
+
+/** Below this many expert episodes, or conversations to tokenize, the pool works on this thread. */
+const MIN_PARALLEL_ITEMS = 1000;
+/** Each worker gets about this many jobs of a kind, so that uneven jobs (suites' episode costs differ) even out. */
+const JOBS_PER_WORKER = 8;
+
+export interface PrepPoolOptions {
+  /** Worker threads at most (default: the machine's cores, at most 4; 1 = everything on this thread). */
+  threads?: number;
+  /** Less work than this (expert episodes, or conversations to tokenize) stays on this thread (default 1000). */
+  minParallelItems?: number;
+}
+
+export class PrepPool {
+  readonly threads: number;
+  private readonly minParallelItems: number;
+  private workers: Worker[] = [];
+  private nextId = 1;
+
+  constructor(options: PrepPoolOptions = {}) {
+    const threads = options.threads ?? Math.min(4, availableParallelism());
+    if (!(Number.isInteger(threads) && threads >= 1)) throw new Error(`PrepPool: threads must be an integer >= 1, got ${threads}`);
+    this.threads = threads;
+    this.minParallelItems = options.minParallelItems ?? MIN_PARALLEL_ITEMS;
+  }
+
+  /**
+   * Every plan's expert episodes (`count` per suite, as `expertEpisodes` runs them), the kept ones as
+   * conversations in episode order, with the number of failed episodes per suite.
+   */
+  async expertConversations(
+    plans: readonly SuitePlan[],
+    count: number,
+    seed: number,
+    onEpisodes?: (n: number) => void,
+  ): Promise<{ kept: Conversation[]; failed: number }[]> {
+    const total = plans.reduce((n, p) => n + expertEpisodeCount(p, count), 0);
+    const parallel = this.threads > 1 && total >= this.minParallelItems;
+    const bundled = bundledEnvIds();
+    const jobs: { suite: number; job: PrepJob & { kind: "episodes" } }[] = [];
+    const local: number[] = [];
+    plans.forEach((p, suite) => {
+      const n = expertEpisodeCount(p, count);
+      if (!parallel || !bundled.has(p.envId)) return local.push(suite);
+      const pieces = Math.max(1, Math.min(Math.ceil(n / 50), Math.round((JOBS_PER_WORKER * this.threads * n) / total)));
+      for (let j = 0; j < pieces; j++) {
+        const from = Math.floor((j * n) / pieces);
+        const to = Math.floor(((j + 1) * n) / pieces);
+        if (to > from) jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks }, count, seed, from, to } });
+      }
+    });
+    const remote = this.runJobs(jobs.map((j) => j.job), onEpisodes);
+    const out = plans.map(() => ({ kept: [] as Conversation[], failed: 0 }));
+    for (const suite of local) {
+      const { kept, failed } = await expertEpisodes(plans[suite]!, count, seed, () => onEpisodes?.(1));
+      out[suite] = { kept: kept.map((e) => ({ messages: e.messages, tools: e.tools })), failed };
+    }
+    const results = await remote;
+    results.forEach((r, i) => {
+      if (r.kind !== "episodes") throw new Error(`a data-preparation worker answered an episodes job with ${r.kind}`);
+      const o = out[jobs[i]!.suite]!;
+      for (const c of r.kept) o.kept.push(c);
+      o.failed += r.failed;
+    });
+    return out;
+  }
+
+  /** The SFT example of every conversation, in order (as `conversationToExample` makes them). */
+  async examples(policy: Policy, conversations: readonly Conversation[]): Promise<(SftExample & { drifted: boolean })[]> {
+    if (this.threads === 1 || conversations.length < this.minParallelItems) return conversations.map((c) => conversationToExample(policy, c));
+    const text = policyTextSpec(policy);
+    const pieces = JOBS_PER_WORKER * this.threads;
+    const jobs: PrepJob[] = [];
+    for (let j = 0; j < pieces; j++) {
+      const slice = conversations.slice(Math.floor((j * conversations.length) / pieces), Math.floor(((j + 1) * conversations.length) / pieces));
+      if (slice.length > 0) jobs.push({ kind: "examples", text, conversations: slice });
+    }
+    const results = await this.runJobs(jobs);
+    return results.flatMap((r) => {
+      if (r.kind !== "examples") throw new Error(`a data-preparation worker answered an examples job with ${r.kind}`);
+      return r.examples.map((e) => ({ tokens: Array.from(e.tokens), lossMask: e.lossMask, contextStart: e.contextStart, drifted: e.drifted }));
+    });
+  }
+
+  /** Stops the workers (the pool starts new ones if used again). Call it when done: a worker keeps the process alive. */
+  async close(): Promise<void> {
+    const workers = this.workers;
+    this.workers = [];
+    await Promise.all(workers.map((w) => w.terminate()));
+  }
+
+  /** Runs the jobs on the workers, each taking the next job when it finishes one; results in job order. */
+  private async runJobs(jobs: PrepJob[], onTick?: (n: number) => void): Promise<PrepMessage[]> {
+    if (jobs.length === 0) return [];
+    while (this.workers.length < Math.min(this.threads, jobs.length)) this.workers.push(startWorker());
+    const results: PrepMessage[] = new Array(jobs.length);
+    let next = 0;
+    const serve = async (worker: Worker): Promise<void> => {
+      while (next < jobs.length) {
+        const index = next++;
+        results[index] = await this.runOn(worker, jobs[index]!, onTick);
+      }
+    };
+    await Promise.all(this.workers.map(serve));
+    return results;
+  }
+
+  private runOn(worker: Worker, job: PrepJob, onTick?: (n: number) => void): Promise<PrepMessage> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const done = () => {
+        worker.off("message", onMessage);
+        worker.off("error", onError);
+        worker.off("exit", onExit);
+      };
+      const onMessage = (m: PrepMessage) => {
+        if (m.id !== id) return;
+        if (m.kind === "tick") return onTick?.(m.n);
+        done();
+        if (m.kind === "error") reject(new Error(`data preparation failed in a worker thread: ${m.message}`));
+        else resolve(m);
+      };
+      const onError = (err: Error) => {
+        done();
+        reject(new Error(`a data-preparation worker thread crashed: ${err.message}`));
+      };
+      const onExit = (code: number) => {
+        done();
+        reject(new Error(`a data-preparation worker thread exited (code ${code}) before finishing its job`));
+      };
+      worker.on("message", onMessage);
+      worker.on("error", onError);
+      worker.on("exit", onExit);
+      worker.postMessage({ id, job });
+    });
+  }
+}
+
+function startWorker(): Worker {
+  return new Worker(new URL("./prep-worker.mjs", import.meta.url));
+}
+
+/** The policy's text side as plain data (see `policyTextFromSpec`). */
+export function policyTextSpec(policy: Policy): PolicyTextSpec {
+  return {
+    tokenizerDir: policy.engine.tokenizerDir ?? qwen3TokenizerDir(),
+    templateSource: policy.template.source,
+    toolArguments: policy.template.toolArguments,
+    vocab: policy.vocab ? policy.vocab.toJSON() : null,
+    templateVars: policy.templateVars,
+  };
+}
