@@ -32,12 +32,18 @@ export function randomTokens(seed: number, n: number, V: number): number[] {
 
 /** Expects the accumulated gradients of `a` to equal those of `b` within `tol` x b's largest gradient. */
 export function expectSameGradients(a: EmbeddedEngine, b: EmbeddedEngine, tol = 1e-4): void {
+  expectSameValues(a.grads, b.grads, tol);
+}
+
+/** Expects `actual` to equal `expected` within `tol` x expected's largest magnitude (which must not be 0). */
+export function expectSameValues(actual: Float32Array, expected: Float32Array, tol: number): void {
+  expect(actual.length).toBe(expected.length);
   let worst = 0;
   let scale = 0;
-  for (let i = 0; i < a.grads.length; i++) {
-    worst = Math.max(worst, Math.abs(a.grads[i]! - b.grads[i]!));
-    scale = Math.max(scale, Math.abs(b.grads[i]!));
+  for (let i = 0; i < actual.length; i++) {
+    worst = Math.max(worst, Math.abs(actual[i]! - expected[i]!));
+    scale = Math.max(scale, Math.abs(expected[i]!));
   }
   expect(scale).toBeGreaterThan(0);
-  expect(worst / scale, `largest gradient difference ${worst} (largest gradient ${scale})`).toBeLessThan(tol);
+  expect(worst / scale, `largest difference ${worst} (largest value ${scale})`).toBeLessThan(tol);
 }
