@@ -123,13 +123,13 @@ export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): {
 }
 
 /** Sequences the trainer learns from: each trajectory segment with its reward (drifted ones excluded). */
-function trainSequences(group: Trajectory[]): TrainSequence[][] {
+function trainSequences(group: Trajectory[], suite: string): TrainSequence[][] {
   // Trajectories that drifted or failed are left out of the update; the group keeps its other members.
   const usable = group.filter((t) => t.drift.length === 0 && t.endReason !== "error" && t.segments.length > 0);
   return [
     usable.map((t) => {
       const s = t.segments[0]!;
-      return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward: t.reward, policyVersion: s.policyVersion };
+      return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward: t.reward, policyVersion: s.policyVersion, suite };
     }),
   ];
 }
@@ -389,7 +389,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         const stepTaskList = stepTasks(cfg, plans, step);
         // Rewards per suite, then the update (weights change between decoding steps only).
         const tTrain = performance.now();
-        const trainGroups = groups.flatMap(trainSequences);
+        const trainGroups = groups.flatMap((g, i) => trainSequences(g, stepTaskList[i]!.plan.name));
         const lr = learningRateAt(step, totalGrpo, cfg.grpo);
         let m: GrpoStepMetrics | undefined;
         await rollout.decoder.swapWeights(async () => {

@@ -104,6 +104,12 @@ const GrpoSection = z
     /** Cap of the truncated importance weight against the behaviour policy; 0 disables the correction. */
     tisCap: z.number().min(0).default(2),
     filterDegenerateGroups: z.boolean().default(true),
+    /**
+     * Weight every suite's policy-gradient term equally (the configured aggregation within a suite, then
+     * the mean over the suites in the batch), so that a suite with many mixed-reward groups does not
+     * outweigh the others. Default false: every token (or sequence) of the batch weighs the same.
+     */
+    balanceSuites: z.boolean().default(false),
     maxStaleness: z.number().int().min(0).default(0),
     maxGradNorm: z.number().min(0).default(1),
     weightDecay: z.number().min(0).default(0),

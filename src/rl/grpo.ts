@@ -21,6 +21,8 @@ export interface TrainSequence {
   reward: number;
   /** The policy version that sampled it (for staleness metrics). */
   policyVersion: number;
+  /** What it came from (the pipeline passes the suite's name), for `balanceSuites`. */
+  suite?: string;
 }
 
 export interface GrpoHparams {
@@ -35,6 +37,8 @@ export interface GrpoHparams {
   weightDecay: number;
   maxGradNorm: number;
   filterDegenerateGroups: boolean;
+  /** Weight every suite's policy-gradient term equally (see `balanceSuiteAdvantages`); default false. */
+  balanceSuites?: boolean;
   /** Sequences per forward/backward call (gradients accumulate across calls of one step). */
   microBatch: number;
   /**
@@ -73,6 +77,29 @@ function shiftToPredictions(seq: TrainSequence): { mask: Uint8Array; behaviour: 
   return { mask: seq.lossMask.subarray(1), behaviour: seq.behaviourLogprobs.subarray(1) };
 }
 
+/**
+ * Scales the advantages (in place) so that every suite's policy-gradient term weighs the same. The loss
+ * weighs each trained token 1 / (tokens in the batch) (aggregation "token"), or each sequence 1 /
+ * (sequences in the batch); a suite's advantages are multiplied by (batch total) / (suites x its own
+ * total), so its tokens (sequences) weigh 1 / (suites x its own total). Scaling an advantage by a positive
+ * factor leaves PPO's clipping decision unchanged; the KL term is not scaled. Sequences without a suite
+ * form one suite of their own.
+ */
+export function balanceSuiteAdvantages(sequences: readonly TrainSequence[], advantages: number[], aggregation: LossAggregation): void {
+  const units = sequences.map((s) => {
+    const tokens = countMask(s.lossMask.subarray(1));
+    return aggregation === "token" ? tokens : tokens > 0 ? 1 : 0;
+  });
+  const perSuite = new Map<string, number>();
+  sequences.forEach((s, i) => perSuite.set(s.suite ?? "", (perSuite.get(s.suite ?? "") ?? 0) + units[i]!));
+  const total = units.reduce((a, b) => a + b, 0);
+  const suites = [...perSuite.values()].filter((n) => n > 0).length;
+  sequences.forEach((s, i) => {
+    const own = perSuite.get(s.suite ?? "")!;
+    if (own > 0) advantages[i] = advantages[i]! * (total / (suites * own));
+  });
+}
+
 export async function grpoUpdate(
   engine: Engine,
   reference: Engine | undefined,
@@ -95,6 +122,7 @@ export async function grpoUpdate(
       advantages.push(adv.advantages[g]![i]!);
     });
   }
+  if (hp.balanceSuites) balanceSuiteAdvantages(sequences, advantages, hp.aggregation);
   const version = engine.policyVersion;
   const base = {
     degenerateGroups: adv.degenerateGroups,
