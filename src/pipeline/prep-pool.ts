@@ -69,13 +69,15 @@ export class PrepPool {
         if (to > from) jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks }, count, seed, from, to } });
       }
     });
-    const remote = this.runJobs(jobs.map((j) => j.job), onEpisodes);
     const out = plans.map(() => ({ kept: [] as Conversation[], failed: 0 }));
-    for (const suite of local) {
-      const { kept, failed } = await expertEpisodes(plans[suite]!, count, seed, () => onEpisodes?.(1));
-      out[suite] = { kept: kept.map((e) => ({ messages: e.messages, tools: e.tools })), failed };
-    }
-    const results = await remote;
+    // The workers' jobs and this thread's suites at once; the first error rejects both.
+    const here = async () => {
+      for (const suite of local) {
+        const { kept, failed } = await expertEpisodes(plans[suite]!, count, seed, () => onEpisodes?.(1));
+        out[suite] = { kept: kept.map((e) => ({ messages: e.messages, tools: e.tools })), failed };
+      }
+    };
+    const [results] = await Promise.all([this.runJobs(jobs.map((j) => j.job), onEpisodes), here()]);
     results.forEach((r, i) => {
       if (r.kind !== "episodes") throw new Error(`a data-preparation worker answered an episodes job with ${r.kind}`);
       const o = out[jobs[i]!.suite]!;
@@ -112,13 +114,25 @@ export class PrepPool {
   /** Runs the jobs on the workers, each taking the next job when it finishes one; results in job order. */
   private async runJobs(jobs: PrepJob[], onTick?: (n: number) => void): Promise<PrepMessage[]> {
     if (jobs.length === 0) return [];
-    while (this.workers.length < Math.min(this.threads, jobs.length)) this.workers.push(startWorker());
+    while (this.workers.length < Math.min(this.threads, jobs.length)) {
+      const worker = startWorker();
+      // A worker that dies between jobs leaves the pool (an 'error' event with no listener would throw).
+      worker.on("error", () => (this.workers = this.workers.filter((w) => w !== worker)));
+      this.workers.push(worker);
+    }
     const results: PrepMessage[] = new Array(jobs.length);
     let next = 0;
+    let failed = false;
     const serve = async (worker: Worker): Promise<void> => {
-      while (next < jobs.length) {
+      // After a failure no worker takes another job: the call is rejected anyway.
+      while (next < jobs.length && !failed) {
         const index = next++;
-        results[index] = await this.runOn(worker, jobs[index]!, onTick);
+        try {
+          results[index] = await this.runOn(worker, jobs[index]!, onTick);
+        } catch (err) {
+          failed = true;
+          throw err;
+        }
       }
     };
     await Promise.all(this.workers.map(serve));
@@ -140,14 +154,14 @@ export class PrepPool {
         if (m.kind === "error") reject(new Error(`data preparation failed in a worker thread: ${m.message}`));
         else resolve(m);
       };
-      const onError = (err: Error) => {
+      // A worker that crashed or exited is dropped; the next call starts a new one.
+      const dead = (message: string) => {
         done();
-        reject(new Error(`a data-preparation worker thread crashed: ${err.message}`));
+        this.workers = this.workers.filter((w) => w !== worker);
+        reject(new Error(message));
       };
-      const onExit = (code: number) => {
-        done();
-        reject(new Error(`a data-preparation worker thread exited (code ${code}) before finishing its job`));
-      };
+      const onError = (err: Error) => dead(`a data-preparation worker thread crashed: ${err.message}`);
+      const onExit = (code: number) => dead(`a data-preparation worker thread exited (code ${code}) before finishing its job`);
       worker.on("message", onMessage);
       worker.on("error", onError);
       worker.on("exit", onExit);
