@@ -24,7 +24,7 @@ import type { Conversation } from "../src/pipeline/sft-data.js";
 import { planSuites } from "../src/pipeline/tasks.js";
 import { packSharedPrefixes } from "../src/rl/prefix-packing.js";
 import { sftLoss } from "../src/rl/policy-loss.js";
-import type { SftExample } from "../src/rl/sft.js";
+import { promptGroups } from "../src/rl/sft.js";
 
 const args = process.argv.slice(2);
 const option = (name: string): string | undefined => {
@@ -81,12 +81,7 @@ if (pool.hash !== one.hash) throw new Error("the worker pool's SFT examples diff
 
 // 2. The training step on the pool's examples: batches of 8 of one suite, as SFT takes them.
 const engine = pool.policy.engine;
-const bySystemPrompt = new Map<string, SftExample[]>();
-for (const e of pool.examples) {
-  const key = e.tokens.slice(0, 16).join(",");
-  (bySystemPrompt.get(key) ?? bySystemPrompt.set(key, []).get(key)!).push(e);
-}
-const groups = [...bySystemPrompt.values()].filter((g) => g.length >= 8);
+const groups = promptGroups(pool.examples).map((g) => g.map((i) => pool.examples[i]!)).filter((g) => g.length >= 8);
 const batches = Array.from({ length: steps }, (_, s) => groups[s % groups.length]!.slice(8 * Math.floor(s / groups.length), 8 * Math.floor(s / groups.length) + 8));
 const times = { all: [] as number[], scored: [] as number[] };
 let lossAll = 0;

@@ -369,8 +369,12 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
     const rows = b.scored;
     dLn.fill(0, 0, N * C);
     for (let c0 = 0; c0 < rows.length; c0 += R) {
-      const n = gatherScored(ws, b, C, c0, Math.min(R, rows.length - c0));
-      if (!ws.logitsComplete) k.sgemm(false, true, n, V, C, 1, ws.scoredLn, C, P.lmHead, C, 0, ws.logits, V);
+      const n = Math.min(R, rows.length - c0);
+      // With one chunk, the forward's gathered rows and logits are still in the scratch.
+      if (!ws.logitsComplete) {
+        gatherScored(ws, b, C, c0, n);
+        k.sgemm(false, true, n, V, C, 1, ws.scoredLn, C, P.lmHead, C, 0, ws.logits, V);
+      }
       for (let r = 0; r < n; r++) {
         ws.scoredLse[r] = ws.lse[rows[c0 + r]!]!;
         ws.scoredDLogprob[r] = dLogprob[rows[c0 + r]!]!;

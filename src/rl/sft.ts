@@ -77,7 +77,7 @@ function promptKey(ex: SftExample): string {
 }
 
 /** The groups `batchBy: "prefix"` draws batches from (indices into examples, in order of appearance). */
-function promptGroups(examples: readonly SftExample[]): number[][] {
+export function promptGroups(examples: readonly SftExample[]): number[][] {
   const groups = new Map<string, number[]>();
   examples.forEach((ex, i) => {
     const key = promptKey(ex);
