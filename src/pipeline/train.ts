@@ -22,7 +22,7 @@ import type { Trajectory } from "../rollout/trajectory.js";
 import type { TrainConfig } from "../rl/config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
-import { sftSteps, sftTrain, stepsThatFit } from "../rl/sft.js";
+import { replannedSteps, sftSteps, sftTrain, stepsThatFit } from "../rl/sft.js";
 import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
@@ -105,15 +105,28 @@ function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
   return cfg.attention.mode === "sink-window" ? { window: cfg.attention.window, sinks: cfg.attention.sinks } : undefined;
 }
 
-/** The GRPO step's tasks: suites drawn by weight, tasks from each suite's training pool; seeded by step. */
+/**
+ * The GRPO step's tasks, seeded by step: every suite gets the whole part of its share of the batch
+ * (batchTasks x its weight / the weights' sum), taken in turns; the slots left over are drawn by weight.
+ * Tasks come from each suite's training pool.
+ */
 export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): { plan: SuitePlan; taskIndex: number; seed: number }[] {
   const rng = new Rng(mixSeed(cfg.seed, step));
   const totalWeight = plans.reduce((a, p) => a + p.weight, 0);
+  const quota = plans.map((p) => Math.floor((cfg.grpo.batchTasks * p.weight) / totalWeight + 1e-9));
+  const slots: SuitePlan[] = [];
+  while (quota.some((q) => q > 0)) {
+    plans.forEach((p, i) => {
+      if (quota[i]! > 0) {
+        slots.push(p);
+        quota[i]!--;
+      }
+    });
+  }
   const out = [];
   for (let b = 0; b < cfg.grpo.batchTasks; b++) {
-    // Every suite gets its share; the remainder is drawn by weight.
-    let plan = plans[b % plans.length]!;
-    if (b >= plans.length * Math.floor(cfg.grpo.batchTasks / plans.length)) {
+    let plan = slots[b];
+    if (!plan) {
       let x = rng.next() * totalWeight;
       plan = plans.find((p) => (x -= p.weight) < 0) ?? plans[plans.length - 1]!;
     }
@@ -270,18 +283,19 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       let stopped = false;
       const startStep = state.step;
       // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
-      // steps that fit: measured after 20 steps and again every 100 steps until 90% of the plan, so the
-      // schedule ends when time does (steps of different suites take different times, so an early
-      // measure can be far off). The first steps (allocations, caches warming up) are left out.
+      // steps that fit: measured after 20 steps and again every 100 steps until 90% of the plan, and
+      // re-planned only when the measure is 10% or more off the plan (steps of different suites take
+      // different times, so an early measure can be off by a few percent). The first steps (allocations,
+      // caches warming up) are left out of the measure.
       let measuredFrom = { step: startStep + 5, at: Infinity };
       const fitToBudget = (step: number) => {
         const msPerStep = (performance.now() - measuredFrom.at) / (step - measuredFrom.step);
         const fits = stepsThatFit({ step, totalSteps: totalSft, msPerStep, msLeft: sftDeadline - performance.now() });
         const before = state.sftPlanned ?? totalSft;
-        if (fits === before) return;
+        if (replannedSteps(before, fits) === before) return;
         state.sftPlanned = fits;
         progress.retarget(fits - startStep);
-        if (Math.abs(fits - before) >= 0.05 * before) log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
+        log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
       };
       let refitAt = Number.isFinite(sftDeadline) ? startStep + 25 : Infinity;
       await sftTrain(

@@ -119,6 +119,16 @@ export function stepsThatFit(o: { step: number; totalSteps: number; msPerStep: n
   return Math.min(o.totalSteps, o.step + more);
 }
 
+/**
+ * The plan after a new measure: kept unless the steps that fit differ from it by 10% or more. The last
+ * steps of a decaying schedule have a learning rate near 0, so a deadline that cuts a few of them costs
+ * little; re-planning moves the whole schedule and the context-loss phase, and would make a run's
+ * result depend on the noise in its step times.
+ */
+export function replannedSteps(planned: number, fits: number): number {
+  return Math.abs(fits - planned) >= 0.1 * planned ? fits : planned;
+}
+
 /** The loss mask of an example in the context-loss phase: every token from `contextStart` on. */
 function contextMask(ex: SftExample): Uint8Array {
   const mask = new Uint8Array(ex.tokens.length);

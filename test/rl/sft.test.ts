@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/index.js";
 import { learningRateAt } from "../../src/rl/lr-schedule.js";
-import { inContextLossPhase, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
+import { inContextLossPhase, replannedSteps, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 describe("SFT schedule", () => {
@@ -16,6 +16,13 @@ describe("SFT schedule", () => {
     expect(learningRateAt(100, 100, cos)).toBeCloseTo(0.2e-3, 12);
     const rates = Array.from({ length: 90 }, (_, i) => learningRateAt(11 + i, 100, cos));
     expect(rates.every((r, i) => i === 0 || r <= rates[i - 1]!)).toBe(true);
+  });
+
+  it("re-plans only when the steps that fit are 10% or more off the plan", () => {
+    expect(replannedSteps(2705, 2526)).toBe(2705);
+    expect(replannedSteps(2705, 2434)).toBe(2434);
+    expect(replannedSteps(1000, 1099)).toBe(1000);
+    expect(replannedSteps(1000, 1100)).toBe(1100);
   });
 
   it("plans the steps that fit a time budget, between those done and every epoch's", () => {
