@@ -110,6 +110,13 @@ const GrpoSection = z
      * outweigh the others. Default false: every token (or sequence) of the batch weighs the same.
      */
     balanceSuites: z.boolean().default(false),
+    /**
+     * Scale of the negative advantages (those of the sequences that did worse than their group), in
+     * (0, 1]. Below 1 the update leans on reinforcing what worked: pushing a failed sequence down spreads
+     * its tokens' probability over every other token, while pushing a success up concentrates it.
+     * Default 1: positive and negative advantages weigh the same.
+     */
+    negativeAdvantageScale: z.number().gt(0).max(1).default(1),
     maxStaleness: z.number().int().min(0).default(0),
     maxGradNorm: z.number().min(0).default(1),
     weightDecay: z.number().min(0).default(0),

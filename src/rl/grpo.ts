@@ -39,6 +39,8 @@ export interface GrpoHparams {
   filterDegenerateGroups: boolean;
   /** Weight every suite's policy-gradient term equally (see `balanceSuiteAdvantages`); default false. */
   balanceSuites?: boolean;
+  /** Multiplies every negative advantage (default 1); see the config field of the same name. */
+  negativeAdvantageScale?: number;
   /** Sequences per forward/backward call (gradients accumulate across calls of one step). */
   microBatch: number;
   /**
@@ -122,6 +124,9 @@ export async function grpoUpdate(
       advantages.push(adv.advantages[g]![i]!);
     });
   }
+  const negativeScale = hp.negativeAdvantageScale ?? 1;
+  if (!(negativeScale > 0 && negativeScale <= 1)) throw new Error(`grpo: negativeAdvantageScale must be in (0, 1], got ${negativeScale}`);
+  for (let i = 0; i < advantages.length; i++) if (advantages[i]! < 0) advantages[i]! *= negativeScale;
   if (hp.balanceSuites) balanceSuiteAdvantages(sequences, advantages, hp.aggregation);
   const version = engine.policyVersion;
   const base = {

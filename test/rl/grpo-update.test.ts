@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
 import { grpoUpdate, type GrpoHparams, type TrainSequence } from "../../src/rl/grpo.js";
+import { validateConfig } from "../../src/rl/config.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 const V = 64;
@@ -50,6 +51,35 @@ describe("a GRPO update", () => {
     const others = delta.filter((_, i) => seqs[i]!.reward === 0);
     expect(Math.min(...rewarded)).toBeGreaterThan(0);
     expect(Math.max(...others)).toBeLessThan(0);
+  });
+
+  it("with negativeAdvantageScale below 1, leans on raising the rewarded sequences", async () => {
+    // The mean log-prob change of the rewarded and of the other sequences after one update.
+    const update = async (negativeAdvantageScale: number) => {
+      const engine = make();
+      const groups = await onPolicyGroups(engine, [[1, 0, 0, 1], [0, 0, 1, 0], [1, 1, 1, 0]]);
+      const seqs = groups.flat();
+      const before = await sequenceLogprobs(engine, seqs);
+      await grpoUpdate(engine, undefined, groups, { ...hp, negativeAdvantageScale });
+      const after = await sequenceLogprobs(engine, seqs);
+      const mean = (reward: number) => {
+        const d = seqs.flatMap((s, i) => (s.reward === reward ? [after[i]! - before[i]!] : []));
+        return d.reduce((a, x) => a + x, 0) / d.length;
+      };
+      return { rewarded: mean(1), others: mean(0) };
+    };
+    const full = await update(1);
+    const leaning = await update(0.1);
+    expect(leaning.rewarded).toBeGreaterThan(0);
+    expect(leaning.others).toBeLessThan(0);
+    // The rise of the rewarded sequences against the fall of the others grows.
+    expect(leaning.rewarded / -leaning.others).toBeGreaterThan(2 * (full.rewarded / -full.others));
+    await expect(grpoUpdate(make(), undefined, [], { ...hp, negativeAdvantageScale: 0 })).rejects.toThrow(/negativeAdvantageScale/);
+    const config = (negativeAdvantageScale: number) =>
+      validateConfig({ name: "t", suites: [{ env: "test/a-v0" }], model: { init: {} }, grpo: { negativeAdvantageScale } }, "test");
+    expect(config(0.25).grpo.negativeAdvantageScale).toBe(0.25);
+    expect(() => config(0)).toThrow(/negativeAdvantageScale/);
+    expect(() => config(1.5)).toThrow(/negativeAdvantageScale/);
   });
 
   it("leaves the weights unchanged when every group's rewards are equal", async () => {
