@@ -460,8 +460,10 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           const name = stepTaskList[gi]!.plan.name;
           const withTokens = !seenSuite.has(name);
           seenSuite.add(name);
-          // The advantages the update used: the configured estimator over the group's rewards.
-          const advantages = g.length > 1 ? groupAdvantage(g.map((t) => t.reward), cfg.grpo.estimator) : g.map(() => 0);
+          // The advantages the update used: the configured estimator over the group's rewards, the
+          // negative ones scaled by negativeAdvantageScale (before balanceSuites' per-suite scaling).
+          const scale = cfg.grpo.negativeAdvantageScale;
+          const advantages = g.length > 1 ? groupAdvantage(g.map((t) => t.reward), cfg.grpo.estimator).map((a) => (a < 0 ? a * scale : a)) : g.map(() => 0);
           return g.map((t, i) => trajectoryRecord(policy, name, gi, t, advantages[i], withTokens));
         });
         run.writeTrajectories("grpo", step, records);

@@ -121,7 +121,7 @@ export function stepsThatFit(o: { step: number; totalSteps: number; msPerStep: n
 
 /**
  * The plan after a new measure: kept unless the steps that fit differ from it by 10% or more. The last
- * steps of a decaying schedule have a learning rate near 0, so a deadline that cuts a few of them costs
+ * steps of a decaying schedule have its smallest learning rates, so a deadline that cuts a few of them costs
  * little; re-planning moves the whole schedule and the context-loss phase, and would make a run's
  * result depend on the noise in its step times.
  */
