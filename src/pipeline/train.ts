@@ -283,10 +283,10 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       let stopped = false;
       const startStep = state.step;
       // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
-      // steps that fit: measured after 20 steps and again every 100 steps until 90% of the plan, and
-      // re-planned only when the measure is 10% or more off the plan (steps of different suites take
-      // different times, so an early measure can be off by a few percent). The first steps (allocations,
-      // caches warming up) are left out of the measure.
+      // steps that fit: measured over the first 120 steps and again every 100 steps until 90% of the
+      // plan, and re-planned only when the measure is 10% or more off the plan (steps of different suites
+      // take different times: a measure over 20 steps was 13% off the run's rate once). The first steps
+      // (allocations, caches warming up) are left out of the measure.
       let measuredFrom = { step: startStep + 5, at: Infinity };
       const fitToBudget = (step: number) => {
         const msPerStep = (performance.now() - measuredFrom.at) / (step - measuredFrom.step);
@@ -297,7 +297,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         progress.retarget(fits - startStep);
         log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
       };
-      let refitAt = Number.isFinite(sftDeadline) ? startStep + 25 : Infinity;
+      let refitAt = Number.isFinite(sftDeadline) ? startStep + 125 : Infinity;
       await sftTrain(
         policy.engine,
         examples,
