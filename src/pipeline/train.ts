@@ -21,7 +21,7 @@ import { RolloutScheduler } from "../rollout/scheduler.js";
 import type { Trajectory } from "../rollout/trajectory.js";
 import type { TrainConfig } from "../rl/config.js";
 import { groupAdvantage } from "../rl/advantages.js";
-import { grpoUpdate, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
+import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
 import { replannedSteps, sftSteps, sftTrain, stepsThatFit } from "../rl/sft.js";
 import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
@@ -462,8 +462,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           seenSuite.add(name);
           // The advantages the update used: the configured estimator over the group's rewards, the
           // negative ones scaled by negativeAdvantageScale (before balanceSuites' per-suite scaling).
-          const scale = cfg.grpo.negativeAdvantageScale;
-          const advantages = g.length > 1 ? groupAdvantage(g.map((t) => t.reward), cfg.grpo.estimator).map((a) => (a < 0 ? a * scale : a)) : g.map(() => 0);
+          const advantages = g.length > 1 ? scaleNegativeAdvantages(groupAdvantage(g.map((t) => t.reward), cfg.grpo.estimator), cfg.grpo.negativeAdvantageScale) : g.map(() => 0);
           return g.map((t, i) => trajectoryRecord(policy, name, gi, t, advantages[i], withTokens));
         });
         run.writeTrajectories("grpo", step, records);

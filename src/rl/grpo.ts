@@ -102,6 +102,13 @@ export function balanceSuiteAdvantages(sequences: readonly TrainSequence[], adva
   });
 }
 
+/** Multiplies the negative advantages (in place) by `scale`, in (0, 1]; returns them. */
+export function scaleNegativeAdvantages(advantages: number[], scale: number): number[] {
+  if (!(scale > 0 && scale <= 1)) throw new Error(`grpo: negativeAdvantageScale must be in (0, 1], got ${scale}`);
+  for (let i = 0; i < advantages.length; i++) if (advantages[i]! < 0) advantages[i]! *= scale;
+  return advantages;
+}
+
 export async function grpoUpdate(
   engine: Engine,
   reference: Engine | undefined,
@@ -124,9 +131,7 @@ export async function grpoUpdate(
       advantages.push(adv.advantages[g]![i]!);
     });
   }
-  const negativeScale = hp.negativeAdvantageScale ?? 1;
-  if (!(negativeScale > 0 && negativeScale <= 1)) throw new Error(`grpo: negativeAdvantageScale must be in (0, 1], got ${negativeScale}`);
-  for (let i = 0; i < advantages.length; i++) if (advantages[i]! < 0) advantages[i]! *= negativeScale;
+  scaleNegativeAdvantages(advantages, hp.negativeAdvantageScale ?? 1);
   if (hp.balanceSuites) balanceSuiteAdvantages(sequences, advantages, hp.aggregation);
   const version = engine.policyVersion;
   const base = {
