@@ -68,11 +68,11 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       seed: options.seed ?? 0,
       runsDir: options.runsDir,
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated } },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, ...(quick ? {} : { evalTasks: 2000 }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 } },
         { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated } },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" } },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, ...(quick ? {} : { evalTasks: 1200 }) },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
@@ -88,7 +88,8 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 1e-4, warmupSteps: 5, epochs: 2, klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
-      // 400 held-out tasks per suite (sql: 80, a third of its 240): 95% intervals of about +-4 points.
+      // Held-out tasks: 2,000 for arith and 1,200 for restapi, whose episodes are short (95% intervals of
+      // about +-2 points), 400 for household (+-2 at its rate) and 80 for sql (a third of its 240).
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },

@@ -37,9 +37,11 @@ function suiteNames(cfg: TrainConfig): string[] {
 }
 
 /**
- * Splits every suite's tasks: a seeded permutation; the first `tasksPerSuite` (at most a third of the
- * tasks) are held out for evaluation, the rest train. With separate eval options (another task set),
- * evaluation uses that set's first tasks and training uses all of the training set.
+ * Splits every suite's tasks: a seeded permutation; its last `evalTasks` (the suite's own count, or
+ * `eval.tasksPerSuite`; at most a third of the tasks) are held out for evaluation, the rest train in the
+ * permutation's order. Holding out from the end keeps the training tasks' order, and so the expert
+ * episodes (the first training tasks), the same whatever number is held out. With separate eval options
+ * (another task set), evaluation uses that set's first tasks and training uses all of the training set.
  */
 export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
   const names = suiteNames(cfg);
@@ -51,6 +53,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       await env.close();
       if (!(count > 0)) throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
       const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
+      const asked = s.evalTasks ?? cfg.eval.tasksPerSuite;
       let trainTasks: number[];
       let evalTasks: number[];
       if (s.evalOptions) {
@@ -58,12 +61,12 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         const evalCount = Number(evalEnv.metadata.taskCount ?? 0);
         await evalEnv.close();
         trainTasks = perm;
-        evalTasks = Array.from({ length: Math.min(cfg.eval.tasksPerSuite, evalCount) }, (_, k) => k);
+        evalTasks = Array.from({ length: Math.min(asked, evalCount) }, (_, k) => k);
       } else {
-        const held = Math.min(cfg.eval.tasksPerSuite, Math.floor(count / 3));
+        const held = Math.min(asked, Math.floor(count / 3));
         if (held < 1) throw new Error(`suite ${s.env}: only ${count} tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
-        evalTasks = perm.slice(0, held);
-        trainTasks = perm.slice(held);
+        evalTasks = perm.slice(count - held);
+        trainTasks = perm.slice(0, count - held);
       }
       return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, trainTasks, evalTasks };
     }),

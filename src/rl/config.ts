@@ -20,6 +20,8 @@ const SuiteEntry = z
     options: z.record(z.string(), z.unknown()).default({}),
     /** Options for the held-out evaluation tasks (defaults to `options`). */
     evalOptions: z.record(z.string(), z.unknown()).optional(),
+    /** Held-out tasks of this suite (default eval.tasksPerSuite): more where episodes are cheap, for narrower intervals. */
+    evalTasks: positiveInt.optional(),
     weight: z.number().positive().default(1),
   })
   .strict();

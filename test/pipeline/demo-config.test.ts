@@ -11,13 +11,15 @@ describe("the demo's config", () => {
       const cfg = demoConfig({ runsDir: "unused", quick });
       expect(cfg.suites).toHaveLength(4);
       const plans = await planSuites(cfg);
-      for (const p of plans) {
+      plans.forEach((p, i) => {
         const total = p.trainTasks.length + p.evalTasks.length;
-        expect(p.evalTasks, p.name).toHaveLength(Math.min(cfg.eval.tasksPerSuite, Math.floor(total / 3)));
+        expect(p.evalTasks, p.name).toHaveLength(Math.min(cfg.suites[i]!.evalTasks ?? cfg.eval.tasksPerSuite, Math.floor(total / 3)));
         expect(p.evalTasks.length, p.name).toBeGreaterThanOrEqual(quick ? 4 : 80);
         expect(p.trainTasks.length, p.name).toBeGreaterThanOrEqual(2 * p.evalTasks.length);
         expect(new Set([...p.trainTasks, ...p.evalTasks]).size).toBe(p.trainTasks.length + p.evalTasks.length);
-      }
+        // The expert episodes (one per training task, in order) have tasks of their own to play.
+        if (!quick) expect(p.trainTasks.length, p.name).toBeGreaterThanOrEqual(Math.min(cfg.sft.expertEpisodes, total - p.evalTasks.length));
+      });
     }
   }, 60_000);
 });
