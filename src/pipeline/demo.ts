@@ -194,9 +194,10 @@ function pct(e: SuiteEval): string {
 
 export function formatDemoTable(r: DemoResult): string {
   const lines: string[] = [];
-  const head = ["suite", "after SFT", "after RL", "Δ points", "95% CI after RL", "beyond CI", "avg reward", "eval tokens", "eval wall"];
+  const head = ["suite", "tasks", "after SFT", "after RL", "Δ points", "95% CI after RL", "beyond CI", "avg reward", "eval tokens", "eval wall"];
   const rows = r.rows.map((x) => [
     x.suite,
+    String(x.afterRl.trials),
     pct(x.afterSft),
     pct(x.afterRl),
     `${x.deltaPoints >= 0 ? "+" : ""}${x.deltaPoints.toFixed(1)}`,
@@ -209,7 +210,7 @@ export function formatDemoTable(r: DemoResult): string {
   const all = [head, ...rows];
   const widths = head.map((_, c) => Math.max(...all.map((row) => row[c]!.length)));
   const fmt = (row: string[]) => row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join("  ");
-  lines.push(`Results (held-out tasks, ${r.rows[0]?.afterRl.trials ?? 0} per suite, success sampled at temperature ${r.config.eval.temperature}):`);
+  lines.push(`Results (held-out tasks, success sampled at temperature ${r.config.eval.temperature}):`);
   lines.push(fmt(head), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(fmt));
   const improved = r.rows.filter((x) => x.improvedBeyondCi).length;
   lines.push(`improved beyond the 95% intervals on ${improved} of ${r.rows.length} suites`);

@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { demoConfig } from "../../src/pipeline/demo.js";
+import { demoConfig, formatDemoTable } from "../../src/pipeline/demo.js";
+import type { SuiteEval } from "../../src/pipeline/evaluate.js";
+import { improvedBeyondInterval, wilsonInterval } from "../../src/pipeline/stats.js";
 import { planSuites } from "../../src/pipeline/tasks.js";
 
 registerBundledEnvs();
@@ -22,4 +24,30 @@ describe("the demo's config", () => {
       });
     }
   }, 60_000);
+});
+
+describe("the demo's results table", () => {
+  const suiteEval = (successes: number, trials: number): SuiteEval => {
+    const ci = wilsonInterval(successes, trials);
+    return { successes, trials, rate: successes / trials, ciLow: ci.low, ciHigh: ci.high, passAtK: successes / trials, k: 1, avgReward: successes / trials, tokens: 10, wallMs: 1000 };
+  };
+  it("gives every suite's own number of held-out tasks and whether it moved beyond the intervals", () => {
+    const row = (suite: string, a: SuiteEval, b: SuiteEval) => ({
+      suite,
+      afterSft: a,
+      afterRl: b,
+      deltaPoints: 100 * (b.rate - a.rate),
+      improvedBeyondCi: improvedBeyondInterval(a, b),
+    });
+    const text = formatDemoTable({
+      rows: [row("arith", suiteEval(1440, 2000), suiteEval(1540, 2000)), row("sql", suiteEval(0, 80), suiteEval(1, 80))],
+      totals: { modelTokens: 100, wallSeconds: 60, sftSeconds: 20, grpoSeconds: 30 },
+      runDir: "runs/demo",
+      config: demoConfig({ runsDir: "runs", quick: true }),
+    });
+    const lines = text.split("\n");
+    expect(lines.find((l) => l.startsWith("arith"))).toMatch(/^arith\s+2000\s+72\.0%\s+77\.0%\s+\+5\.0\s+75-79%\s+yes/);
+    expect(lines.find((l) => l.startsWith("sql"))).toMatch(/^sql\s+80\s+0\.0%\s+1\.3%\s+\+1\.3\s+\S+\s+no/);
+    expect(text).toContain("improved beyond the 95% intervals on 1 of 2 suites");
+  });
 });
