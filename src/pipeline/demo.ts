@@ -97,6 +97,17 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
   );
 }
 
+/** One suite's row of the results table: success after SFT and after RL, the change, and its verdict. */
+export function demoSuiteRow(suite: string, afterSft: SuiteEval, afterRl: SuiteEval): DemoSuiteRow {
+  return {
+    suite,
+    afterSft,
+    afterRl,
+    deltaPoints: 100 * (afterRl.rate - afterSft.rate),
+    improvedBeyondCi: improvedBeyondInterval({ successes: afterSft.successes, trials: afterSft.trials }, { successes: afterRl.successes, trials: afterRl.trials }),
+  };
+}
+
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes });
   const budgetMs = (options.minutes ?? 20) * 60_000;
@@ -110,17 +121,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, grpoDeadline: start + 0.86 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
-  const rows = Object.keys(main.evalAfter!).map((suite) => {
-    const a = main.evalBefore![suite]!;
-    const b = main.evalAfter![suite]!;
-    return {
-      suite,
-      afterSft: a,
-      afterRl: b,
-      deltaPoints: 100 * (b.rate - a.rate),
-      improvedBeyondCi: improvedBeyondInterval({ successes: a.successes, trials: a.trials }, { successes: b.successes, trials: b.trials }),
-    };
-  });
+  const rows = Object.keys(main.evalAfter!).map((suite) => demoSuiteRow(suite, main.evalBefore![suite]!, main.evalAfter![suite]!));
   const evalTokens = rows.reduce((n, r) => n + r.afterSft.tokens + r.afterRl.tokens, 0);
   const result: DemoResult = {
     rows,

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { demoConfig, formatDemoTable } from "../../src/pipeline/demo.js";
+import { demoConfig, demoSuiteRow, formatDemoTable } from "../../src/pipeline/demo.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
-import { improvedBeyondInterval, wilsonInterval } from "../../src/pipeline/stats.js";
+import { wilsonInterval } from "../../src/pipeline/stats.js";
 import { planSuites } from "../../src/pipeline/tasks.js";
 
 registerBundledEnvs();
@@ -32,15 +32,8 @@ describe("the demo's results table", () => {
     return { successes, trials, rate: successes / trials, ciLow: ci.low, ciHigh: ci.high, passAtK: successes / trials, k: 1, avgReward: successes / trials, tokens: 10, wallMs: 1000 };
   };
   it("gives every suite's own number of held-out tasks and whether it moved beyond the intervals", () => {
-    const row = (suite: string, a: SuiteEval, b: SuiteEval) => ({
-      suite,
-      afterSft: a,
-      afterRl: b,
-      deltaPoints: 100 * (b.rate - a.rate),
-      improvedBeyondCi: improvedBeyondInterval(a, b),
-    });
     const text = formatDemoTable({
-      rows: [row("arith", suiteEval(1440, 2000), suiteEval(1540, 2000)), row("sql", suiteEval(0, 80), suiteEval(1, 80))],
+      rows: [demoSuiteRow("arith", suiteEval(1440, 2000), suiteEval(1540, 2000)), demoSuiteRow("sql", suiteEval(0, 80), suiteEval(1, 80))],
       totals: { modelTokens: 100, wallSeconds: 60, sftSeconds: 20, grpoSeconds: 30 },
       runDir: "runs/demo",
       config: demoConfig({ runsDir: "runs", quick: true }),
