@@ -16,6 +16,8 @@ export interface SuitePlan {
   options: Record<string, unknown>;
   evalOptions: Record<string, unknown>;
   weight: number;
+  /** The rubric weights GRPO's reward comes from (the verifier alone when absent). */
+  reward?: TrainConfig["suites"][number]["reward"];
   trainTasks: number[];
   evalTasks: number[];
 }
@@ -50,7 +52,11 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       spec(s.env); // a clear error for an unknown id
       const env = await makeChatEnv(s.env, s.options);
       const count = Number(env.metadata.taskCount ?? 0);
+      const reportsProgress = env.metadata.reportsProgress === true;
       await env.close();
+      if ((s.reward?.progress ?? 0) > 0 && !reportsProgress) {
+        throw new Error(`suite ${s.env}: suites.${i}.reward.progress is ${s.reward!.progress}, but this env reports no partial progress; set it to 0 (envs that report it: restapi, household)`);
+      }
       if (!(count > 0)) throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
       const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
       const asked = s.evalTasks ?? cfg.eval.tasksPerSuite;
@@ -68,7 +74,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         evalTasks = perm.slice(count - held);
         trainTasks = perm.slice(0, count - held);
       }
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, trainTasks, evalTasks };
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, evalTasks };
     }),
   );
 }

@@ -23,7 +23,7 @@ import type { TrainConfig } from "../rl/config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
 import { replannedSteps, sftSteps, sftTrain, stepsThatFit } from "../rl/sft.js";
-import { evaluate, SUCCESS_THRESHOLD, type SuiteEval } from "./evaluate.js";
+import { evaluate, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { RunDir, writeJsonAtomic, type RunStatus } from "./run-dir.js";
@@ -31,6 +31,7 @@ import { readChatJsonl, type Conversation } from "./sft-data.js";
 import { mean } from "./stats.js";
 import { expertEpisodeCount, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
 import { PrepPool } from "./prep-pool.js";
+import { scoreTrajectory, suiteRubric, trajectoryMessages, type ScoredTrajectory } from "./suite-reward.js";
 import { learningRateAt } from "../rl/lr-schedule.js";
 
 export interface TrainOptions {
@@ -135,38 +136,35 @@ export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): {
   return out;
 }
 
-/** Sequences the trainer learns from: each trajectory segment with its reward (drifted ones excluded). */
-function trainSequences(group: Trajectory[], suite: string): TrainSequence[][] {
-  // Trajectories that drifted or failed are left out of the update; the group keeps its other members.
-  const usable = group.filter((t) => t.drift.length === 0 && t.endReason !== "error" && t.segments.length > 0);
+/** Sequences the trainer learns from: each trajectory segment with its suite's reward (drifted ones excluded). */
+function trainSequences(group: Trajectory[], scored: ScoredTrajectory[], suite: string): TrainSequence[][] {
+  // Trajectories that drifted, failed or could not be scored are left out of the update; the group
+  // keeps its other members.
+  const usable = group.flatMap((t, i) => (t.drift.length === 0 && t.endReason !== "error" && t.segments.length > 0 && !scored[i]!.error ? [{ t, reward: scored[i]!.reward }] : []));
   return [
-    usable.map((t) => {
+    usable.map(({ t, reward }) => {
       const s = t.segments[0]!;
-      return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward: t.reward, policyVersion: s.policyVersion, suite };
+      return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward, policyVersion: s.policyVersion, suite };
     }),
   ];
 }
 
-function trajectoryRecord(policy: Policy, suite: string, groupIdx: number, t: Trajectory, advantage: number | undefined, withTokens: boolean): Record<string, unknown> {
+function trajectoryRecord(policy: Policy, suite: string, groupIdx: number, t: Trajectory, scored: ScoredTrajectory, advantage: number | undefined, withTokens: boolean): Record<string, unknown> {
   const seg = t.segments[0];
-  const messages = [...t.prompt];
-  for (const turn of t.turns) {
-    messages.push({ role: "assistant", content: turn.content, ...(turn.toolCalls.length ? { toolCalls: turn.toolCalls } : {}) });
-    messages.push(...turn.observation);
-  }
   return {
     suite,
     envId: t.envId,
     taskIndex: t.taskIndex,
     group: groupIdx,
     index: t.groupIndex,
-    reward: t.reward,
+    reward: scored.reward,
+    ...(scored.components ? { success: scored.success, rewardComponents: scored.components } : {}),
     advantage,
     endReason: t.endReason,
-    error: t.error,
+    error: t.error ?? scored.error,
     policyVersion: t.policyVersion,
     evidence: t.info.evidence,
-    messages,
+    messages: trajectoryMessages(t),
     ...(withTokens && seg
       ? {
           tokens: seg.tokens,
@@ -211,6 +209,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
   try {
     // 1. Suites and their train / held-out tasks.
     const plans = await planSuites(cfg);
+    const rubrics = new Map(plans.map((p) => [p.name, suiteRubric(p.reward)]));
     log(`suites: ${plans.map((p) => `${p.name} (${p.trainTasks.length} train / ${p.evalTasks.length} eval tasks)`).join(", ")}`);
 
     // 2. SFT data: expert episodes on training tasks, plus imported chat JSONL.
@@ -403,7 +402,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         const stepTaskList = stepTasks(cfg, plans, step);
         // Rewards per suite, then the update (weights change between decoding steps only).
         const tTrain = performance.now();
-        const trainGroups = groups.flatMap((g, i) => trainSequences(g, stepTaskList[i]!.plan.name));
+        const scored = await Promise.all(groups.map((g, i) => Promise.all(g.map((t) => scoreTrajectory(rubrics.get(stepTaskList[i]!.plan.name), t)))));
+        const trainGroups = groups.flatMap((g, i) => trainSequences(g, scored[i]!, stepTaskList[i]!.plan.name));
         const lr = learningRateAt(step, totalGrpo, cfg.grpo);
         let m: GrpoStepMetrics | undefined;
         await rollout.decoder.swapWeights(async () => {
@@ -415,9 +415,11 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         });
         const trainMs = performance.now() - tTrain;
         const rewardBySuite: Record<string, number[]> = {};
-        groups.forEach((g, i) => {
+        const successBySuite: Record<string, number[]> = {};
+        scored.forEach((g, i) => {
           const name = stepTaskList[i]!.plan.name;
-          (rewardBySuite[name] ??= []).push(...g.map((t) => t.reward));
+          (rewardBySuite[name] ??= []).push(...g.map((x) => x.reward));
+          (successBySuite[name] ??= []).push(...g.map((x) => (x.success ? 1 : 0)));
         });
         // Model tokens of this step's rollouts: the rollout's counters since the last step (shared
         // prompt prefills are counted once, where they happen).
@@ -430,7 +432,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         state.grpo.trainTokens += trainedTokens;
         state.grpo.rolloutMs += rolloutMs;
         state.grpo.trainMs += trainMs;
-        const allRewards = groups.flat().map((t) => t.reward);
+        const allRewards = scored.flat().map((x) => x.reward);
         state.rewardCurve.push(mean(allRewards));
         state.step = step;
         metrics({
@@ -438,7 +440,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           step,
           policyVersion: policy.engine.policyVersion,
           reward: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v)])),
-          success: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v.map((r) => (r >= SUCCESS_THRESHOLD ? 1 : 0)))])),
+          success: Object.fromEntries(Object.entries(successBySuite).map(([k, v]) => [k, mean(v)])),
           rewardMean: mean(allRewards),
           lr,
           loss: m!.loss,
@@ -449,6 +451,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           gradNorm: m!.gradNorm,
           staleness: m!.staleness,
           degenerateGroups: m!.degenerateGroups,
+          rewardErrors: scored.flat().filter((x) => x.error).length,
           trajectories: groups.flat().length,
           tokens: { prefill: prefilled, sampled, trained: trainedTokens },
           tokensPerSec: Math.round((sampled + prefilled + trainedTokens) / ((rolloutMs + trainMs) / 1000)),
@@ -462,8 +465,9 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           seenSuite.add(name);
           // The advantages the update used: the configured estimator over the group's rewards, the
           // negative ones scaled by negativeAdvantageScale (before balanceSuites' per-suite scaling).
-          const advantages = g.length > 1 ? scaleNegativeAdvantages(groupAdvantage(g.map((t) => t.reward), cfg.grpo.estimator), cfg.grpo.negativeAdvantageScale) : g.map(() => 0);
-          return g.map((t, i) => trajectoryRecord(policy, name, gi, t, advantages[i], withTokens));
+          const rewards = scored[gi]!.map((x) => x.reward);
+          const advantages = g.length > 1 ? scaleNegativeAdvantages(groupAdvantage(rewards, cfg.grpo.estimator), cfg.grpo.negativeAdvantageScale) : g.map(() => 0);
+          return g.map((t, i) => trajectoryRecord(policy, name, gi, t, scored[gi]![i]!, advantages[i], withTokens));
         });
         run.writeTrajectories("grpo", step, records);
         progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m!.kl.toFixed(4)}`);

@@ -64,6 +64,25 @@ export function wellFormedToolCalls(weight = 0.1): RewardComponent {
   };
 }
 
+/**
+ * A progress component: the env's partial progress toward the goal, `info.evidence.progress` in [0, 1]
+ * (for example, the share of the gold tool calls made). It gives GRPO groups whose members all fail the
+ * verifier a signal of which came closer. An env that reports no progress is an error, not a 0.
+ */
+export function progressReward(weight: number): RewardComponent {
+  return {
+    name: "progress",
+    weight,
+    score: (input) => {
+      const progress = (input.envInfo.evidence as Record<string, unknown> | undefined)?.progress;
+      if (typeof progress !== "number" || !(progress >= 0 && progress <= 1)) {
+        throw new Error(`the env reported no progress in [0, 1] (info.evidence.progress is ${JSON.stringify(progress)}); give this suite no progress weight`);
+      }
+      return { score: progress };
+    },
+  };
+}
+
 export class Rubric {
   constructor(readonly components: RewardComponent[]) {
     if (components.length === 0) throw new Error("Rubric: at least one component is needed");

@@ -23,6 +23,20 @@ const SuiteEntry = z
     /** Held-out tasks of this suite (default eval.tasksPerSuite): more where episodes are cheap, for narrower intervals. */
     evalTasks: positiveInt.optional(),
     weight: z.number().positive().default(1),
+    /**
+     * The reward GRPO learns from on this suite: the weights of a rubric over the env's verifier, its
+     * partial progress (envs that report `info.evidence.progress`) and well-formed tool calls. Success
+     * (metrics, evaluation) is always the verifier's.
+     */
+    reward: z
+      .object({
+        verifier: z.number().min(0).default(1),
+        progress: z.number().min(0).default(0),
+        format: z.number().min(0).default(0),
+      })
+      .strict()
+      .refine((r) => r.verifier + r.progress + r.format > 0, { message: "at least one reward weight must be above 0" })
+      .optional(),
   })
   .strict();
 

@@ -15,6 +15,7 @@ import type { ResetArgs, ResetResult, StepResult } from "../../gym/env.js";
 import { arrayTasks, ToolEnv, type TaskSet, type ToolEnvHooks } from "../../tools/tool-env.js";
 import { functionTool } from "../../tools/tool.js";
 import { Simulator } from "./game.js";
+import { goalProgress } from "./progress.js";
 import { generateTask } from "./generator.js";
 import { defaultGamesDir, listGames, loadGame, TASK_TYPES, type HouseholdTask } from "./tasks.js";
 
@@ -115,7 +116,7 @@ export function createHouseholdEnv(options: Record<string, unknown> = {}): House
     name: "HouseholdEnv",
     tasks,
     tools: [act],
-    metadata: { description: "ALFWorld household tasks: text commands through act; reward 1 when the goal holds." },
+    metadata: { description: "ALFWorld household tasks: text commands through act; reward 1 when the goal holds.", reportsProgress: true },
     async open(task) {
       const sim = new Simulator(loadGame(task));
       return {
@@ -129,7 +130,9 @@ export function createHouseholdEnv(options: Record<string, unknown> = {}): House
     async score(episode) {
       const { sim, steps, invalid } = episode.state;
       const won = sim.won();
-      return { reward: won ? 1 : 0, evidence: { goalHolds: won, task: sim.game.taskText, taskId: episode.task.id, steps, invalidCommands: invalid } };
+      const agents = [...sim.game.problem.objects].filter(([, type]) => type === "agent").map(([id]) => id);
+      const progress = goalProgress(sim.state, sim.game.problem.goal, sim.game.domain, agents);
+      return { reward: won ? 1 : 0, evidence: { goalHolds: won, progress, task: sim.game.taskText, taskId: episode.task.id, steps, invalidCommands: invalid } };
     },
   };
   return new HouseholdEnv(hooks);

@@ -32,3 +32,28 @@ export function answerMatches(expected: string | number, given: string | number)
   }
   return normalizeText(String(given)) === normalizeText(expected);
 }
+
+/** One gold-chain argument against the agent's: numbers within the answer tolerance, text normalized. */
+function argumentMatches(expected: string | number, given: unknown): boolean {
+  if (typeof given !== "string" && typeof given !== "number") return false;
+  if (typeof expected === "number") return typeof given === "number" ? Math.abs(given - expected) <= numericTolerance(expected) : answerMatches(expected, given);
+  return normalizeText(String(given)) === normalizeText(expected);
+}
+
+/**
+ * Partial progress for a reward rubric: the share of the gold chain's calls the agent made (same tool,
+ * every gold argument matching) plus a correct answer, out of the chain's length plus one. A correct
+ * answer after the whole chain scores 1; the right call with a wrong answer scores 1/2 at level 1.
+ */
+export function chainProgress(chain: readonly { tool: string; args: Record<string, string | number> }[], calls: readonly { name: string; arguments: string }[], answered: boolean): number {
+  const parsed = calls.map((c) => {
+    try {
+      const args: unknown = JSON.parse(c.arguments);
+      return { name: c.name, args: args && typeof args === "object" ? (args as Record<string, unknown>) : {} };
+    } catch {
+      return { name: c.name, args: {} as Record<string, unknown> };
+    }
+  });
+  const made = chain.filter((gold) => parsed.some((c) => c.name === gold.tool && Object.entries(gold.args).every(([k, v]) => argumentMatches(v, c.args[k]))));
+  return (made.length + (answered ? 1 : 0)) / (chain.length + 1);
+}

@@ -14,7 +14,7 @@ export { RestWorld, TODAY } from "./world.js";
 export { ENDPOINTS, handleRequest, restApiDocument } from "./api.js";
 export { startRestApiServer, FAULT_KINDS, type FaultKind, type FaultSchedule, type RestApiServer } from "./server.js";
 export { generateRestTasks, restTaskKinds, LEVELS, type RestTask, type GoldCall } from "./tasks.js";
-export { answerMatches, firstNumber, normalizeText } from "./answer.js";
+export { answerMatches, chainProgress, firstNumber, normalizeText } from "./answer.js";
 
 /** Plays the scripted expert over the task set (the suite has no separate gold trajectories); all must succeed. */
 export async function replayRestApi(envId: string, options: ReplayOptions): Promise<ReplayReport> {

@@ -11,6 +11,7 @@ import { make } from "../../../src/gym/registry.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";
 import {
   answerMatches,
+  chainProgress,
   createRestApiEnv,
   ENDPOINTS,
   generateRestTasks,
@@ -21,6 +22,7 @@ import {
   RESTAPI_ENV_ID,
   type RestApiEnv,
 } from "../../../src/envs/restapi/index.js";
+import type { GoldCall } from "../../../src/envs/restapi/tasks.js";
 
 registerRestApiSuite();
 
@@ -134,6 +136,36 @@ describe("reward", () => {
     const [, reward, terminated, , info] = await env.step({ content: "I think it is 3.", toolCalls: [] });
     expect([reward, terminated]).toEqual([0, true]);
     expect((info.evidence as { reason: string }).reason).toMatch(/no answer was submitted/);
+  });
+
+  it("reports progress: the gold chain's calls made (same tool, matching arguments) and a right answer", async () => {
+    const chain: GoldCall[] = [
+      { tool: "getCurrentWeather", args: { city: "Pretoria", units: "imperial" } },
+      { tool: "convertUnits", args: { value: 65.8, from: "F", to: "C" } },
+    ];
+    const made = (name: string, args: unknown) => ({ name, arguments: JSON.stringify(args) });
+    expect(chainProgress(chain, [], false)).toBe(0);
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "pretoria", units: "imperial" })], false)).toBeCloseTo(1 / 3);
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Brasilia", units: "imperial" })], false)).toBe(0);
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Pretoria" })], false)).toBe(0);
+    expect(chainProgress(chain, [{ name: "getCurrentWeather", arguments: "{not json" }], false)).toBe(0);
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Pretoria", units: "imperial" }), made("convertUnits", { value: "65.8", from: "F", to: "C" })], true)).toBe(1);
+
+    // Through the env: the expert's episode reports 1; the right call with a wrong answer 1/2 (level 1).
+    const level1 = await createRestApiEnv({ count: 6, levels: [1] });
+    try {
+      expect(level1.metadata.reportsProgress).toBe(true);
+      const expert = await runExpertEpisode(level1, RESTAPI_ENV_ID, { taskIndex: 0 });
+      expect((expert.info.evidence as { progress: number }).progress).toBe(1);
+      const task = level1.hooks.tasks.get(0);
+      await level1.reset({ seed: 0, options: { taskIndex: 0 } });
+      await level1.step(call(task.chain[0]!.tool, task.chain[0]!.args));
+      const [, reward, , , info] = await level1.step(call("submit_answer", { answer: "nonsense" }));
+      expect(reward).toBe(0);
+      expect((info.evidence as { progress: number }).progress).toBe(0.5);
+    } finally {
+      await level1.close();
+    }
   });
 });
 
