@@ -65,18 +65,19 @@ export function wellFormedToolCalls(weight = 0.1): RewardComponent {
 }
 
 /**
- * A progress component: the env's partial progress toward the goal, `info.evidence.progress` in [0, 1]
- * (for example, the share of the gold tool calls made). It gives GRPO groups whose members all fail the
- * verifier a signal of which came closer. An env that reports no progress is an error, not a 0.
+ * A progress component: the env's partial progress toward the goal after its last step, `info.progress`
+ * in [0, 1] (for example, the share of the gold tool calls made). It gives GRPO groups whose members all
+ * fail the verifier a signal of which came closer. An env that reports no progress is an error, not a 0.
  */
 export function progressReward(weight: number): RewardComponent {
   return {
     name: "progress",
     weight,
     score: (input) => {
-      const progress = (input.envInfo.evidence as Record<string, unknown> | undefined)?.progress;
+      const progress = input.envInfo.progress;
+      if (typeof input.envInfo.progressError === "string") throw new Error(`the env's progress failed: ${input.envInfo.progressError}`);
       if (typeof progress !== "number" || !(progress >= 0 && progress <= 1)) {
-        throw new Error(`the env reported no progress in [0, 1] (info.evidence.progress is ${JSON.stringify(progress)}); give this suite no progress weight`);
+        throw new Error(`the env reported no progress in [0, 1] (info.progress is ${JSON.stringify(progress)}); give this suite no progress weight`);
       }
       return { score: progress };
     },

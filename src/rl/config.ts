@@ -25,7 +25,7 @@ const SuiteEntry = z
     weight: z.number().positive().default(1),
     /**
      * The reward GRPO learns from on this suite: the weights of a rubric over the env's verifier, its
-     * partial progress (envs that report `info.evidence.progress`) and well-formed tool calls. Success
+     * partial progress (envs that report `info.progress`) and well-formed tool calls. Success
      * (metrics, evaluation) is always the verifier's.
      */
     reward: z

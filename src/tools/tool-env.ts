@@ -53,6 +53,11 @@ export interface ToolEnvHooks<Task, State> {
   respond?(episode: Episode<Task, State>, turn: AgentTurn): Promise<{ messages: ChatMessage[]; done: boolean }>;
   /** The verifiable reward, computed once when the episode terminates. */
   score(episode: Episode<Task, State>): Promise<Score>;
+  /**
+   * Partial progress toward the goal in [0, 1] (1 exactly when solved), reported as `info.progress`
+   * after every step, so that an episode the agent loop cuts short still has it. For reward rubrics.
+   */
+  progress?(episode: Episode<Task, State>): number;
   /** Releases the per-episode state. */
   dispose?(state: State): Promise<void> | void;
   /** Extra metadata for `envs list` and the registry. */
@@ -83,7 +88,7 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
   constructor(readonly hooks: ToolEnvHooks<Task, State>) {
     this.toolsByName = new Map(hooks.tools.map((t) => [t.name, t]));
     this.actionSpace = new ToolCallSpace(hooks.tools.map((t) => t.name));
-    this.metadata = { taskCount: hooks.tasks.size, ...hooks.metadata };
+    this.metadata = { taskCount: hooks.tasks.size, ...hooks.metadata, ...(hooks.progress ? { reportsProgress: true } : {}) };
   }
 
   /** The current episode (task, state, conversation), for verifiers and tests. */
@@ -110,7 +115,7 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
     this.episode = { task, taskIndex, state, rng, messages: [...messages] };
     this.done = false;
     const tools = this.hooks.tools.map(toolSpec);
-    return [{ messages, tools }, { taskIndex, seed }];
+    return [{ messages, tools }, { taskIndex, seed, ...this.progressInfo(this.episode) }];
   }
 
   async step(action: AgentTurn): Promise<StepResult<ChatObservation>> {
@@ -148,6 +153,7 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
       episode.finishReason = "final_answer";
     }
     episode.messages.push(...out);
+    Object.assign(info, this.progressInfo(episode));
 
     let reward = 0;
     const terminated = episode.finishReason !== undefined;
@@ -164,6 +170,16 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
       }
     }
     return [{ messages: out }, reward, terminated, false, info];
+  }
+
+  /** `info.progress` (or `info.progressError`) for envs with a progress hook; nothing for the others. */
+  private progressInfo(episode: Episode<Task, State>): Info {
+    if (!this.hooks.progress) return {};
+    try {
+      return { progress: this.hooks.progress(episode) };
+    } catch (err) {
+      return { progressError: err instanceof Error ? err.message : String(err) };
+    }
   }
 
   private async runCall(episode: Episode<Task, State>, id: string, name: string, rawArgs: string, errors: ToolError[]): Promise<ToolMessage> {

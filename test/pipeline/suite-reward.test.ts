@@ -13,11 +13,11 @@ import { validateConfig } from "../../src/rl/config.js";
 
 registerBundledEnvs();
 
-/** A finished episode as the rollout records it: one tool call, the env's reward and evidence. */
-function trajectory(reward: number, evidence: Record<string, unknown>, callArguments = '{"answer": 3}'): Trajectory {
+/** A finished episode as the rollout records it: one tool call, the env's reward and last info. */
+function trajectory(reward: number, info: Record<string, unknown>, callArguments = '{"answer": 3}'): Trajectory {
   return {
     reward,
-    info: { evidence },
+    info,
     prompt: [{ role: "user", content: "What is 1 + 2?" }],
     turns: [
       {
@@ -50,8 +50,9 @@ describe("suite rewards", () => {
   });
 
   it("an env that reports no progress marks the trajectory with an error instead of scoring it 0", async () => {
-    const scored = await scoreTrajectory(suiteRubric({ verifier: 1, progress: 1, format: 0 }), trajectory(0, {}));
-    expect(scored.error).toMatch(/no progress/);
+    const rubric = suiteRubric({ verifier: 1, progress: 1, format: 0 });
+    expect((await scoreTrajectory(rubric, trajectory(0, {}))).error).toMatch(/no progress/);
+    expect((await scoreTrajectory(rubric, trajectory(0, { progressError: "the goal could not be read" }))).error).toMatch(/progress failed: the goal could not be read/);
   });
 
   it("the config names bad weights, and a progress weight on an env without progress", async () => {

@@ -116,7 +116,7 @@ export function createHouseholdEnv(options: Record<string, unknown> = {}): House
     name: "HouseholdEnv",
     tasks,
     tools: [act],
-    metadata: { description: "ALFWorld household tasks: text commands through act; reward 1 when the goal holds.", reportsProgress: true },
+    metadata: { description: "ALFWorld household tasks: text commands through act; reward 1 when the goal holds." },
     async open(task) {
       const sim = new Simulator(loadGame(task));
       return {
@@ -130,9 +130,12 @@ export function createHouseholdEnv(options: Record<string, unknown> = {}): House
     async score(episode) {
       const { sim, steps, invalid } = episode.state;
       const won = sim.won();
+      return { reward: won ? 1 : 0, evidence: { goalHolds: won, task: sim.game.taskText, taskId: episode.task.id, steps, invalidCommands: invalid } };
+    },
+    progress(episode) {
+      const sim = episode.state.sim;
       const agents = [...sim.game.problem.objects].filter(([, type]) => type === "agent").map(([id]) => id);
-      const progress = goalProgress(sim.state, sim.game.problem.goal, sim.game.domain, agents);
-      return { reward: won ? 1 : 0, evidence: { goalHolds: won, progress, task: sim.game.taskText, taskId: episode.task.id, steps, invalidCommands: invalid } };
+      return goalProgress(sim.state, sim.game.problem.goal, sim.game.domain, agents);
     },
   };
   return new HouseholdEnv(hooks);

@@ -7,8 +7,8 @@
  * from the server's OpenAPI 3.1 document (tools/openapi) plus `submit_answer`. Per episode: a fresh
  * fault schedule on the server (faults drawn from the episode's seed, so they repeat). Faults reach
  * the agent as the tool's error message (HTTP 503, a timeout, a body that is not valid JSON); the
- * episode goes on. Reward: 1 when the submitted answer matches (answer.ts), else 0, with evidence (and
- * `progress`, the share of the gold chain's calls made, for a reward rubric).
+ * episode goes on. Reward: 1 when the submitted answer matches (answer.ts), else 0, with evidence; after
+ * every step `info.progress`, the share of the gold chain's calls made (for reward rubrics).
  * This file is the wiring; world, endpoints, server, tasks and scoring are their own files.
  */
 import { z } from "zod";
@@ -154,7 +154,7 @@ export async function createRestApiEnv(options: RestApiEnvOptions = {}): Promise
       tasks: arrayTasks(tasks),
       tools,
       toolTimeoutMs: requestTimeoutMs + 2_000,
-      metadata: { id: RESTAPI_ENV_ID, description: "ToolBench-style questions over a local HTTP API of 28 endpoints (OpenAPI tools); 1-4 chained calls; answer correctness.", seed, reportsProgress: true },
+      metadata: { id: RESTAPI_ENV_ID, description: "ToolBench-style questions over a local HTTP API of 28 endpoints (OpenAPI tools); 1-4 chained calls; answer correctness.", seed },
       async open(task, rng) {
         const plan = [...(faults?.plan ?? []), ...(task.faults ?? [])];
         server.setFaults({ plan, rate: faults?.rate ?? 0, kinds: faults?.kinds, rng: rng.fork(0xfa17) });
@@ -169,12 +169,14 @@ export async function createRestApiEnv(options: RestApiEnvOptions = {}): Promise
       async score(episode: Episode<RestTask, RestApiState>) {
         const { task, state } = episode;
         const base = { taskId: task.id, kind: task.kind, level: task.level, expected: task.answer, requests: server.requests, faults: [...server.injected] };
-        const calls = episode.messages.flatMap((m) => (m.role === "assistant" ? (m.toolCalls ?? []) : []));
-        const match = state.answer !== undefined && answerMatches(task.answer, state.answer);
-        const progress = chainProgress(task.chain, calls, match);
-        if (state.answer === undefined) return { reward: 0, evidence: { ...base, progress, submitted: null, reason: "no answer was submitted (call submit_answer)" } };
+        if (state.answer === undefined) return { reward: 0, evidence: { ...base, submitted: null, reason: "no answer was submitted (call submit_answer)" } };
+        const match = answerMatches(task.answer, state.answer);
         const read = typeof task.answer === "number" ? (typeof state.answer === "number" ? state.answer : firstNumber(state.answer) ?? null) : normalizeText(String(state.answer));
-        return { reward: match ? 1 : 0, evidence: { ...base, progress, submitted: state.answer, read, match } };
+        return { reward: match ? 1 : 0, evidence: { ...base, submitted: state.answer, read, match } };
+      },
+      progress({ task, state, messages }: Episode<RestTask, RestApiState>) {
+        const calls = messages.flatMap((m) => (m.role === "assistant" ? (m.toolCalls ?? []) : []));
+        return chainProgress(task.chain, calls, state.answer !== undefined && answerMatches(task.answer, state.answer));
       },
       dispose: () => server.setFaults({}),
     },

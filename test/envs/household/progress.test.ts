@@ -30,11 +30,13 @@ describe("household goal progress", () => {
     expect(env.metadata.reportsProgress).toBe(true);
     try {
       for (let k = 0; k < 12; k++) {
-        let [obs] = await env.reset({ seed: k, options: { taskIndex: k } });
+        const [first, opened] = await env.reset({ seed: k, options: { taskIndex: k } });
+        let obs = first;
         const episode = (unwrap(env) as HouseholdEnv).current!;
         const sim = (episode.state as { sim: Simulator }).sim;
         const expert = suiteForEnv(ALFWORLD_GEN_ENV_ID).createExpert(ALFWORLD_GEN_ENV_ID, episode.task);
         const trace = [progressOf(sim)];
+        expect(opened.progress).toBe(trace[0]);
         let done = false;
         let info: Record<string, unknown> = {};
         while (!done) {
@@ -42,14 +44,15 @@ describe("household goal progress", () => {
           [obs, reward, terminated, truncated, info] = await env.step(await expert.act(obs));
           done = terminated || truncated;
           trace.push(progressOf(sim));
+          expect(info.progress).toBe(trace.at(-1));
           if (done) expect(reward).toBe(1);
         }
         const type = (episode.task as { taskType: string }).taskType;
         expect(trace.at(-1), type).toBe(1);
         expect(trace.slice(0, -1).every((p) => p < 1), type).toBe(true);
         for (let i = 1; i < trace.length; i++) expect(trace[i]!, `${type} step ${i}`).toBeGreaterThanOrEqual(trace[i - 1]!);
-        // The env reports the same figure in its evidence.
-        expect((info.evidence as { progress: number }).progress).toBe(1);
+        // The env reports the figure after every step, and at the reset.
+        expect(info.progress).toBe(1);
       }
     } finally {
       await env.close();

@@ -138,7 +138,7 @@ describe("reward", () => {
     expect((info.evidence as { reason: string }).reason).toMatch(/no answer was submitted/);
   });
 
-  it("reports progress: the gold chain's calls made (same tool, matching arguments) and a right answer", async () => {
+  it("reports progress after every step: the gold chain's calls made (same tool, matching arguments) and a right answer", async () => {
     const chain: GoldCall[] = [
       { tool: "getCurrentWeather", args: { city: "Pretoria", units: "imperial" } },
       { tool: "convertUnits", args: { value: 65.8, from: "F", to: "C" } },
@@ -156,13 +156,15 @@ describe("reward", () => {
     try {
       expect(level1.metadata.reportsProgress).toBe(true);
       const expert = await runExpertEpisode(level1, RESTAPI_ENV_ID, { taskIndex: 0 });
-      expect((expert.info.evidence as { progress: number }).progress).toBe(1);
+      expect(expert.info.progress).toBe(1);
       const task = level1.hooks.tasks.get(0);
-      await level1.reset({ seed: 0, options: { taskIndex: 0 } });
-      await level1.step(call(task.chain[0]!.tool, task.chain[0]!.args));
+      const [, opened] = await level1.reset({ seed: 0, options: { taskIndex: 0 } });
+      expect(opened.progress).toBe(0);
+      const [, , , , called] = await level1.step(call(task.chain[0]!.tool, task.chain[0]!.args));
+      expect(called.progress).toBe(0.5);
       const [, reward, , , info] = await level1.step(call("submit_answer", { answer: "nonsense" }));
       expect(reward).toBe(0);
-      expect((info.evidence as { progress: number }).progress).toBe(0.5);
+      expect(info.progress).toBe(0.5);
     } finally {
       await level1.close();
     }
