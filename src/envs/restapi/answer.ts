@@ -41,9 +41,10 @@ function argumentMatches(expected: string | number, given: unknown): boolean {
 }
 
 /**
- * Partial progress for a reward rubric: the share of the gold chain's calls the agent made (same tool,
- * every gold argument matching) plus a correct answer, out of the chain's length plus one. A correct
- * answer after the whole chain scores 1; the right call with a wrong answer scores 1/2 at level 1.
+ * Partial progress for a reward rubric: each gold call of the chain scores by the agent's closest call
+ * to the same tool, (1 + its matching arguments) / (1 + the gold arguments), so 1 for an exact call;
+ * a correct answer adds 1; the sum is over the chain's length plus one. A correct answer after the whole
+ * chain scores 1; the right call with a wrong answer scores 1/2 at level 1.
  */
 export function chainProgress(chain: readonly { tool: string; args: Record<string, string | number> }[], calls: readonly { name: string; arguments: string }[], answered: boolean): number {
   const parsed = calls.map((c) => {
@@ -54,6 +55,16 @@ export function chainProgress(chain: readonly { tool: string; args: Record<strin
       return { name: c.name, args: {} as Record<string, unknown> };
     }
   });
-  const made = chain.filter((gold) => parsed.some((c) => c.name === gold.tool && Object.entries(gold.args).every(([k, v]) => argumentMatches(v, c.args[k]))));
-  return (made.length + (answered ? 1 : 0)) / (chain.length + 1);
+  let made = 0;
+  for (const gold of chain) {
+    const expected = Object.entries(gold.args);
+    let best = 0;
+    for (const c of parsed) {
+      if (c.name !== gold.tool) continue;
+      const matching = expected.filter(([k, v]) => argumentMatches(v, c.args[k])).length;
+      best = Math.max(best, (1 + matching) / (1 + expected.length));
+    }
+    made += best;
+  }
+  return (made + (answered ? 1 : 0)) / (chain.length + 1);
 }

@@ -8,7 +8,7 @@
  * fault schedule on the server (faults drawn from the episode's seed, so they repeat). Faults reach
  * the agent as the tool's error message (HTTP 503, a timeout, a body that is not valid JSON); the
  * episode goes on. Reward: 1 when the submitted answer matches (answer.ts), else 0, with evidence; after
- * every step `info.progress`, the share of the gold chain's calls made (for reward rubrics).
+ * every step `info.progress`, how close the calls came to the gold chain (for reward rubrics).
  * This file is the wiring; world, endpoints, server, tasks and scoring are their own files.
  */
 import { z } from "zod";

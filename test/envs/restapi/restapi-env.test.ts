@@ -146,9 +146,13 @@ describe("reward", () => {
     const made = (name: string, args: unknown) => ({ name, arguments: JSON.stringify(args) });
     expect(chainProgress(chain, [], false)).toBe(0);
     expect(chainProgress(chain, [made("getCurrentWeather", { city: "pretoria", units: "imperial" })], false)).toBeCloseTo(1 / 3);
-    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Brasilia", units: "imperial" })], false)).toBe(0);
-    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Pretoria" })], false)).toBe(0);
-    expect(chainProgress(chain, [{ name: "getCurrentWeather", arguments: "{not json" }], false)).toBe(0);
+    // The right tool with some arguments wrong or missing: partial credit for the tool and each right argument.
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Brasilia", units: "imperial" })], false)).toBeCloseTo(2 / 3 / 3);
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Pretoria" })], false)).toBeCloseTo(2 / 3 / 3);
+    expect(chainProgress(chain, [{ name: "getCurrentWeather", arguments: "{not json" }], false)).toBeCloseTo(1 / 3 / 3);
+    expect(chainProgress(chain, [made("getAirQuality", { city: "Pretoria" })], false)).toBe(0);
+    // The closest call counts, not the last.
+    expect(chainProgress(chain, [made("getCurrentWeather", { city: "Pretoria", units: "imperial" }), made("getCurrentWeather", { city: "Oslo" })], false)).toBeCloseTo(1 / 3);
     expect(chainProgress(chain, [made("getCurrentWeather", { city: "Pretoria", units: "imperial" }), made("convertUnits", { value: "65.8", from: "F", to: "C" })], true)).toBe(1);
 
     // Through the env: the expert's episode reports 1; the right call with a wrong answer 1/2 (level 1).
