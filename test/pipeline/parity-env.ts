@@ -26,6 +26,12 @@ export function registerParityEnv(): void {
           const last = ep.messages.filter((m) => m.role === "assistant").pop();
           return { reward: (last?.content.length ?? 1) % 2 === 0 ? 1 : 0, evidence: { length: last?.content.length } };
         },
+        // Progress for reward rubrics: 1 when solved, else grows with the answer's length.
+        progress: (ep) => {
+          const last = ep.messages.filter((m) => m.role === "assistant").pop();
+          if (!last) return 0;
+          return last.content.length % 2 === 0 ? 1 : Math.min(0.9, last.content.length / 40);
+        },
       }),
     { suite: "parity", description: "test env", taskCount: QUESTIONS.length, maxEpisodeSteps: 4 },
   );

@@ -64,6 +64,35 @@ describe("the training pipeline", () => {
     expect(learning(join(resumed.runDir, "metrics.jsonl"))).toEqual(fullMetrics);
   }, 300_000);
 
+  it("learns from the suite's reward rubric while success stays the verifier's", async () => {
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
+    const base = config(runsDir, "rubric");
+    const cfg = { ...base, sft: { ...base.sft, enabled: false }, grpo: { ...base.grpo, steps: 2 }, suites: [{ ...base.suites[0]!, reward: { verifier: 1, progress: 1, format: 0 } }] };
+    const run = await train(cfg, { quiet: true, skipEval: true });
+    const grpo = learning(join(run.runDir, "metrics.jsonl")).filter((r) => r.stage === "grpo");
+    const steps = ["grpo-00001.jsonl", "grpo-00002.jsonl"].map((f) =>
+      readFileSync(join(run.runDir, "trajectories", f), "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l)),
+    );
+    expect(grpo).toHaveLength(2);
+    for (const [i, records] of steps.entries()) {
+      expect(records).toHaveLength(8);
+      for (const r of records) {
+        const { verifier, progress } = r.rewardComponents;
+        expect(r.reward).toBeCloseTo((verifier.score + progress.score) / 2, 12);
+        expect(r.success).toBe(verifier.score === 1);
+      }
+      // The metrics' success counts the verifier; their reward is the rubric's.
+      expect(grpo[i]!.success.parity).toBeCloseTo(records.filter((r) => r.success).length / 8, 12);
+      expect(grpo[i]!.reward.parity).toBeCloseTo(records.reduce((a, r) => a + r.reward, 0) / 8, 12);
+      expect(grpo[i]!.rewardErrors).toBe(0);
+    }
+    // Some trajectory was not solved yet made progress: a reward strictly between 0 and 1/2.
+    expect(steps.flat().some((r) => !r.success && r.reward > 0)).toBe(true);
+  }, 120_000);
+
   it("refuses to overwrite a run, or to resume one that does not exist", async () => {
     const runsDir = mkdtempSync(join(scratch, "runs-"));
     await expect(train(config(runsDir, "nothing"), { quiet: true, resume: true })).rejects.toThrow(/cannot resume/);
