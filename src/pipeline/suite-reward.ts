@@ -5,7 +5,8 @@
  * the metrics and the evaluation count as solved.
  */
 import type { ChatMessage } from "../gym/chat.js";
-import { progressReward, Rubric, verifiableReward, wellFormedToolCalls, type RubricResult } from "../reward/rubric.js";
+import { LlmJudge } from "../reward/judge.js";
+import { progressReward, Rubric, verifiableReward, wellFormedToolCalls, type RewardComponent, type RubricResult } from "../reward/rubric.js";
 import type { Trajectory } from "../rollout/trajectory.js";
 import type { TrainConfig } from "../rl/config.js";
 import { SUCCESS_THRESHOLD } from "./evaluate.js";
@@ -23,13 +24,22 @@ export interface ScoredTrajectory {
   error?: string;
 }
 
-/** The rubric of a suite's reward weights (components of weight 0 are left out). */
+/**
+ * The rubric of a suite's reward weights (components of weight 0 are left out). Make it once per run:
+ * a judge keeps its cache, concurrency and rate limits across steps.
+ */
 export function suiteRubric(weights: RewardWeights | undefined): Rubric | undefined {
-  if (!weights || (weights.verifier === 1 && weights.progress === 0 && weights.format === 0)) return undefined;
-  const components = [];
+  if (!weights || (weights.verifier === 1 && weights.progress === 0 && weights.format === 0 && !weights.judge)) return undefined;
+  const components: RewardComponent[] = [];
   if (weights.verifier > 0) components.push(verifiableReward(weights.verifier));
   if (weights.progress > 0) components.push(progressReward(weights.progress));
   if (weights.format > 0) components.push(wellFormedToolCalls(weights.format));
+  if (weights.judge) {
+    const { apiKeyEnv, ...judge } = weights.judge;
+    const apiKey = apiKeyEnv === undefined ? undefined : process.env[apiKeyEnv];
+    if (apiKeyEnv !== undefined && !apiKey) throw new Error(`the judge's API key variable ${apiKeyEnv} is not set; export it, or remove reward.judge.apiKeyEnv for an endpoint without a key`);
+    components.push(new LlmJudge({ ...judge, name: "judge", ...(apiKey ? { apiKey } : {}) }));
+  }
   return new Rubric(components);
 }
 

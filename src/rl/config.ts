@@ -13,6 +13,25 @@ import { ADVANTAGE_ESTIMATORS } from "./advantages.js";
 
 const positiveInt = z.number().int().positive();
 
+const JudgeEntry = z
+  .object({
+    weight: z.number().positive(),
+    /** e.g. http://127.0.0.1:8000/v1 */
+    baseUrl: z.string().url("a URL like http://127.0.0.1:8000/v1"),
+    model: z.string().min(1),
+    /** What a good trajectory is, in words. */
+    rubric: z.string().min(1),
+    /** The name of an environment variable that holds the API key (keys stay out of config files). */
+    apiKeyEnv: z.string().optional(),
+    concurrency: positiveInt.default(4),
+    requestsPerSecond: z.number().min(0).default(0),
+    timeoutMs: positiveInt.default(30_000),
+    retries: z.number().int().min(0).default(2),
+    /** A JSONL file that keeps the judge's answers across runs. */
+    cacheFile: z.string().optional(),
+  })
+  .strict();
+
 const SuiteEntry = z
   .object({
     env: z.string().regex(/^[a-z0-9][a-z0-9_.-]*\/[a-z0-9][a-z0-9_.-]*-v\d+$/, "an env id like sinkflex/arith-v0"),
@@ -33,9 +52,11 @@ const SuiteEntry = z
         verifier: z.number().min(0).default(1),
         progress: z.number().min(0).default(0),
         format: z.number().min(0).default(0),
+        /** An LLM judge through an OpenAI-compatible endpoint (`sinkflex serve`, vLLM, a hosted model). */
+        judge: JudgeEntry.optional(),
       })
       .strict()
-      .refine((r) => r.verifier + r.progress + r.format > 0, { message: "at least one reward weight must be above 0" })
+      .refine((r) => r.verifier + r.progress + r.format + (r.judge?.weight ?? 0) > 0, { message: "at least one reward weight must be above 0" })
       .optional(),
   })
   .strict();

@@ -55,6 +55,18 @@ describe("suite rewards", () => {
     expect((await scoreTrajectory(rubric, trajectory(0, { progressError: "the goal could not be read" }))).error).toMatch(/progress failed: the goal could not be read/);
   });
 
+  it("a judge needs a URL, a model and a rubric, and its key variable set when one is named", () => {
+    const judge = { weight: 1, baseUrl: "http://127.0.0.1:9/v1", model: "m", rubric: "Be helpful." };
+    const config = (j: unknown) => validateConfig({ suites: [{ env: "sinkflex/arith-v0", reward: { judge: j } }], model: { init: {} } });
+    expect(() => config({ ...judge, baseUrl: "localhost" })).toThrow(/suites\.0\.reward\.judge\.baseUrl: a URL/);
+    expect(() => config({ ...judge, rubric: "" })).toThrow(/suites\.0\.reward\.judge\.rubric/);
+    expect(() => config({ ...judge, apiKey: "sk-123" })).toThrow(/unknown field\(s\) "apiKey"/);
+    const weights = config(judge).suites[0]!.reward!;
+    expect(suiteRubric(weights)!.components.map((c) => c.name)).toEqual(["verifier", "judge"]);
+    delete process.env.SINKFLEX_TEST_JUDGE_KEY;
+    expect(() => suiteRubric({ ...weights, judge: { ...weights.judge!, apiKeyEnv: "SINKFLEX_TEST_JUDGE_KEY" } })).toThrow(/SINKFLEX_TEST_JUDGE_KEY is not set/);
+  });
+
   it("the config names bad weights, and a progress weight on an env without progress", async () => {
     const config = (reward: unknown, env = "sinkflex/arith-v0") =>
       validateConfig({ suites: [{ env, options: env.includes("alfworld") ? { source: "generated", difficulty: 1, count: 60 } : { difficulty: 1, count: 60 }, reward }], model: { init: {} }, eval: { tasksPerSuite: 10 } });

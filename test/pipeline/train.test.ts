@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { train } from "../../src/pipeline/train.js";
 import { parityConfig, registerParityEnv } from "./parity-env.js";
+import { startEndpoint } from "../reward/judge-endpoint.js";
 
 registerParityEnv();
 
@@ -91,6 +92,44 @@ describe("the training pipeline", () => {
     }
     // Some trajectory was not solved yet made progress: a reward strictly between 0 and 1/2.
     expect(steps.flat().some((r) => !r.success && r.reward > 0)).toBe(true);
+  }, 120_000);
+
+  it("scores with an LLM judge on loopback; a judge that answers badly leaves its trajectories out, the run goes on", async () => {
+    // The judge scores by the answer's length; its second endpoint never answers in the required form.
+    const good = await startEndpoint((body) => {
+      const answer = /ASSISTANT: (.*)/.exec(body.messages[1].content)?.[1] ?? "";
+      return { content: JSON.stringify({ score: Math.min(1, answer.length / 10), reason: "length" }) };
+    });
+    const bad = await startEndpoint(() => ({ content: "Score: 7/10" }));
+    try {
+      const runsDir = mkdtempSync(join(scratch, "runs-"));
+      const base = config(runsDir, "judged");
+      const judged = (baseUrl: string, name: string) => ({
+        ...base,
+        name,
+        sft: { ...base.sft, enabled: false },
+        grpo: { ...base.grpo, steps: 1 },
+        suites: [{ ...base.suites[0]!, reward: { verifier: 1, progress: 0, format: 0, judge: { weight: 1, baseUrl, model: "judge", rubric: "Longer answers are better.", concurrency: 4, requestsPerSecond: 0, timeoutMs: 5_000, retries: 0 } } }],
+      });
+      const run = await train(judged(good.baseUrl, "judged"), { quiet: true, skipEval: true });
+      const records = readFileSync(join(run.runDir, "trajectories", "grpo-00001.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+      expect(good.calls()).toBeGreaterThan(0);
+      for (const r of records) {
+        const { verifier, judge } = r.rewardComponents;
+        expect(judge.score).toBeGreaterThanOrEqual(0);
+        expect(r.reward).toBeCloseTo((verifier.score + judge.score) / 2, 12);
+      }
+
+      const failed = await train(judged(bad.baseUrl, "judge-fails"), { quiet: true, skipEval: true });
+      const [metrics] = learning(join(failed.runDir, "metrics.jsonl")).filter((r) => r.stage === "grpo");
+      expect(metrics.rewardErrors).toBe(8);
+      expect(metrics.tokens.trained).toBe(0); // nothing left to learn from
+      const failedRecords = readFileSync(join(failed.runDir, "trajectories", "grpo-00001.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+      expect(failedRecords.every((r) => /judge: .*not a JSON object/.test(r.error))).toBe(true);
+    } finally {
+      good.server.close();
+      bad.server.close();
+    }
   }, 120_000);
 
   it("refuses to overwrite a run, or to resume one that does not exist", async () => {
