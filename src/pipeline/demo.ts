@@ -67,12 +67,16 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       name: options.name ?? (quick ? "demo-quick" : "demo"),
       seed: options.seed ?? 0,
       runsDir: options.runsDir,
+      // GRPO's reward and share of each step per suite. Household and restapi learn from their env's
+      // partial progress as well as success (after SFT most of their groups fail in every member, and
+      // progress tells those failures apart); restapi, whose groups are most often mixed, gets twice the
+      // share, and sql, whose groups almost never are, a quarter. SFT is the same for any weights.
       suites: [
         { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, ...(quick ? {} : { evalTasks: 2000 }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
-        { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 } },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated } },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, ...(quick ? {} : { evalTasks: 1200 }) },
+        { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
+        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, reward: { verifier: 1, progress: 2, format: 0 } },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 2, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 1200 }) },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
@@ -83,7 +87,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
         : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
-      // GRPO: 16 tasks x 8 samples a step (about a quarter of the groups have mixed rewards), a fresh AdamW
+      // GRPO: 16 tasks x 8 samples a step (with progress, about three quarters of the groups have mixed rewards), a fresh AdamW
       // warmed up over 5 steps, and 12 turns: the household expert needs up to 11 on 99% of its tasks.
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
