@@ -22,7 +22,9 @@ describe("dashboard server", () => {
     runsDir = join(root, "runs");
     mkdirSync(runsDir);
     // Two real (tiny) training runs: the page is checked against the files a run writes.
-    await train(parityConfig(runsDir, "alpha", 3), { quiet: true });
+    // Alpha learns from a reward rubric (the verifier and the env's progress), which the viewer shows.
+    const alpha = parityConfig(runsDir, "alpha", 3);
+    await train({ ...alpha, suites: [{ ...alpha.suites[0]!, reward: { verifier: 1, progress: 1, format: 0 } }] }, { quiet: true });
     await train(parityConfig(runsDir, "beta", 4), { quiet: true });
     writeFileSync(join(root, "secret.txt"), "do not serve");
     symlinkSync(join(root, "secret.txt"), join(runsDir, "alpha", "trajectories", "leak.jsonl"));
@@ -73,6 +75,8 @@ describe("dashboard server", () => {
       expect(await page.locator(".rollout").count()).toBe(4);
       expect(await page.locator(".tok.trained").count()).toBeGreaterThan(0);
       expect(await page.locator(".rollout .msg.user").count()).toBe(4);
+      // Each rollout's reward with its rubric components.
+      expect(await page.locator(".rollout header .reward").first().innerText()).toMatch(/^reward \d\.\d\d = verifier [01]\.00 · progress \d\.\d\d/);
       const table = await page.locator("#eval-table").innerText();
       expect(table).toContain("parity");
       expect(table).toMatch(/before RL[\s\S]*after RL/);

@@ -39,9 +39,15 @@ export function renderGroup(container, records) {
   container.innerHTML = `<div class="group">${sorted
     .map((r) => {
       const adv = r.advantage == null ? "" : ` · advantage <b>${Number(r.advantage).toFixed(3)}</b>`;
+      // A suite with a reward rubric: each component's score, and whether the verifier says solved.
+      const parts = r.rewardComponents
+        ? ` = ${Object.entries(r.rewardComponents)
+            .map(([name, c]) => `${escapeHtml(name)} ${c.score == null ? "error" : Number(c.score).toFixed(2)}`)
+            .join(" · ")}${r.success ? " · <b>solved</b>" : ""}`
+        : "";
       const evidence = r.evidence ? `<div class="evidence">${escapeHtml(JSON.stringify(r.evidence, null, 1))}</div>` : "";
       return `<div class="rollout" data-reward="${r.reward}">
-        <header><b>rollout ${r.index ?? 0}</b><span>reward <b>${Number(r.reward).toFixed(2)}</b>${adv}</span><span>${escapeHtml(r.endReason || "")}</span><span>v${r.policyVersion ?? "?"}</span></header>
+        <header><b>rollout ${r.index ?? 0}</b><span class="reward">reward <b>${Number(r.reward).toFixed(2)}</b>${parts}${adv}</span><span>${escapeHtml(r.endReason || "")}</span><span>v${r.policyVersion ?? "?"}</span></header>
         ${evidence}
         ${(r.messages || []).map(messageHtml).join("")}
         ${tokensHtml(r)}
