@@ -47,7 +47,10 @@ export class RunDir {
   static create(runsDir: string, name: string, options: { resume: boolean }): RunDir {
     const path = join(runsDir, name);
     if (existsSync(join(path, "config.json")) && !options.resume) {
-      throw new Error(`the run folder ${path} already exists; pass --resume to continue it, or choose another name (--name)`);
+      // A run that failed in setup (a config the planning refused, a suite that would not start) holds
+      // nothing to lose: it is started over under its name once the config is fixed.
+      if (!RunDir.failedInSetup(path)) throw new Error(`the run folder ${path} already exists; pass --resume to continue it, or choose another name (--name)`);
+      rmSync(path, { recursive: true, force: true });
     }
     if (options.resume && !existsSync(join(path, "config.json"))) {
       throw new Error(`cannot resume: ${path} has no config.json (no run was started there)`);
@@ -55,6 +58,17 @@ export class RunDir {
     mkdirSync(join(path, "trajectories"), { recursive: true });
     mkdirSync(join(path, "checkpoints"), { recursive: true });
     return new RunDir(path);
+  }
+
+  /** The folder's run failed before any step: status "failed" in stage "setup", no metrics, no checkpoint. */
+  private static failedInSetup(path: string): boolean {
+    try {
+      const status = JSON.parse(readFileSync(join(path, "status.json"), "utf8")) as Partial<RunStatus>;
+      const checkpoints = existsSync(join(path, "checkpoints")) ? readdirSync(join(path, "checkpoints")) : [];
+      return status.state === "failed" && status.stage === "setup" && !existsSync(join(path, "metrics.jsonl")) && checkpoints.length === 0;
+    } catch {
+      return false;
+    }
   }
 
   file(name: string): string {

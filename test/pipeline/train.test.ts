@@ -136,4 +136,20 @@ describe("the training pipeline", () => {
     const runsDir = mkdtempSync(join(scratch, "runs-"));
     await expect(train(config(runsDir, "nothing"), { quiet: true, resume: true })).rejects.toThrow(/cannot resume/);
   });
+
+  it("starts over a run that failed in setup once its config is fixed, but never one that trained", async () => {
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
+    const base = config(runsDir, "again");
+    const short = { ...base, sft: { ...base.sft, enabled: false }, grpo: { ...base.grpo, steps: 1 } };
+    // A judge whose key variable is not set: refused in setup, before anything trains.
+    delete process.env.SINKFLEX_TEST_UNSET_KEY;
+    const judge = { weight: 1, baseUrl: "http://127.0.0.1:9/v1", model: "m", rubric: "r", apiKeyEnv: "SINKFLEX_TEST_UNSET_KEY", concurrency: 1, requestsPerSecond: 0, timeoutMs: 1000, retries: 0 };
+    const broken = { ...short, suites: [{ ...short.suites[0]!, reward: { verifier: 1, progress: 0, format: 0, judge } }] };
+    const failure = await train(broken, { quiet: true, skipEval: true }).catch((e: Error) => e);
+    expect((failure as Error).message).toMatch(/SINKFLEX_TEST_UNSET_KEY is not set/);
+    expect(JSON.parse(readFileSync(join(runsDir, "again", "status.json"), "utf8"))).toMatchObject({ state: "failed", stage: "setup" });
+    const fixed = await train(short, { quiet: true, skipEval: true });
+    expect(fixed.stopped).toBe(false);
+    await expect(train(short, { quiet: true, skipEval: true })).rejects.toThrow(/already exists/);
+  }, 120_000);
 });
