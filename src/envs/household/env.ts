@@ -134,8 +134,7 @@ export function createHouseholdEnv(options: Record<string, unknown> = {}): House
     },
     progress(episode) {
       const sim = episode.state.sim;
-      const agents = [...sim.game.problem.objects].filter(([, type]) => type === "agent").map(([id]) => id);
-      return goalProgress(sim.state, sim.game.problem.goal, sim.game.domain, agents);
+      return goalProgress(sim.state, sim.game.problem, sim.game.domain);
     },
   };
   return new HouseholdEnv(hooks);

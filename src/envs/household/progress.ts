@@ -12,13 +12,19 @@
  * shares plus the goal as a whole (1 or 0), over the number of parts plus one: below 1 until the goal
  * holds.
  */
-import { holds, solve, type Domain, type Effect, type FactState, type Formula, type TypedVar } from "./pddl.js";
+import { holds, solve, type Domain, type Effect, type FactState, type Formula, type Problem, type TypedVar } from "./pddl.js";
 
 /** The most candidate bindings looked at per part (the generated and ALFWorld goals have far fewer). */
 const MAX_BINDINGS = 20_000;
 
+// Progress is computed after every step of every episode: what depends only on the game is kept.
+const dynamicByDomain = new WeakMap<Domain, Set<string>>();
+const agentsByProblem = new WeakMap<Problem, string[]>();
+
 /** The predicates some action adds or deletes. */
 export function dynamicPredicates(domain: Domain): Set<string> {
+  const cached = dynamicByDomain.get(domain);
+  if (cached) return cached;
   const out = new Set<string>();
   const visit = (e: Effect): void => {
     if (e.kind === "add" || e.kind === "del") out.add(e.pred);
@@ -26,7 +32,14 @@ export function dynamicPredicates(domain: Domain): Set<string> {
     else if (e.kind === "when" || e.kind === "forall") visit(e.e);
   };
   for (const a of domain.actions) visit(a.effect);
+  dynamicByDomain.set(domain, out);
   return out;
+}
+
+function agentsOf(problem: Problem): string[] {
+  let agents = agentsByProblem.get(problem);
+  if (!agents) agentsByProblem.set(problem, (agents = [...problem.objects].filter(([, type]) => type === "agent").map(([id]) => id)));
+  return agents;
 }
 
 /** An `exists` part flattened: its variables and its leaf conditions (nested exists and ands opened). */
@@ -66,10 +79,12 @@ function partShare(state: FactState, part: Formula, dynamic: ReadonlySet<string>
   return best;
 }
 
-/** Progress toward `goal` in [0, 1]: 1 exactly when the goal holds. */
-export function goalProgress(state: FactState, goal: Formula, domain: Domain, agents: readonly string[]): number {
+/** Progress toward the problem's goal in [0, 1]: 1 exactly when the goal holds. */
+export function goalProgress(state: FactState, problem: Problem, domain: Domain): number {
+  const goal = problem.goal;
   if (holds(state, goal, new Map())) return 1;
   const dynamic = dynamicPredicates(domain);
+  const agents = agentsOf(problem);
   const parts = (goal.kind === "and" ? goal.fs : [goal]).filter((f) => f.kind === "exists");
   const shares = parts.map((p) => partShare(state, p, dynamic, agents));
   return shares.reduce((a, x) => a + x, 0) / (parts.length + 1);

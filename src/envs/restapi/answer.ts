@@ -33,11 +33,9 @@ export function answerMatches(expected: string | number, given: string | number)
   return normalizeText(String(given)) === normalizeText(expected);
 }
 
-/** One gold-chain argument against the agent's: numbers within the answer tolerance, text normalized. */
+/** One gold-chain argument against the agent's, compared as answers are. */
 function argumentMatches(expected: string | number, given: unknown): boolean {
-  if (typeof given !== "string" && typeof given !== "number") return false;
-  if (typeof expected === "number") return typeof given === "number" ? Math.abs(given - expected) <= numericTolerance(expected) : answerMatches(expected, given);
-  return normalizeText(String(given)) === normalizeText(expected);
+  return (typeof given === "string" || typeof given === "number") && answerMatches(expected, given);
 }
 
 /**

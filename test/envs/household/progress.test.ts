@@ -19,10 +19,7 @@ import type { Env } from "../../../src/gym/env.js";
 
 registerBundledEnvs();
 
-const progressOf = (sim: Simulator) => {
-  const agents = [...sim.game.problem.objects].filter(([, type]) => type === "agent").map(([id]) => id);
-  return goalProgress(sim.state, sim.game.problem.goal, sim.game.domain, agents);
-};
+const progressOf = (sim: Simulator) => goalProgress(sim.state, sim.game.problem, sim.game.domain);
 
 describe("household goal progress", () => {
   it("rises along the expert's play of each task type and is 1 only when the goal holds", async () => {
