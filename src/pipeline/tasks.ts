@@ -55,7 +55,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       const reportsProgress = env.metadata.reportsProgress === true;
       await env.close();
       if ((s.reward?.progress ?? 0) > 0 && !reportsProgress) {
-        throw new Error(`suite ${s.env}: suites.${i}.reward.progress is ${s.reward!.progress}, but this env reports no partial progress; set it to 0 (envs that report it: restapi, household)`);
+        throw new Error(`suite ${s.env}: suites.${i}.reward.progress is ${s.reward!.progress}, but this env reports no partial progress (info.progress, from a ToolEnv progress hook: restapi and household have one); set it to 0`);
       }
       if (!(count > 0)) throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
       const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
