@@ -22,7 +22,7 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
-  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, GRPO at 86%. */
+  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, GRPO at 84%. */
   minutes?: number;
 }
 
@@ -76,9 +76,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
         { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, reward: { verifier: 1, progress: 2, format: 0 } },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 2, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 1200 }) },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 2, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450 }) },
       ],
-      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 96, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 256 } },
+      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
       // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
       attention: { mode: "sink-window", sinks: 4, window: 512 },
@@ -92,8 +92,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 1e-4, warmupSteps: 5, epochs: 2, klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
-      // Held-out tasks: 2,000 for arith and 1,200 for restapi, whose episodes are short (95% intervals of
-      // about +-2 points), 400 for household (+-2 at its rate) and 80 for sql (a third of its 240).
+      // Held-out tasks, each distinct and unseen in training (planSuites): 2,000 for arith, whose episodes
+      // are short (95% intervals of about +-2 points), 450 for restapi (about a third of the ~1,400
+      // distinct questions its level 1 makes), 400 for household and 80 for sql (a third of its 240).
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
@@ -117,12 +118,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const start = performance.now();
   // Deadlines from the demo's start, so that however long the data takes to prepare the demo ends on
-  // time: SFT until 52% of the budget, GRPO until 86% (the evaluation after RL and the naive replay take
+  // time: SFT until 52% of the budget, GRPO until 84% (the evaluation after RL and the naive replay take
   // the rest).
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, grpoDeadline: start + 0.86 * budgetMs }),
+    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, grpoDeadline: start + 0.84 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => demoSuiteRow(suite, main.evalBefore![suite]!, main.evalAfter![suite]!));

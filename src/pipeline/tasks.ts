@@ -39,11 +39,14 @@ function suiteNames(cfg: TrainConfig): string[] {
 }
 
 /**
- * Splits every suite's tasks: a seeded permutation; its last `evalTasks` (the suite's own count, or
- * `eval.tasksPerSuite`; at most a third of the tasks) are held out for evaluation, the rest train in the
- * permutation's order. Holding out from the end keeps the training tasks' order, and so the expert
- * episodes (the first training tasks), the same whatever number is held out. With separate eval options
- * (another task set), evaluation uses that set's first tasks and training uses all of the training set.
+ * Splits every suite's tasks: a seeded permutation; from its end, tasks whose contents (the opening
+ * conversation and tools a reset shows) differ from each other are held out for evaluation (the
+ * suite's own `evalTasks`, or `eval.tasksPerSuite`; at most a third of the distinct contents), and
+ * the rest train in the permutation's order, less every task whose contents equal a held-out one. A
+ * generator that repeats a task under another index therefore never puts it on both sides. Holding
+ * out from the end keeps the training tasks' order (a larger held-out set only removes tasks from it).
+ * With separate eval options (another task set), evaluation uses that set's first tasks and training
+ * uses all of the training set.
  */
 export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
   const names = suiteNames(cfg);
@@ -53,30 +56,57 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       const env = await makeChatEnv(s.env, s.options);
       const count = Number(env.metadata.taskCount ?? 0);
       const reportsProgress = env.metadata.reportsProgress === true;
-      await env.close();
       if ((s.reward?.progress ?? 0) > 0 && !reportsProgress) {
+        await env.close();
         throw new Error(`suite ${s.env}: suites.${i}.reward.progress is ${s.reward!.progress}, but this env reports no partial progress (info.progress, from a ToolEnv progress hook: restapi and household have one); set it to 0`);
       }
-      if (!(count > 0)) throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
+      if (!(count > 0)) {
+        await env.close();
+        throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
+      }
       const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
       const asked = s.evalTasks ?? cfg.eval.tasksPerSuite;
       let trainTasks: number[];
       let evalTasks: number[];
       if (s.evalOptions) {
+        await env.close();
         const evalEnv = await makeChatEnv(s.env, s.evalOptions);
         const evalCount = Number(evalEnv.metadata.taskCount ?? 0);
         await evalEnv.close();
         trainTasks = perm;
         evalTasks = Array.from({ length: Math.min(asked, evalCount) }, (_, k) => k);
       } else {
-        const held = Math.min(asked, Math.floor(count / 3));
-        if (held < 1) throw new Error(`suite ${s.env}: only ${count} tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
-        evalTasks = perm.slice(count - held);
-        trainTasks = perm.slice(0, count - held);
+        let keys: string[];
+        try {
+          keys = await taskContents(env, count);
+        } finally {
+          await env.close();
+        }
+        const held = Math.min(asked, Math.floor(new Set(keys).size / 3));
+        if (held < 1) throw new Error(`suite ${s.env}: only ${new Set(keys).size} distinct tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
+        const heldKeys = new Set<string>();
+        evalTasks = [];
+        for (let j = count - 1; j >= 0 && evalTasks.length < held; j--) {
+          if (heldKeys.has(keys[perm[j]!]!)) continue;
+          heldKeys.add(keys[perm[j]!]!);
+          evalTasks.push(perm[j]!);
+        }
+        evalTasks.reverse();
+        trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
       }
       return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, evalTasks };
     }),
   );
+}
+
+/** Each task's contents as its reset shows them (the opening messages and the tools), as one string. */
+async function taskContents(env: Env<ChatObservation, AgentTurn>, count: number): Promise<string[]> {
+  const keys: string[] = [];
+  for (let t = 0; t < count; t++) {
+    const [observation] = await env.reset({ seed: 0, options: { taskIndex: t } });
+    keys.push(JSON.stringify(observation));
+  }
+  return keys;
 }
 
 /**

@@ -8,14 +8,15 @@ import { planSuites } from "../../src/pipeline/tasks.js";
 registerBundledEnvs();
 
 describe("the demo's config", () => {
-  it("is valid, and every suite holds out its evaluation tasks (a third of them where it has fewer than three times as many)", async () => {
+  it("is valid, and every suite holds out its evaluation tasks (at most a third of its distinct ones)", async () => {
     for (const quick of [true, false]) {
       const cfg = demoConfig({ runsDir: "unused", quick });
       expect(cfg.suites).toHaveLength(4);
       const plans = await planSuites(cfg);
       plans.forEach((p, i) => {
         const total = p.trainTasks.length + p.evalTasks.length;
-        expect(p.evalTasks, p.name).toHaveLength(Math.min(cfg.suites[i]!.evalTasks ?? cfg.eval.tasksPerSuite, Math.floor(total / 3)));
+        // At most the suite's count, and at most a third of its distinct tasks (planSuites' own test checks that bound).
+        expect(p.evalTasks.length, p.name).toBeLessThanOrEqual(Math.min(cfg.suites[i]!.evalTasks ?? cfg.eval.tasksPerSuite, Math.floor(total / 3)));
         expect(p.evalTasks.length, p.name).toBeGreaterThanOrEqual(quick ? 4 : 80);
         expect(p.trainTasks.length, p.name).toBeGreaterThanOrEqual(2 * p.evalTasks.length);
         expect(new Set([...p.trainTasks, ...p.evalTasks]).size).toBe(p.trainTasks.length + p.evalTasks.length);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { planSuites } from "../../src/pipeline/tasks.js";
+import { makeChatEnv, planSuites } from "../../src/pipeline/tasks.js";
 import { validateConfig } from "../../src/rl/config.js";
 
 registerBundledEnvs();
@@ -12,20 +12,39 @@ describe("planSuites", () => {
   it("holds out a suite's own evalTasks count, else eval.tasksPerSuite, at most a third of the tasks", async () => {
     expect((await planSuites(config({})))[0]!.evalTasks).toHaveLength(50);
     expect((await planSuites(config({ evalTasks: 120 })))[0]!.evalTasks).toHaveLength(120);
-    expect((await planSuites(config({ evalTasks: 5000 })))[0]!.evalTasks).toHaveLength(200);
-  });
+      });
 
-  it("keeps the training tasks' order whatever number is held out, and never trains on a held-out task", async () => {
+  it("keeps the training tasks' order whatever number is held out, and never trains on a held-out task or its contents", async () => {
     const [small] = await planSuites(config({ evalTasks: 20 }));
     const [large] = await planSuites(config({ evalTasks: 150 }));
-    expect(large!.trainTasks).toEqual(small!.trainTasks.slice(0, large!.trainTasks.length));
+    // A larger held-out set only removes tasks from the training order.
+    const largeHeld = new Set(large!.evalTasks);
+    const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
+    const contents = async (t: number) => JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]);
+    const all = await Promise.all(Array.from({ length: 600 }, (_, t) => contents(t)));
+    await env.close();
+    const largeHeldContents = new Set(large!.evalTasks.map((t) => all[t]));
+    expect(large!.trainTasks).toEqual(small!.trainTasks.filter((t) => !largeHeld.has(t) && !largeHeldContents.has(all[t])));
     for (const p of [small!, large!]) {
-      expect(p.trainTasks.length + p.evalTasks.length).toBe(600);
-      const train = new Set(p.trainTasks);
-      expect(p.evalTasks.some((t) => train.has(t))).toBe(false);
+      const heldContents = p.evalTasks.map((t) => all[t]!);
+      // Held-out tasks differ from each other, and no training task repeats one (this generator does repeat tasks).
+      expect(new Set(heldContents).size).toBe(p.evalTasks.length);
+      expect(p.trainTasks.some((t) => heldContents.includes(all[t]!))).toBe(false);
+      expect(p.trainTasks.length + p.evalTasks.length).toBeLessThan(600);
+      expect(new Set(p.trainTasks).size).toBe(p.trainTasks.length);
     }
     // The larger held-out set contains the smaller one.
     expect(new Set(large!.evalTasks)).toEqual(new Set([...large!.evalTasks, ...small!.evalTasks]));
+  });
+
+  it("holds out at most a third of the distinct tasks", async () => {
+    // 600 tasks drawn from fewer distinct ones (small sums repeat).
+    const [plan] = await planSuites(config({ evalTasks: 5000 }));
+    const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
+    const distinct = new Set<string>();
+    for (let t = 0; t < 600; t++) distinct.add(JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]));
+    await env.close();
+    expect(plan!.evalTasks).toHaveLength(Math.floor(distinct.size / 3));
   });
 
   it("rejects a count that is not a positive integer, naming the field", () => {
