@@ -39,12 +39,13 @@ function suiteNames(cfg: TrainConfig): string[] {
 }
 
 /**
- * Splits every suite's tasks: a seeded permutation; from its end, tasks whose contents (the opening
- * conversation and tools a reset shows) differ from each other are held out for evaluation (the
- * suite's own `evalTasks`, or `eval.tasksPerSuite`; at most a third of the distinct contents), and
- * the rest train in the permutation's order, less every task whose contents equal a held-out one. A
- * generator that repeats a task under another index therefore never puts it on both sides. Holding
- * out from the end keeps the training tasks' order (a larger held-out set only removes tasks from it).
+ * Splits every suite's tasks: a seeded permutation of the tasks; their distinct contents (the opening
+ * conversation and tools a reset shows), in the order of their first task there, shuffled again; the
+ * last of those (the suite's own `evalTasks`, or `eval.tasksPerSuite`; at most a third of them) are
+ * held out, one task each, and the rest train in the permutation's order, less every task whose
+ * contents equal a held-out one. A generator that repeats a task under another index therefore never
+ * puts it on both sides, and a template with few distinct tasks loses only its share of them. A larger
+ * held-out set only removes tasks from the training order.
  * With separate eval options (another task set), evaluation uses that set's first tasks and training
  * uses all of the training set.
  */
@@ -82,16 +83,17 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         } finally {
           await env.close();
         }
-        const held = Math.min(asked, Math.floor(new Set(keys).size / 3));
-        if (held < 1) throw new Error(`suite ${s.env}: only ${new Set(keys).size} distinct tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
-        const heldKeys = new Set<string>();
-        evalTasks = [];
-        for (let j = count - 1; j >= 0 && evalTasks.length < held; j--) {
-          if (heldKeys.has(keys[perm[j]!]!)) continue;
-          heldKeys.add(keys[perm[j]!]!);
-          evalTasks.push(perm[j]!);
-        }
-        evalTasks.reverse();
+        // The distinct contents, in the order of their first task in the permutation, shuffled again:
+        // the held-out ones are the last of that order, a uniform sample of the distinct contents. (The
+        // first ones met from the permutation's end would favour the most repeated contents, and a
+        // template with few distinct tasks would lose every one of its tasks from training.)
+        const distinct = new Map<string, number>();
+        for (const t of perm) if (!distinct.has(keys[t]!)) distinct.set(keys[t]!, t);
+        const order = new Rng(cfg.seed * 7919 + i + 104_729).shuffle([...distinct.keys()]);
+        const held = Math.min(asked, Math.floor(order.length / 3));
+        if (held < 1) throw new Error(`suite ${s.env}: only ${order.length} distinct tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
+        const heldKeys = new Set(order.slice(order.length - held));
+        evalTasks = order.slice(order.length - held).map((k) => distinct.get(k)!);
         trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
       }
       return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, evalTasks };

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { makeChatEnv, planSuites } from "../../src/pipeline/tasks.js";
 import { validateConfig } from "../../src/rl/config.js";
+import { restTaskKinds } from "../../src/envs/restapi/tasks.js";
 
 registerBundledEnvs();
 
@@ -45,6 +46,22 @@ describe("planSuites", () => {
     for (let t = 0; t < 600; t++) distinct.add(JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]));
     await env.close();
     expect(plan!.evalTasks).toHaveLength(Math.floor(distinct.size / 3));
+  });
+
+  it("holds out a uniform sample of the distinct contents, so a template with few distinct tasks still trains", async () => {
+    // Level 1 of restapi cycles six templates; some have a handful of distinct questions repeated
+    // hundreds of times (14 stock symbols), others hundreds (730 dates). Holding out the first distinct
+    // contents met would take every stock question and leave the template no training task.
+    const suite = { env: "sinkflex/restapi-v0", options: { levels: [1], count: 3000 }, evalTasks: 200 };
+    const [plan] = await planSuites(validateConfig({ suites: [suite], model: { init: {} } }));
+    const kinds = restTaskKinds()[1];
+    const kindOf = (t: number) => kinds[t % kinds.length]!;
+    for (const kind of kinds) {
+      const trained = plan!.trainTasks.filter((t) => kindOf(t) === kind).length;
+      // 3000 / 6 tasks of each template; about a quarter of the distinct contents are held out.
+      expect(trained, kind).toBeGreaterThan(250);
+    }
+    expect(plan!.evalTasks).toHaveLength(200);
   });
 
   it("rejects a count that is not a positive integer, naming the field", () => {
