@@ -2,6 +2,7 @@
  * Suites as the pipeline sees them: env ids with options, split into disjoint training and held-out
  * evaluation tasks, and the expert episodes that become SFT data.
  */
+import { createHash } from "node:crypto";
 import type { AgentTurn, ChatObservation } from "../gym/chat.js";
 import type { Env } from "../gym/env.js";
 import { make, spec } from "../gym/registry.js";
@@ -79,7 +80,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       } else {
         let keys: string[];
         try {
-          keys = await taskContents(env, count);
+          keys = await taskContents(env, count, `${s.env} ${JSON.stringify(s.options)}`);
         } finally {
           await env.close();
         }
@@ -101,13 +102,22 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
   );
 }
 
-/** Each task's contents as its reset shows them (the opening messages and the tools), as one string. */
-async function taskContents(env: Env<ChatObservation, AgentTurn>, count: number): Promise<string[]> {
+/** Task contents already read in this process, by env id and options (a task set is fixed by them). */
+const contentsRead = new Map<string, string[]>();
+
+/**
+ * Each task's contents as its reset shows them (the opening messages and the tools), as a digest of
+ * their JSON. Read once per process for a given env and options (the demo's second run plans again).
+ */
+async function taskContents(env: Env<ChatObservation, AgentTurn>, count: number, setKey: string): Promise<string[]> {
+  const known = contentsRead.get(setKey);
+  if (known?.length === count) return known;
   const keys: string[] = [];
   for (let t = 0; t < count; t++) {
     const [observation] = await env.reset({ seed: 0, options: { taskIndex: t } });
-    keys.push(JSON.stringify(observation));
+    keys.push(createHash("sha256").update(JSON.stringify(observation)).digest("base64"));
   }
+  contentsRead.set(setKey, keys);
   return keys;
 }
 
