@@ -43,10 +43,7 @@ export class RestApiExpert implements Expert {
         }
         const value = valueAt(body, this.task.answerPath);
         if (typeof value !== "number" && typeof value !== "string") return this.submit(`No ${this.task.answerPath} in the result.`, "unknown");
-        // The value goes straight from the result into the submission, not through the message first: in
-        // JSON both are the same tokens (`":"Saturday` and `":1.16` alike), while a sentence's " Saturday"
-        // is another token, which a small model must learn to map back before it can copy it.
-        return this.submit(`The ${this.task.answerPath.split(".").pop()} in the result is the answer.`, value);
+        return this.submit(`The answer is ${value}.`, value);
       } else {
         this.step++;
         this.attempts = 0;
