@@ -4,7 +4,8 @@
  * after RL on held-out tasks, and prints the results table. Then it replays the first GRPO steps with
  * the naive pipeline (the whole context re-encoded every turn, nothing shared, full attention) from
  * the same starting policy and seed, and reports the model tokens and wall time each pipeline needs
- * per step: the same seed gives the same tokens, so both reach the same reward at the same step.
+ * per step. The naive pipeline attends to the whole context and the demo to a window, so once a
+ * context outgrows the window their samples (and rewards) differ: the ratios are then per step.
  */
 import type { TrainConfig } from "../rl/config.js";
 import { validateConfig } from "../rl/config.js";
