@@ -23,7 +23,7 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
-  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, GRPO at 84%. */
+  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, GRPO at 82%. */
   minutes?: number;
 }
 
@@ -119,12 +119,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const start = performance.now();
   // Deadlines from the demo's start, so that however long the data takes to prepare the demo ends on
-  // time: SFT until 52% of the budget, GRPO until 84% (the evaluation after RL and the naive replay take
+  // time: SFT until 52% of the budget, GRPO until 82% (the evaluation after RL and the naive replay take
   // the rest).
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, grpoDeadline: start + 0.84 * budgetMs }),
+    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, grpoDeadline: start + 0.82 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => demoSuiteRow(suite, main.evalBefore![suite]!, main.evalAfter![suite]!));
