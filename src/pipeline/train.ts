@@ -61,6 +61,12 @@ export interface TrainOptions {
    */
   sftDeadline?: number;
   grpoDeadline?: number;
+  /**
+   * A time (`performance.now()`) by which the evaluation after RL should be done: GRPO then also ends
+   * early enough for an evaluation 15% longer than the one before RL took, so a slow machine or a
+   * loaded one shortens GRPO instead of overrunning. The demo sets it from its own start.
+   */
+  evalBy?: number;
 }
 
 export interface PhaseTotals {
@@ -391,7 +397,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       };
       const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: cfg.grpo.batchTasks, maxStaleness: cfg.grpo.maxStaleness });
       const tGrpo = performance.now();
-      const grpoDeadline = Math.min(tGrpo + (options.grpoBudgetMs ?? Infinity), options.grpoDeadline ?? Infinity);
+      const evalBeforeMs = Object.values(tables.stages["before-rl"] ?? {}).reduce((ms, e) => ms + e.wallMs, 0);
+      const grpoDeadline = Math.min(tGrpo + (options.grpoBudgetMs ?? Infinity), options.grpoDeadline ?? Infinity, (options.evalBy ?? Infinity) - 1.15 * evalBeforeMs);
       let tRollout = performance.now();
       let stepIndex = 0;
       let lastStats = { ...rollout.stats };
