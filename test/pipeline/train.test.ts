@@ -94,6 +94,19 @@ describe("the training pipeline", () => {
     expect(steps.flat().some((r) => !r.success && r.reward > 0)).toBe(true);
   }, 120_000);
 
+  it("ends GRPO early enough for the evaluation after RL when told when that must end (evalBy)", async () => {
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
+    const base = config(runsDir, "eval-by");
+    const cfg = { ...base, sft: { ...base.sft, enabled: false }, grpo: { ...base.grpo, steps: 4 } };
+    // Already past: GRPO ends after its first step (the one that crosses the deadline), then evaluates.
+    const late = await train(cfg, { quiet: true, evalBy: performance.now() });
+    expect(learning(join(late.runDir, "metrics.jsonl")).filter((r) => r.stage === "grpo")).toHaveLength(1);
+    expect(late.evalAfter!.parity!.trials).toBe(4);
+    // Far off: every step runs.
+    const early = await train({ ...cfg, name: "eval-by-early" }, { quiet: true, evalBy: performance.now() + 3_600_000 });
+    expect(learning(join(early.runDir, "metrics.jsonl")).filter((r) => r.stage === "grpo")).toHaveLength(4);
+  }, 300_000);
+
   it("scores with an LLM judge on loopback; a judge that answers badly leaves its trajectories out, the run goes on", async () => {
     // The judge scores by the answer's length; its second endpoint never answers in the required form.
     const good = await startEndpoint((body) => {
