@@ -23,7 +23,7 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
-  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 92%. */
+  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 90%. */
   minutes?: number;
 }
 
@@ -119,13 +119,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const start = performance.now();
   // Deadlines from the demo's start, so that however long the data takes to prepare or the machine is
-  // loaded, the demo ends on time: SFT until 52% of the budget; the evaluation after RL done by 92%
+  // loaded, the demo ends on time: SFT until 52% of the budget; the evaluation after RL done by 90%
   // (the naive replay takes the rest), so GRPO ends early enough for it, as the evaluation before RL
-  // measured it (at about 74% of the budget on an idle 2-core machine).
+  // measured it (at about 70% of the budget on the 2-core machine).
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, evalBy: start + 0.92 * budgetMs }),
+    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, evalBy: start + 0.90 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => demoSuiteRow(suite, main.evalBefore![suite]!, main.evalAfter![suite]!));
