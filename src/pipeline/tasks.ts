@@ -93,8 +93,9 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         const order = new Rng(cfg.seed * 7919 + i + 104_729).shuffle([...distinct.keys()]);
         const held = Math.min(asked, Math.floor(order.length / 3));
         if (held < 1) throw new Error(`suite ${s.env}: only ${order.length} distinct tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
-        const heldKeys = new Set(order.slice(order.length - held));
-        evalTasks = order.slice(order.length - held).map((k) => distinct.get(k)!);
+        const heldOut = order.slice(order.length - held);
+        const heldKeys = new Set(heldOut);
+        evalTasks = heldOut.map((k) => distinct.get(k)!);
         trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
       }
       return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, evalTasks };

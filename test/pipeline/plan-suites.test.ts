@@ -2,7 +2,8 @@ import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { makeChatEnv, planSuites } from "../../src/pipeline/tasks.js";
 import { validateConfig } from "../../src/rl/config.js";
-import { restTaskKinds } from "../../src/envs/restapi/tasks.js";
+import { generateRestTasks, restTaskKinds } from "../../src/envs/restapi/tasks.js";
+import { RestWorld } from "../../src/envs/restapi/world.js";
 
 registerBundledEnvs();
 
@@ -55,7 +56,9 @@ describe("planSuites", () => {
     const suite = { env: "sinkflex/restapi-v0", options: { levels: [1], count: 3000 }, evalTasks: 200 };
     const [plan] = await planSuites(validateConfig({ suites: [suite], model: { init: {} } }));
     const kinds = restTaskKinds()[1];
-    const kindOf = (t: number) => kinds[t % kinds.length]!;
+    // The env's own tasks (world seed 0, the default), so the template of each index is the generator's.
+    const tasks = generateRestTasks(new RestWorld(0), { levels: [1], count: 3000 });
+    const kindOf = (t: number) => tasks[t]!.kind;
     for (const kind of kinds) {
       const trained = plan!.trainTasks.filter((t) => kindOf(t) === kind).length;
       // 3000 / 6 tasks of each template; about a quarter of the distinct contents are held out.
