@@ -20,6 +20,12 @@ export interface SuitePlan {
   /** The rubric weights GRPO's reward comes from (the verifier alone when absent). */
   reward?: TrainConfig["suites"][number]["reward"];
   trainTasks: number[];
+  /**
+   * One training task per distinct contents (the first in the permutation's order): what GRPO draws
+   * from with `grpo.taskSampling: "content"`. The training tasks themselves when contents are not read
+   * (separate eval options).
+   */
+  trainContents: number[];
   evalTasks: number[];
 }
 
@@ -69,6 +75,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
       const asked = s.evalTasks ?? cfg.eval.tasksPerSuite;
       let trainTasks: number[];
+      let trainContents: number[];
       let evalTasks: number[];
       if (s.evalOptions) {
         await env.close();
@@ -76,6 +83,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         const evalCount = Number(evalEnv.metadata.taskCount ?? 0);
         await evalEnv.close();
         trainTasks = perm;
+        trainContents = perm;
         evalTasks = Array.from({ length: Math.min(asked, evalCount) }, (_, k) => k);
       } else {
         let keys: string[];
@@ -97,8 +105,9 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         const heldKeys = new Set(heldOut);
         evalTasks = heldOut.map((k) => distinct.get(k)!);
         trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
+        trainContents = trainTasks.filter((t) => distinct.get(keys[t]!) === t);
       }
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, evalTasks };
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks };
     }),
   );
 }

@@ -115,7 +115,8 @@ function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
 /**
  * The GRPO step's tasks, seeded by step: every suite gets the whole part of its share of the batch
  * (batchTasks x its weight / the weights' sum), taken in turns; the slots left over are drawn by weight.
- * Tasks come from each suite's training pool.
+ * Tasks come from each suite's training pool: its training tasks, or one per distinct contents
+ * (`grpo.taskSampling`).
  */
 export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): { plan: SuitePlan; taskIndex: number; seed: number }[] {
   const rng = new Rng(mixSeed(cfg.seed, step));
@@ -137,7 +138,7 @@ export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): {
       let x = rng.next() * totalWeight;
       plan = plans.find((p) => (x -= p.weight) < 0) ?? plans[plans.length - 1]!;
     }
-    out.push({ plan, taskIndex: rng.pick(plan.trainTasks), seed: rng.int(2 ** 31) });
+    out.push({ plan, taskIndex: rng.pick(cfg.grpo.taskSampling === "content" ? plan.trainContents : plan.trainTasks), seed: rng.int(2 ** 31) });
   }
   return out;
 }

@@ -154,6 +154,13 @@ const GrpoSection = z
      * Default 1: positive and negative advantages weigh the same.
      */
     negativeAdvantageScale: z.number().gt(0).max(1).default(1),
+    /**
+     * How a step draws each suite's tasks: "task", uniformly over the training tasks (a generator that
+     * repeats some contents more often, such as a template with few distinct questions, is drawn more
+     * often), or "content", uniformly over the distinct training contents, as the held-out tasks are
+     * chosen. Default "task".
+     */
+    taskSampling: z.enum(["task", "content"]).default("task"),
     maxStaleness: z.number().int().min(0).default(0),
     maxGradNorm: z.number().min(0).default(1),
     weightDecay: z.number().min(0).default(0),

@@ -35,6 +35,13 @@ describe("planSuites", () => {
       expect(p.trainTasks.length + p.evalTasks.length).toBeLessThan(600);
       expect(new Set(p.trainTasks).size).toBe(p.trainTasks.length);
     }
+    // One training task per distinct training contents: the first of each in the training order.
+    for (const p of [small!, large!]) {
+      const firsts = p.trainTasks.filter((t, k) => p.trainTasks.findIndex((u) => all[u] === all[t]) === k);
+      expect(p.trainContents).toEqual(firsts);
+      expect(new Set(p.trainContents.map((t) => all[t])).size).toBe(p.trainContents.length);
+      expect(p.trainContents.length).toBeLessThan(p.trainTasks.length);
+    }
     // The larger held-out set contains the smaller one.
     expect(new Set(large!.evalTasks)).toEqual(new Set([...large!.evalTasks, ...small!.evalTasks]));
   });

@@ -10,10 +10,12 @@ const plan = (name: string, weight: number): SuitePlan => ({
   evalOptions: {},
   weight,
   trainTasks: Array.from({ length: 50 }, (_, i) => i),
+  // Tasks 0..49 hold 10 distinct contents: each one's first task.
+  trainContents: Array.from({ length: 10 }, (_, i) => i),
   evalTasks: [],
 });
-const config = (batchTasks: number) =>
-  validateConfig({ name: "t", suites: [{ env: "test/a-v0" }], model: { init: {} }, grpo: { batchTasks, groupSize: 2 }, sft: { enabled: false } }, "test");
+const config = (batchTasks: number, taskSampling: "task" | "content" = "task") =>
+  validateConfig({ name: "t", suites: [{ env: "test/a-v0" }], model: { init: {} }, grpo: { batchTasks, groupSize: 2, taskSampling }, sft: { enabled: false } }, "test");
 const names = (tasks: { plan: SuitePlan }[]) => tasks.map((t) => t.plan.name);
 const count = (tasks: { plan: SuitePlan }[], name: string) => names(tasks).filter((n) => n === name).length;
 
@@ -53,5 +55,15 @@ describe("the GRPO step's tasks", () => {
       names(tasks).forEach((n) => seen.add(n));
     }
     expect([...seen].sort()).toEqual(["a", "b", "c"]);
+  });
+
+  it("draws from the training tasks, or with taskSampling \"content\" from one task per distinct contents", () => {
+    const plans = [plan("a", 1)];
+    const drawn = (sampling: "task" | "content") => new Set(Array.from({ length: 40 }, (_, step) => stepTasks(config(8, sampling), plans, step + 1).map((t) => t.taskIndex)).flat());
+    const byTask = drawn("task");
+    const byContent = drawn("content");
+    expect([...byContent].every((t) => t < 10)).toBe(true);
+    expect(byContent.size).toBe(10);
+    expect([...byTask].some((t) => t >= 10)).toBe(true);
   });
 });
