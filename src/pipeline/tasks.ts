@@ -22,8 +22,8 @@ export interface SuitePlan {
   trainTasks: number[];
   /**
    * One training task per distinct contents (the first in the permutation's order): what GRPO draws
-   * from with `grpo.taskSampling: "content"`. The training tasks themselves when contents are not read
-   * (separate eval options).
+   * from with `grpo.taskSampling: "content"`. With separate eval options, contents are read only for
+   * that setting (otherwise this is the training tasks).
    */
   trainContents: number[];
   evalTasks: number[];
@@ -78,12 +78,18 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       let trainContents: number[];
       let evalTasks: number[];
       if (s.evalOptions) {
-        await env.close();
+        let keys: string[] | undefined;
+        try {
+          // Contents are read only when GRPO draws by them (the held-out tasks are another set).
+          if (cfg.grpo.taskSampling === "content") keys = await taskContents(env, count, `${s.env} ${JSON.stringify(s.options)}`);
+        } finally {
+          await env.close();
+        }
         const evalEnv = await makeChatEnv(s.env, s.evalOptions);
         const evalCount = Number(evalEnv.metadata.taskCount ?? 0);
         await evalEnv.close();
         trainTasks = perm;
-        trainContents = perm;
+        trainContents = keys ? firstOfEachContents(perm, keys) : perm;
         evalTasks = Array.from({ length: Math.min(asked, evalCount) }, (_, k) => k);
       } else {
         let keys: string[];
@@ -105,11 +111,23 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         const heldKeys = new Set(heldOut);
         evalTasks = heldOut.map((k) => distinct.get(k)!);
         trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
-        trainContents = trainTasks.filter((t) => distinct.get(keys[t]!) === t);
+        trainContents = firstOfEachContents(trainTasks, keys);
       }
       return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks };
     }),
   );
+}
+
+/** The first task of each distinct contents, in the given order. */
+function firstOfEachContents(tasks: number[], keys: string[]): number[] {
+  const seen = new Set<string>();
+  const firsts: number[] = [];
+  for (const t of tasks) {
+    if (seen.has(keys[t]!)) continue;
+    seen.add(keys[t]!);
+    firsts.push(t);
+  }
+  return firsts;
 }
 
 /** Task contents already read in this process, by env id and options (a task set is fixed by them). */

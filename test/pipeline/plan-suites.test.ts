@@ -46,6 +46,20 @@ describe("planSuites", () => {
     expect(new Set(large!.evalTasks)).toEqual(new Set([...large!.evalTasks, ...small!.evalTasks]));
   });
 
+  it("with separate eval options, reads the training contents only for GRPO's taskSampling \"content\"", async () => {
+    const suite = { env: "sinkflex/arith-v0", options: { difficulty: 1, count: 600 }, evalOptions: { difficulty: 1, count: 100, taskSeed: 5 } };
+    const [byTask] = await planSuites(validateConfig({ suites: [suite], model: { init: {} } }));
+    expect(byTask!.trainContents).toEqual(byTask!.trainTasks);
+    const [byContent] = await planSuites(validateConfig({ suites: [suite], model: { init: {} }, grpo: { taskSampling: "content" } }));
+    const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
+    const all: string[] = [];
+    for (let t = 0; t < 600; t++) all.push(JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]));
+    await env.close();
+    expect(byContent!.trainTasks).toEqual(byTask!.trainTasks);
+    expect(byContent!.trainContents).toEqual(byTask!.trainTasks.filter((t, k) => byTask!.trainTasks.findIndex((u) => all[u] === all[t]) === k));
+    expect(byContent!.trainContents.length).toBeLessThan(600);
+  });
+
   it("holds out at most a third of the distinct tasks", async () => {
     // 600 tasks drawn from fewer distinct ones (small sums repeat).
     const [plan] = await planSuites(config({ evalTasks: 5000 }));
