@@ -10,6 +10,18 @@ registerBundledEnvs();
 const config = (suite: Record<string, unknown>, tasksPerSuite = 50) =>
   validateConfig({ suites: [{ env: "sinkflex/arith-v0", options: { difficulty: 1, count: 600 }, ...suite }], model: { init: {} }, eval: { tasksPerSuite } });
 
+/** What a reset of each of the 600 arith tasks shows, as JSON (the generator repeats some). */
+async function arithContents(): Promise<string[]> {
+  const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
+  const all: string[] = [];
+  for (let t = 0; t < 600; t++) all.push(JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]));
+  await env.close();
+  return all;
+}
+
+/** The first of each distinct contents among `tasks`, in their order. */
+const firstOfEach = (tasks: number[], all: string[]) => tasks.filter((t, k) => tasks.findIndex((u) => all[u] === all[t]) === k);
+
 describe("planSuites", () => {
   it("holds out a suite's own evalTasks count, else eval.tasksPerSuite, at most a third of the tasks", async () => {
     expect((await planSuites(config({})))[0]!.evalTasks).toHaveLength(50);
@@ -21,10 +33,7 @@ describe("planSuites", () => {
     const [large] = await planSuites(config({ evalTasks: 150 }));
     // A larger held-out set only removes tasks from the training order.
     const largeHeld = new Set(large!.evalTasks);
-    const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
-    const contents = async (t: number) => JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]);
-    const all = await Promise.all(Array.from({ length: 600 }, (_, t) => contents(t)));
-    await env.close();
+    const all = await arithContents();
     const largeHeldContents = new Set(large!.evalTasks.map((t) => all[t]));
     expect(large!.trainTasks).toEqual(small!.trainTasks.filter((t) => !largeHeld.has(t) && !largeHeldContents.has(all[t])));
     for (const p of [small!, large!]) {
@@ -37,8 +46,7 @@ describe("planSuites", () => {
     }
     // One training task per distinct training contents: the first of each in the training order.
     for (const p of [small!, large!]) {
-      const firsts = p.trainTasks.filter((t, k) => p.trainTasks.findIndex((u) => all[u] === all[t]) === k);
-      expect(p.trainContents).toEqual(firsts);
+      expect(p.trainContents).toEqual(firstOfEach(p.trainTasks, all));
       expect(new Set(p.trainContents.map((t) => all[t])).size).toBe(p.trainContents.length);
       expect(p.trainContents.length).toBeLessThan(p.trainTasks.length);
     }
@@ -51,22 +59,16 @@ describe("planSuites", () => {
     const [byTask] = await planSuites(validateConfig({ suites: [suite], model: { init: {} } }));
     expect(byTask!.trainContents).toEqual(byTask!.trainTasks);
     const [byContent] = await planSuites(validateConfig({ suites: [suite], model: { init: {} }, grpo: { taskSampling: "content" } }));
-    const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
-    const all: string[] = [];
-    for (let t = 0; t < 600; t++) all.push(JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]));
-    await env.close();
+    const all = await arithContents();
     expect(byContent!.trainTasks).toEqual(byTask!.trainTasks);
-    expect(byContent!.trainContents).toEqual(byTask!.trainTasks.filter((t, k) => byTask!.trainTasks.findIndex((u) => all[u] === all[t]) === k));
+    expect(byContent!.trainContents).toEqual(firstOfEach(byTask!.trainTasks, all));
     expect(byContent!.trainContents.length).toBeLessThan(600);
   });
 
   it("holds out at most a third of the distinct tasks", async () => {
     // 600 tasks drawn from fewer distinct ones (small sums repeat).
     const [plan] = await planSuites(config({ evalTasks: 5000 }));
-    const env = await makeChatEnv("sinkflex/arith-v0", { difficulty: 1, count: 600 });
-    const distinct = new Set<string>();
-    for (let t = 0; t < 600; t++) distinct.add(JSON.stringify((await env.reset({ seed: 0, options: { taskIndex: t } }))[0]));
-    await env.close();
+    const distinct = new Set(await arithContents());
     expect(plan!.evalTasks).toHaveLength(Math.floor(distinct.size / 3));
   });
 
