@@ -2,15 +2,15 @@
  * The SFT throughput benchmark (`npm run bench:sft [-- --episodes N] [--steps N] [--json FILE] [--quick]`):
  * the demo's SFT inputs, each measured two ways in one run.
  *
- * 1. Data preparation: the demo's four suites, `--episodes` expert episodes each (default 7,000, as the
- *    demo), played and tokenized on this thread alone, then on the worker pool (`PrepPool`, one worker
- *    per core, at most 4). Both must give the same SFT examples (compared by a hash of every token and
- *    mask).
+ * 1. Data preparation: the demo's four suites, every task's contents read (as `planSuites` splits the
+ *    tasks) and `--episodes` expert episodes each (default 7,000, as the demo) played and tokenized, on
+ *    this thread alone, then on the worker pool (`PrepPool`, one worker per core, at most 4). Both must
+ *    give the same contents and SFT examples (compared by a hash of every digest, token and mask).
  * 2. The training step: `--steps` SFT steps (batches of 8 examples of one suite behind one copy of its
  *    system prompt, loss on the assistant turns), with the LM head on every row and on the scored rows
  *    only (`masks.scored`), alternating step by step on the same batches; medians of the step times.
  *
- * The model is the demo's (Qwen2 shape, 4 layers x 96, 4 heads, 2 KV heads, window 512 + 4 sink slots).
+ * The model is the demo's (its Qwen2 shape, window 512 + 4 sink slots).
  */
 import { execSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -21,7 +21,7 @@ import { createPolicy } from "../src/pipeline/policy.js";
 import { demoConfig } from "../src/pipeline/demo.js";
 import { PrepPool } from "../src/pipeline/prep-pool.js";
 import type { Conversation } from "../src/pipeline/sft-data.js";
-import { planSuites } from "../src/pipeline/tasks.js";
+import { makeChatEnv, planSuites } from "../src/pipeline/tasks.js";
 import { packSharedPrefixes } from "../src/rl/prefix-packing.js";
 import { sftLoss } from "../src/rl/policy-loss.js";
 import { promptGroups } from "../src/rl/sft.js";
@@ -48,10 +48,25 @@ const plans = await planSuites(cfg);
 const seconds = (ms: number) => (ms / 1000).toFixed(1);
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-/** Data preparation with `threads` threads: episodes, the vocabulary (as train.ts builds it), examples. */
+/** Every suite's task contents, read as `planSuites` reads them with `pool` (hashed in `hash`). */
+async function readContents(pool: PrepPool, hash: ReturnType<typeof createHash>): Promise<void> {
+  for (const s of cfg.suites) {
+    const env = await makeChatEnv(s.env, s.options);
+    try {
+      for (const key of await pool.taskContents(s.env, s.options, Number(env.metadata.taskCount), env)) hash.update(key);
+    } finally {
+      await env.close();
+    }
+  }
+}
+
+/** Data preparation with `threads` threads: task contents, episodes, the vocabulary (as train.ts builds it), examples. */
 async function prepare(threads: number) {
   const pool = new PrepPool({ threads });
   try {
+    const hash = createHash("sha256");
+    const tc = performance.now();
+    await readContents(pool, hash);
     const t0 = performance.now();
     const perSuite = await pool.expertConversations(plans, episodes, cfg.seed);
     const conversations: Conversation[] = perSuite.flatMap((s) => s.kept);
@@ -61,23 +76,22 @@ async function prepare(threads: number) {
     const t2 = performance.now();
     const examples = await pool.examples(policy, conversations);
     const t3 = performance.now();
-    const hash = createHash("sha256");
     for (const e of examples) {
       hash.update(Int32Array.from(e.tokens));
       hash.update(e.lossMask);
     }
-    return { policy, examples, ms: { episodes: t1 - t0, vocabulary: t2 - t1, examples: t3 - t2, total: t3 - t0 }, hash: hash.digest("hex") };
+    return { policy, examples, ms: { contents: t0 - tc, episodes: t1 - t0, vocabulary: t2 - t1, examples: t3 - t2, total: t3 - tc }, hash: hash.digest("hex") };
   } finally {
     await pool.close();
   }
 }
 
-process.stderr.write(`data preparation on 1 thread (${plans.length} suites x ${episodes} episodes)...\n`);
+process.stderr.write(`data preparation on 1 thread (${plans.length} suites: every task's contents, ${episodes} episodes each)...\n`);
 const one = await prepare(1);
 const workers = Math.min(4, availableParallelism());
 process.stderr.write(`data preparation on ${workers} worker threads...\n`);
 const pool = await prepare(workers);
-if (pool.hash !== one.hash) throw new Error("the worker pool's SFT examples differ from one thread's: a bug in PrepPool");
+if (pool.hash !== one.hash) throw new Error("the worker pool's task contents or SFT examples differ from one thread's: a bug in PrepPool");
 
 // 2. The training step on the pool's examples: batches of 8 of one suite, as SFT takes them.
 const engine = pool.policy.engine;
@@ -116,6 +130,7 @@ try {
 }
 const rows: string[][] = [
   ["data preparation", "1 thread", `${workers} worker threads`, "ratio"],
+  ["task contents (s)", seconds(one.ms.contents), seconds(pool.ms.contents), `${(one.ms.contents / pool.ms.contents).toFixed(2)}x`],
   ["expert episodes (s)", seconds(one.ms.episodes), seconds(pool.ms.episodes), `${(one.ms.episodes / pool.ms.episodes).toFixed(2)}x`],
   ["vocabulary (s)", seconds(one.ms.vocabulary), seconds(pool.ms.vocabulary), "(one thread both)"],
   ["SFT examples (s)", seconds(one.ms.examples), seconds(pool.ms.examples), `${(one.ms.examples / pool.ms.examples).toFixed(2)}x`],
@@ -133,9 +148,9 @@ const print = (table: string[][]) => {
   console.log(`|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`);
   for (const r of table.slice(1)) console.log(line(r));
 };
-console.log(`\nsinkflex SFT benchmark (commit ${commit}; ${availableParallelism()} cores; the demo's suites, ${episodes} episodes each: ${pool.examples.length} kept; model 4 x 96, kernels ${engine.kernels.describe()})\n`);
+console.log(`\nsinkflex SFT benchmark (commit ${commit}; ${availableParallelism()} cores; the demo's suites, ${episodes} episodes each: ${pool.examples.length} kept; model ${cfg.model.init!.layers} x ${cfg.model.init!.hiddenSize}, kernels ${engine.kernels.describe()})\n`);
 print(rows);
-console.log(`same SFT examples on both: yes (sha256 ${pool.hash.slice(0, 16)})\n`);
+console.log(`same task contents and SFT examples on both: yes (sha256 ${pool.hash.slice(0, 16)})\n`);
 print(stepRows);
 if (jsonFile) {
   writeFileSync(jsonFile, JSON.stringify({ commit, cores: availableParallelism(), episodes, examples: pool.examples.length, prep: { oneThread: one.ms, workers, pool: pool.ms }, step: { steps, msAll: times.all, msScored: times.scored, rowsAll: allRows, rowsScored: scoredRows } }, null, 2));

@@ -1,7 +1,7 @@
 /**
- * Data preparation spread over worker threads: the suites' expert episodes and their SFT examples
- * (rendering and tokenizing every conversation) are CPU work that one thread would do alone while the
- * other cores idle. The pool splits both into jobs, runs them on up to `threads` workers, and puts the
+ * Data preparation spread over worker threads: reading every task's contents (to split the suites'
+ * tasks), the suites' expert episodes and their SFT examples (rendering and tokenizing every
+ * conversation) are CPU work that one thread would do alone while the other cores idle. The pool splits both into jobs, runs them on up to `threads` workers, and puts the
  * results back in order, so the data is exactly what one thread produces: episode k of a suite still
  * runs training task k with seed `seed + k`.
  *
@@ -17,7 +17,7 @@ import { qwen3TokenizerDir } from "../model/tokenizer.js";
 import type { Policy } from "./policy.js";
 import { type PolicyTextSpec, type PrepJob, type PrepMessage } from "./prep-worker.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";
-import { expertEpisodeCount, expertEpisodes, type SuitePlan } from "./tasks.js";
+import { expertEpisodeCount, expertEpisodes, readTaskContents, type ContentsReader, type SuitePlan } from "./tasks.js";
 
 /** Below this many expert episodes, or conversations to tokenize, the pool works on this thread. */
 const MIN_PARALLEL_ITEMS = 1000;
@@ -86,6 +86,26 @@ export class PrepPool {
     });
     return out;
   }
+
+  /**
+   * Every task's contents digest, in task order, as `readTaskContents` reads them: a `ContentsReader`
+   * for `planSuites`. A generated task set makes each task as a reset first asks for it, so reading
+   * them all is most of the suites' planning.
+   */
+  readonly taskContents: ContentsReader = async (envId, options, count, env) => {
+    if (this.threads === 1 || count < this.minParallelItems || !bundledEnvIds().has(envId)) return readTaskContents(envId, options, count, env);
+    const pieces = JOBS_PER_WORKER * this.threads;
+    const jobs: PrepJob[] = [];
+    for (let j = 0; j < pieces; j++) {
+      const from = Math.floor((j * count) / pieces);
+      const to = Math.floor(((j + 1) * count) / pieces);
+      if (to > from) jobs.push({ kind: "contents", envId, options, from, to });
+    }
+    return (await this.runJobs(jobs)).flatMap((r) => {
+      if (r.kind !== "contents") throw new Error(`a data-preparation worker answered a contents job with ${r.kind}`);
+      return r.keys;
+    });
+  };
 
   /** The SFT example of every conversation, in order (as `conversationToExample` makes them). */
   async examples(policy: Policy, conversations: readonly Conversation[]): Promise<(SftExample & { drifted: boolean })[]> {

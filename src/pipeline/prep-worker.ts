@@ -1,7 +1,7 @@
 /**
- * The worker side of data preparation (see prep-pool.ts): runs one job at a time in a worker thread,
- * either a range of one suite's expert episodes or the SFT examples of a slice of conversations, and
- * posts the result back. It rebuilds the policy's text side (tokenizer, chat template, trimmed
+ * The worker side of data preparation (see prep-pool.ts): runs one job at a time in a worker thread
+ * (the contents of a range of one suite's tasks, a range of one suite's expert episodes, or the SFT
+ * examples of a slice of conversations) and posts the result back. It rebuilds the policy's text side (tokenizer, chat template, trimmed
  * vocabulary) from a plain description once, and keeps it for later jobs.
  */
 import { parentPort } from "node:worker_threads";
@@ -11,7 +11,7 @@ import { Tokenizer } from "../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab, type TrimmedVocabJson } from "../model/vocab.js";
 import type { PolicyText } from "./policy.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";
-import { expertEpisodes, type SuitePlan } from "./tasks.js";
+import { expertEpisodes, makeChatEnv, taskContentsRange, type SuitePlan } from "./tasks.js";
 
 /** A policy's text side as plain data, for another thread to rebuild. */
 export interface PolicyTextSpec {
@@ -23,6 +23,7 @@ export interface PolicyTextSpec {
 }
 
 export type PrepJob =
+  | { kind: "contents"; envId: string; options: Record<string, unknown>; from: number; to: number }
   | { kind: "episodes"; plan: Pick<SuitePlan, "envId" | "options" | "trainTasks">; count: number; seed: number; from: number; to: number }
   | { kind: "examples"; text: PolicyTextSpec; conversations: Conversation[] };
 
@@ -36,6 +37,7 @@ export interface PackedExample {
 
 export type PrepMessage =
   | { id: number; kind: "tick"; n: number }
+  | { id: number; kind: "contents"; keys: string[] }
   | { id: number; kind: "episodes"; kept: Conversation[]; failed: number }
   | { id: number; kind: "examples"; examples: PackedExample[] }
   | { id: number; kind: "error"; message: string; stack?: string };
@@ -49,6 +51,14 @@ export function policyTextFromSpec(spec: PolicyTextSpec): PolicyText {
 
 /** Runs one job; `tick` reports finished episodes. */
 export async function runPrepJob(job: PrepJob, tick: (n: number) => void, textOf: (spec: PolicyTextSpec) => PolicyText): Promise<PrepMessage> {
+  if (job.kind === "contents") {
+    const env = await makeChatEnv(job.envId, job.options);
+    try {
+      return { id: 0, kind: "contents", keys: await taskContentsRange(env, job.from, job.to) };
+    } finally {
+      await env.close();
+    }
+  }
   if (job.kind === "episodes") {
     let pending = 0;
     const { kept, failed } = await expertEpisodes(job.plan, job.count, job.seed, () => {

@@ -56,8 +56,9 @@ function suiteNames(cfg: TrainConfig): string[] {
  * With separate eval options (another task set), evaluation uses that set's first tasks and training
  * uses all of the training set.
  */
-export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
+export async function planSuites(cfg: TrainConfig, options: { contents?: ContentsReader } = {}): Promise<SuitePlan[]> {
   const names = suiteNames(cfg);
+  const read = options.contents ?? readTaskContents;
   return Promise.all(
     cfg.suites.map(async (s, i) => {
       spec(s.env); // a clear error for an unknown id
@@ -81,7 +82,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
         let keys: string[] | undefined;
         try {
           // Contents are read only when GRPO draws by them (the held-out tasks are another set).
-          if (cfg.grpo.taskSampling === "content") keys = await taskContents(env, count, `${s.env} ${JSON.stringify(s.options)}`);
+          if (cfg.grpo.taskSampling === "content") keys = await taskContents(s.env, s.options, count, env, read);
         } finally {
           await env.close();
         }
@@ -94,7 +95,7 @@ export async function planSuites(cfg: TrainConfig): Promise<SuitePlan[]> {
       } else {
         let keys: string[];
         try {
-          keys = await taskContents(env, count, `${s.env} ${JSON.stringify(s.options)}`);
+          keys = await taskContents(s.env, s.options, count, env, read);
         } finally {
           await env.close();
         }
@@ -130,24 +131,48 @@ function firstOfEachContents(tasks: number[], keys: string[]): number[] {
   return firsts;
 }
 
+/**
+ * Reads the contents digest of every task of a suite's task set, in task order (`readTaskContents` on
+ * this thread; the data-preparation pool spreads the tasks over its threads). `env` is the suite's env,
+ * open with these options.
+ */
+export type ContentsReader = (envId: string, options: Record<string, unknown>, count: number, env: Env<ChatObservation, AgentTurn>) => Promise<string[]>;
+
 /** Task contents already read in this process, by env id and options (a task set is fixed by them). */
 const contentsRead = new Map<string, string[]>();
 
-/**
- * Each task's contents as its reset shows them (the opening messages and the tools), as a digest of
- * their JSON. Read once per process for a given env and options (the demo's second run plans again).
- */
-async function taskContents(env: Env<ChatObservation, AgentTurn>, count: number, setKey: string): Promise<string[]> {
+/** Each task's contents, read once per process for a given env and options (the demo's second run plans again). */
+async function taskContents(
+  envId: string,
+  options: Record<string, unknown>,
+  count: number,
+  env: Env<ChatObservation, AgentTurn>,
+  read: ContentsReader,
+): Promise<string[]> {
+  const setKey = `${envId} ${JSON.stringify(options)}`;
   const known = contentsRead.get(setKey);
   if (known?.length === count) return known;
-  const keys: string[] = [];
-  for (let t = 0; t < count; t++) {
-    const [observation] = await env.reset({ seed: 0, options: { taskIndex: t } });
-    keys.push(createHash("sha256").update(JSON.stringify(observation)).digest("base64"));
-  }
+  const keys = await read(envId, options, count, env);
+  if (keys.length !== count) throw new Error(`suite ${envId}: read the contents of ${keys.length} tasks, expected ${count}`);
   contentsRead.set(setKey, keys);
   return keys;
 }
+
+/**
+ * Tasks [from, to)'s contents as a reset shows them (the opening messages and the tools), each as a
+ * digest of their JSON, read with `env` on this thread.
+ */
+export async function taskContentsRange(env: Env<ChatObservation, AgentTurn>, from: number, to: number): Promise<string[]> {
+  const keys: string[] = [];
+  for (let t = from; t < to; t++) {
+    const [observation] = await env.reset({ seed: 0, options: { taskIndex: t } });
+    keys.push(createHash("sha256").update(JSON.stringify(observation)).digest("base64"));
+  }
+  return keys;
+}
+
+/** Every task's contents, read on this thread with the suite's env. */
+export const readTaskContents: ContentsReader = (_envId, _options, count, env) => taskContentsRange(env, 0, count);
 
 /**
  * Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data. Episode k

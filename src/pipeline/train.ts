@@ -211,11 +211,11 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     options.onMetrics?.(full);
   };
 
-  // Expert episodes and SFT examples are prepared on worker threads (stopped once the data is ready).
+  // Task contents, expert episodes and SFT examples are prepared on worker threads (stopped once the data is ready).
   const prep = new PrepPool();
   try {
     // 1. Suites and their train / held-out tasks.
-    const plans = await planSuites(cfg);
+    const plans = await planSuites(cfg, { contents: prep.taskContents });
     const rubrics = new Map(plans.map((p) => [p.name, suiteRubric(p.reward)]));
     log(`suites: ${plans.map((p) => `${p.name} (${p.trainTasks.length} train / ${p.evalTasks.length} eval tasks)`).join(", ")}`);
 

@@ -1,6 +1,6 @@
 /**
- * One GRPO update, top to bottom: group advantages -> old and reference log-probs -> E epochs of
- * PPO-clip steps on the engine. Read it like a cleanrl script: every step is here, in order.
+ * One GRPO update, top to bottom: group advantages -> reference log-probs -> E epochs of PPO-clip
+ * steps on the engine (the "old" log-probs are those of epoch 0's own forward pass). Read it like a cleanrl script: every step is here, in order.
  *
  * Input is plain data (token ids, loss masks, behaviour log-probs, rewards) grouped by task; the
  * engine does the forward/backward through the `Engine` primitives. This file knows no environment.
@@ -145,21 +145,23 @@ export async function grpoUpdate(
     return { ...base, loss: 0, kl: 0, clipFraction: 0, ratioMean: 1, importanceWeightMean: 1, entropyEstimate: 0, gradNorm: 0, trainedTokens: 0, engineTokens: 0 };
   }
 
-  // 2. Log-probs of the policy at the start of this update (the PPO "old" policy) and of the reference.
+  // 2. Log-probs of the reference. Those of the policy at the start of this update (the PPO "old"
+  // policy) take no pass of their own: epoch 0's forward pass runs on exactly those weights, so each
+  // micro-batch keeps the log-probs it computes there, for the ratio of this epoch and the later ones.
   const tokenLists = sequences.map((s) => s.tokens);
   const shifted = sequences.map(shiftToPredictions);
   const pack = hp.packPrefixes !== false;
-  // One packing of the whole batch serves the policy's and the reference's log-probs.
-  const packing = pack ? packSharedPrefixes(tokenLists, shifted.map((x) => x.mask)) : null;
   let engineTokens = 0;
-  const logprobsOf = async (e: Engine) => {
+  let refLogprobs: Float32Array[] | undefined;
+  if (hp.klCoef > 0) {
+    const packing = pack ? packSharedPrefixes(tokenLists, shifted.map((x) => x.mask)) : null;
     engineTokens += packing ? packing.tokensOut : tokenLists.reduce((n, t) => n + t.length, 0);
-    return packing ? packing.unpack(await e.logprobs(packing.sequences, packing.masks)) : e.logprobs(tokenLists, { scored: shifted.map((x) => x.mask) });
-  };
-  const oldLogprobs = await logprobsOf(engine);
-  const refLogprobs = hp.klCoef > 0 ? await logprobsOf(reference!) : undefined;
+    refLogprobs = packing
+      ? packing.unpack(await reference!.logprobs(packing.sequences, packing.masks))
+      : await reference!.logprobs(tokenLists, { scored: shifted.map((x) => x.mask) });
+  }
   const lossSequences: LossSequence[] = shifted.map(({ mask, behaviour }, i) => (
-    { mask, advantage: advantages[i]!, oldLogprobs: oldLogprobs[i]!, behaviourLogprobs: behaviour, refLogprobs: refLogprobs?.[i] }
+    { mask, advantage: advantages[i]!, oldLogprobs: new Float32Array(0), behaviourLogprobs: behaviour, refLogprobs: refLogprobs?.[i] }
   ));
   const totalTokens = lossSequences.reduce((n, s) => n + countMask(s.mask), 0);
 
@@ -176,7 +178,9 @@ export async function grpoUpdate(
       const microSeqs = micro.filter((s) => countMask(s.mask) > 0).length;
       // Scale so that the micro-batch losses add up to the loss of the whole batch.
       const scale = hp.aggregation === "token" ? microTokens / Math.max(totalTokens, 1) : microSeqs / Math.max(lossSequences.filter((s) => countMask(s.mask) > 0).length, 1);
+      const firstEpoch = epoch === 0;
       const microLoss: TokenLoss = (lp) => {
+        if (firstEpoch) micro.forEach((s, i) => (s.oldLogprobs = Float32Array.from(lp[i]!)));
         const r = policyLoss(lp, micro, hp);
         return { loss: r.loss * scale, dLogprobs: r.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: r.metrics };
       };

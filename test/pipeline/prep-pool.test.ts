@@ -5,7 +5,7 @@ import { register, spec, unregister } from "../../src/gym/registry.js";
 import { createPolicy } from "../../src/pipeline/policy.js";
 import { PrepPool } from "../../src/pipeline/prep-pool.js";
 import { conversationToExample } from "../../src/pipeline/sft-data.js";
-import { expertEpisodes, planSuites } from "../../src/pipeline/tasks.js";
+import { expertEpisodes, makeChatEnv, planSuites, readTaskContents } from "../../src/pipeline/tasks.js";
 import { validateConfig } from "../../src/rl/config.js";
 
 registerBundledEnvs();
@@ -63,6 +63,28 @@ describe("data preparation on worker threads", () => {
       });
     } finally {
       await Promise.all([one.close(), two.close()]);
+    }
+  }, 120_000);
+
+  it("reads every task's contents on the workers as this thread does, in task order", async () => {
+    const pool = new PrepPool({ threads: 2, minParallelItems: 0 });
+    try {
+      // The household set generates each task as it is first asked for; the run-time suite is read here.
+      for (const s of [config.suites[1]!, config.suites[0]!, config.suites[3]!]) {
+        const env = await makeChatEnv(s.env, s.options);
+        try {
+          const count = Number(env.metadata.taskCount);
+          const serial = await readTaskContents(s.env, s.options, count, env);
+          const parallel = await pool.taskContents(s.env, s.options, count, env);
+          expect(parallel).toHaveLength(200);
+          expect(parallel).toEqual(serial);
+          expect(new Set(serial).size).toBeGreaterThan(50);
+        } finally {
+          await env.close();
+        }
+      }
+    } finally {
+      await pool.close();
     }
   }, 120_000);
 

@@ -82,6 +82,32 @@ describe("a GRPO update", () => {
     expect(() => config(1.5)).toThrow(/negativeAdvantageScale/);
   });
 
+  it("takes the old log-probs from epoch 0's own forward pass: no separate pass, a ratio of exactly 1 there", async () => {
+    const engine = make();
+    const reference = make();
+    const groups = await onPolicyGroups(engine, [[1, 0, 0, 1], [0, 0, 1, 0]]);
+    const calls = { policy: 0, reference: 0 };
+    const count = (e: EmbeddedEngine, key: keyof typeof calls) => {
+      const logprobs = e.logprobs.bind(e);
+      e.logprobs = (...args) => {
+        calls[key]++;
+        return logprobs(...args);
+      };
+    };
+    count(engine, "policy");
+    count(reference, "reference");
+    const one = await grpoUpdate(engine, reference, groups, { ...hp, klCoef: 0.04 });
+    expect(calls).toEqual({ policy: 0, reference: 1 });
+    expect(one.ratioMean).toBeCloseTo(1, 12);
+    expect(one.clipFraction).toBe(0);
+    // The metrics are the last epoch's: a second epoch, off the old policy, has ratios other than 1.
+    const other = make();
+    count(other, "policy");
+    const two = await grpoUpdate(other, undefined, groups, { ...hp, epochs: 2, lr: 0.1 });
+    expect(Math.abs(two.ratioMean - 1)).toBeGreaterThan(1e-4);
+    expect(calls).toEqual({ policy: 0, reference: 1 });
+  });
+
   it("leaves the weights unchanged when every group's rewards are equal", async () => {
     const engine = make();
     const groups = await onPolicyGroups(engine, [[1, 1, 1, 1], [0, 0, 0, 0]]);

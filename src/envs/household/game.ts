@@ -48,6 +48,23 @@ export function entityNames(ids: Iterable<string>): Map<string, string> {
   return names;
 }
 
+/**
+ * Parsed domains by their text. Every ALFWorld game carries the same domain (and every generated one
+ * the same copy), so it is parsed once; a Domain is never changed after parsing.
+ */
+const parsedDomains = new Map<string, Domain>();
+const PARSED_DOMAINS = 8;
+
+function domainOf(text: string): Domain {
+  let domain = parsedDomains.get(text);
+  if (!domain) {
+    domain = parseDomain(text);
+    parsedDomains.set(text, domain);
+    if (parsedDomains.size > PARSED_DOMAINS) parsedDomains.delete(parsedDomains.keys().next().value!);
+  }
+  return domain;
+}
+
 /** The parsed, immutable parts of a game; `Simulator` instances share it. */
 export class Game {
   readonly domain: Domain;
@@ -62,7 +79,7 @@ export class Game {
     for (const field of ["pddl_domain", "pddl_problem", "grammar"] as const) {
       if (typeof data[field] !== "string") throw new Error(`${source}: the game has no "${field}" text; is it a TextWorld-PDDL (.tw-pddl) file?`);
     }
-    this.domain = parseDomain(data.pddl_domain);
+    this.domain = domainOf(data.pddl_domain);
     this.problem = parseProblem(data.pddl_problem);
     this.grammar = parseGrammar(data.grammar);
     this.deriver = new Deriver(this.grammar);

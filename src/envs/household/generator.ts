@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { Rng } from "../../gym/rng.js";
 import { plan } from "./expert.js";
 import { Game, Simulator, type GameData } from "./game.js";
-import { dataDir, type HouseholdTask, type TaskType } from "./tasks.js";
+import { dataDir, rememberGame, type HouseholdTask, type TaskType } from "./tasks.js";
 
 type Room = "kitchen" | "bedroom" | "bathroom" | "livingroom";
 
@@ -337,7 +337,9 @@ export function generateTask(options: Omit<GenerateOptions, "count">, index: num
     } catch {
       continue;
     }
-    return { id, taskType: type, data: drawn.data, difficulty: level };
+    const task: HouseholdTask = { id, taskType: type, data: drawn.data, difficulty: level };
+    rememberGame(task, game);
+    return task;
   }
   throw new Error(`household generator: could not make a solvable ${type} game at level ${level} (seed ${options.seed}, index ${index})`);
 }

@@ -80,6 +80,20 @@ export function listGames(dir: string, options: { goldOnly?: boolean; solvableOn
 const cache = new Map<string, Game>();
 const CACHE_SIZE = 64;
 
+function remember(key: string, game: Game): void {
+  cache.set(key, game);
+  if (cache.size > CACHE_SIZE) cache.delete(cache.keys().next().value!);
+}
+
+/**
+ * Keeps the game a generator parsed to check a task: the episode that asked for the task loads it next
+ * (by `loadGame(task)`), and would otherwise parse the same text again.
+ */
+export function rememberGame(task: HouseholdTask, game: Game): void {
+  if (game.data !== task.data) throw new Error(`household: the game remembered for task ${task.id} is not parsed from its data`);
+  remember(task.gameFile ?? task.id, game);
+}
+
 /** The parsed game of a task (parsed games are cached; a Game is immutable). */
 export function loadGame(task: HouseholdTask): Game {
   const key = task.gameFile ?? task.id;
@@ -99,7 +113,6 @@ export function loadGame(task: HouseholdTask): Game {
     }
   } else throw new Error(`household: task ${task.id} has neither a game file nor game data`);
   const game = new Game(data, task.gameFile ?? task.id);
-  cache.set(key, game);
-  if (cache.size > CACHE_SIZE) cache.delete(cache.keys().next().value!);
+  remember(key, game);
   return game;
 }
