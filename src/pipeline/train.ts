@@ -290,7 +290,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       const startStep = state.step;
       // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
       // steps that fit: measured over the first 120 steps and again every 100 steps until 90% of the
-      // plan, and re-planned only when the measure is 10% or more off the plan (steps of different suites
+      // plan, and re-planned only when the measure is 20% or more off the plan (steps of different suites
       // take different times: a measure over 20 steps was 13% off the run's rate once). The first steps
       // (allocations, caches warming up) are left out of the measure.
       let measuredFrom = { step: startStep + 5, at: Infinity };
