@@ -1,9 +1,11 @@
 /**
  * Data preparation spread over worker threads: reading every task's contents (to split the suites'
  * tasks), the suites' expert episodes and their SFT examples (rendering and tokenizing every
- * conversation) are CPU work that one thread would do alone while the other cores idle. The pool splits both into jobs, runs them on up to `threads` workers, and puts the
- * results back in order, so the data is exactly what one thread produces: episode k of a suite still
- * runs training task k with seed `seed + k`.
+ * conversation) are CPU work that one thread would do alone while the other cores idle. The pool
+ * splits each into jobs, runs them on up to `threads` workers, and puts the results back in order, so
+ * the data is exactly what one thread produces: episode k of a suite still runs training task k with
+ * seed `seed + k`. Calls may overlap (`planSuites` reads its suites at once): a worker serves their
+ * jobs in turn, and each answer names its job.
  *
  * Suites registered by the caller at run time are not known in a worker thread (a worker starts with
  * only the bundled suites), so their episodes run on this thread; so does everything when there is one

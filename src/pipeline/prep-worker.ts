@@ -1,8 +1,9 @@
 /**
- * The worker side of data preparation (see prep-pool.ts): runs one job at a time in a worker thread
- * (the contents of a range of one suite's tasks, a range of one suite's expert episodes, or the SFT
- * examples of a slice of conversations) and posts the result back. It rebuilds the policy's text side (tokenizer, chat template, trimmed
- * vocabulary) from a plain description once, and keeps it for later jobs.
+ * The worker side of data preparation (see prep-pool.ts): runs jobs in a worker thread (the contents
+ * of a range of one suite's tasks, a range of one suite's expert episodes, or the SFT examples of a
+ * slice of conversations) and posts each result back under its job's id. It rebuilds the policy's text
+ * side (tokenizer, chat template, trimmed vocabulary) from a plain description once, and keeps it for
+ * later jobs.
  */
 import { parentPort } from "node:worker_threads";
 import { registerBundledEnvs } from "../envs/index.js";
