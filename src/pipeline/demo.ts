@@ -70,14 +70,18 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       runsDir: options.runsDir,
       // GRPO's reward and share of each step per suite. Household and restapi learn from their env's
       // partial progress as well as success (after SFT most of their groups fail in every member, and
-      // progress tells those failures apart); restapi, whose groups are most often mixed, gets twice the
-      // share, and sql, whose groups almost never are, a quarter. SFT is the same for any weights.
+      // progress tells those failures apart). Arith gets three times the share: its episodes are short
+      // and its groups often mixed, so a second of GRPO teaches it the most (from the demo's SFT
+      // policy, 284 s of GRPO took arith from 79.6% to 84.3% in 64 steps with these shares, against
+      // 80.5% in 44 steps with restapi at two and arith at one; household and restapi moved by a point
+      // at most either way). Sql, whose groups almost never differ, gets a quarter. SFT is the same for
+      // any weights.
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, ...(quick ? {} : { evalTasks: 2000 }) },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 3, ...(quick ? {} : { evalTasks: 2000 }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
         { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, reward: { verifier: 1, progress: 2, format: 0 } },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 2, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450 }) },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450 }) },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
