@@ -1,6 +1,7 @@
 /**
  * One GRPO update, top to bottom: group advantages -> reference log-probs -> E epochs of PPO-clip
- * steps on the engine (the "old" log-probs are those of epoch 0's own forward pass). Read it like a cleanrl script: every step is here, in order.
+ * steps on the engine (the "old" log-probs are those of epoch 0's own forward pass). Read it like a
+ * cleanrl script: every step is here, in order.
  *
  * Input is plain data (token ids, loss masks, behaviour log-probs, rewards) grouped by task; the
  * engine does the forward/backward through the `Engine` primitives. This file knows no environment.
