@@ -65,10 +65,8 @@ export class PrepPool {
       const n = expertEpisodeCount(p, count);
       if (!parallel || !bundled.has(p.envId)) return local.push(suite);
       const pieces = Math.max(1, Math.min(Math.ceil(n / 50), Math.round((JOBS_PER_WORKER * this.threads * n) / total)));
-      for (let j = 0; j < pieces; j++) {
-        const from = Math.floor((j * n) / pieces);
-        const to = Math.floor(((j + 1) * n) / pieces);
-        if (to > from) jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks }, count, seed, from, to } });
+      for (const { from, to } of evenRanges(n, pieces)) {
+        jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks }, count, seed, from, to } });
       }
     });
     const out = plans.map(() => ({ kept: [] as Conversation[], failed: 0 }));
@@ -96,13 +94,7 @@ export class PrepPool {
    */
   readonly taskContents: ContentsReader = async (envId, options, count, env) => {
     if (this.threads === 1 || count < this.minParallelItems || !bundledEnvIds().has(envId)) return readTaskContents(envId, options, count, env);
-    const pieces = JOBS_PER_WORKER * this.threads;
-    const jobs: PrepJob[] = [];
-    for (let j = 0; j < pieces; j++) {
-      const from = Math.floor((j * count) / pieces);
-      const to = Math.floor(((j + 1) * count) / pieces);
-      if (to > from) jobs.push({ kind: "contents", envId, options, from, to });
-    }
+    const jobs = evenRanges(count, JOBS_PER_WORKER * this.threads).map(({ from, to }): PrepJob => ({ kind: "contents", envId, options, from, to }));
     return (await this.runJobs(jobs)).flatMap((r) => {
       if (r.kind !== "contents") throw new Error(`a data-preparation worker answered a contents job with ${r.kind}`);
       return r.keys;
@@ -113,12 +105,9 @@ export class PrepPool {
   async examples(policy: Policy, conversations: readonly Conversation[]): Promise<(SftExample & { drifted: boolean })[]> {
     if (this.threads === 1 || conversations.length < this.minParallelItems) return conversations.map((c) => conversationToExample(policy, c));
     const text = policyTextSpec(policy);
-    const pieces = JOBS_PER_WORKER * this.threads;
-    const jobs: PrepJob[] = [];
-    for (let j = 0; j < pieces; j++) {
-      const slice = conversations.slice(Math.floor((j * conversations.length) / pieces), Math.floor(((j + 1) * conversations.length) / pieces));
-      if (slice.length > 0) jobs.push({ kind: "examples", text, conversations: slice });
-    }
+    const jobs = evenRanges(conversations.length, JOBS_PER_WORKER * this.threads).map(
+      ({ from, to }): PrepJob => ({ kind: "examples", text, conversations: conversations.slice(from, to) }),
+    );
     const results = await this.runJobs(jobs);
     return results.flatMap((r) => {
       if (r.kind !== "examples") throw new Error(`a data-preparation worker answered an examples job with ${r.kind}`);
@@ -190,6 +179,17 @@ export class PrepPool {
       worker.postMessage({ id, job });
     });
   }
+}
+
+/** [0, n) cut into `pieces` consecutive ranges of nearly equal size, the empty ones left out. */
+function evenRanges(n: number, pieces: number): { from: number; to: number }[] {
+  const out: { from: number; to: number }[] = [];
+  for (let j = 0; j < pieces; j++) {
+    const from = Math.floor((j * n) / pieces);
+    const to = Math.floor(((j + 1) * n) / pieces);
+    if (to > from) out.push({ from, to });
+  }
+  return out;
 }
 
 function startWorker(): Worker {
