@@ -27,6 +27,8 @@ export interface SuitePlan {
    */
   trainContents: number[];
   evalTasks: number[];
+  /** This suite's expert episodes for SFT, where it sets its own (otherwise sft.expertEpisodes). */
+  sftEpisodes?: number;
 }
 
 export function makeChatEnv(envId: string, options: Record<string, unknown>): Promise<Env<ChatObservation, AgentTurn>> {
@@ -114,7 +116,7 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
         trainContents = firstOfEachContents(trainTasks, keys);
       }
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks };
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks, sftEpisodes: s.sftEpisodes };
     }),
   );
 }

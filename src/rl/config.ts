@@ -41,6 +41,8 @@ const SuiteEntry = z
     evalOptions: z.record(z.string(), z.unknown()).optional(),
     /** Held-out tasks of this suite (default eval.tasksPerSuite): more where episodes are cheap, for narrower intervals. */
     evalTasks: positiveInt.optional(),
+    /** Expert episodes of this suite for SFT (default sft.expertEpisodes): more for a suite that needs more to learn. */
+    sftEpisodes: z.number().int().min(0).optional(),
     weight: z.number().positive().default(1),
     /**
      * The reward GRPO learns from on this suite: the weights of a rubric over the env's verifier, its

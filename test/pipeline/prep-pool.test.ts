@@ -66,6 +66,25 @@ describe("data preparation on worker threads", () => {
     }
   }, 120_000);
 
+  it("runs a suite's own sftEpisodes instead of the shared count, on the workers and on this thread", async () => {
+    const own = validateConfig(
+      { ...config, suites: config.suites.map((s) => (s.env === "sinkflex/arith-v0" ? { ...s, sftEpisodes: 25 } : s.env === LOCAL_ID ? { ...s, sftEpisodes: 7 } : s)) },
+      "the test config",
+    );
+    const plans = await planSuites(own);
+    expect(plans.map((p) => p.sftEpisodes)).toEqual([25, undefined, undefined, 7]);
+    const two = new PrepPool({ threads: 2, minParallelItems: 0 });
+    try {
+      const out = await two.expertConversations(plans, 12, 5);
+      expect(out.map((o) => o.kept.length + o.failed)).toEqual([25, 12, 12, 7]);
+      // The same episodes as the suite's own count asked of expertEpisodes directly.
+      const direct = await expertEpisodes(plans[0]!, 25, 5);
+      expect(out[0]!.kept).toEqual(direct.kept.map((e) => ({ messages: e.messages, tools: e.tools })));
+    } finally {
+      await two.close();
+    }
+  }, 120_000);
+
   it("reads every task's contents on the workers as this thread does, in task order", async () => {
     const pool = new PrepPool({ threads: 2, minParallelItems: 0 });
     try {
