@@ -57,25 +57,24 @@ export class PrepPool {
     seed: number,
     onEpisodes?: (n: number) => void,
   ): Promise<{ kept: Conversation[]; failed: number }[]> {
-    const countOf = (p: SuitePlan) => p.sftEpisodes ?? count;
-    const total = plans.reduce((n, p) => n + expertEpisodeCount(p, countOf(p)), 0);
+    const total = plans.reduce((n, p) => n + expertEpisodeCount(p, count), 0);
     const parallel = this.threads > 1 && total >= this.minParallelItems;
     const bundled = bundledEnvIds();
     const jobs: { suite: number; job: PrepJob & { kind: "episodes" } }[] = [];
     const local: number[] = [];
     plans.forEach((p, suite) => {
-      const n = expertEpisodeCount(p, countOf(p));
+      const n = expertEpisodeCount(p, count);
       if (!parallel || !bundled.has(p.envId)) return local.push(suite);
       const pieces = Math.max(1, Math.min(Math.ceil(n / 50), Math.round((JOBS_PER_WORKER * this.threads * n) / total)));
       for (const { from, to } of evenRanges(n, pieces)) {
-        jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks }, count: countOf(p), seed, from, to } });
+        jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks, sftEpisodes: p.sftEpisodes }, count, seed, from, to } });
       }
     });
     const out = plans.map(() => ({ kept: [] as Conversation[], failed: 0 }));
     // The workers' jobs and this thread's suites at once; the first error rejects both.
     const here = async () => {
       for (const suite of local) {
-        const { kept, failed } = await expertEpisodes(plans[suite]!, countOf(plans[suite]!), seed, () => onEpisodes?.(1));
+        const { kept, failed } = await expertEpisodes(plans[suite]!, count, seed, () => onEpisodes?.(1));
         out[suite] = { kept: kept.map((e) => ({ messages: e.messages, tools: e.tools })), failed };
       }
     };

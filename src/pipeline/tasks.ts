@@ -177,17 +177,17 @@ export async function taskContentsRange(env: Env<ChatObservation, AgentTurn>, fr
 export const readTaskContents: ContentsReader = (_envId, _options, count, env) => taskContentsRange(env, 0, count);
 
 /**
- * Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data. Episode k
- * runs training task k (cycling through them, at most four times) with seed `seed + k`; `range` runs
- * episodes [from, to) of the `count` only, so that parts of one suite's episodes can run on different
+ * Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data: `count` of
+ * them, or the plan's own `sftEpisodes`. Episode k runs training task k (cycling through them, at most
+ * four times) with seed `seed + k`; `range` runs episodes [from, to) of those only, so that parts of one suite's episodes can run on different
  * threads and be concatenated in order.
  */
 export async function expertEpisodes(
-  plan: Pick<SuitePlan, "envId" | "options" | "trainTasks">,
+  plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes">,
   count: number,
   seed: number,
   onEpisode?: () => void,
-  range: { from: number; to: number } = { from: 0, to: count },
+  range: { from: number; to: number } = { from: 0, to: Number.POSITIVE_INFINITY },
 ): Promise<{ kept: ExpertEpisode[]; failed: number }> {
   const kept: ExpertEpisode[] = [];
   let failed = 0;
@@ -208,7 +208,10 @@ export async function expertEpisodes(
   return { kept, failed };
 }
 
-/** How many expert episodes `expertEpisodes` runs for `count` asked: each training task at most 4 times. */
-export function expertEpisodeCount(plan: Pick<SuitePlan, "trainTasks">, count: number): number {
-  return Math.min(count, plan.trainTasks.length * 4);
+/**
+ * How many expert episodes `expertEpisodes` runs for `count` asked (or the plan's own `sftEpisodes`):
+ * each training task at most 4 times.
+ */
+export function expertEpisodeCount(plan: Pick<SuitePlan, "trainTasks" | "sftEpisodes">, count: number): number {
+  return Math.min(plan.sftEpisodes ?? count, plan.trainTasks.length * 4);
 }

@@ -222,7 +222,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // 2. SFT data: expert episodes on training tasks, plus imported chat JSONL.
     const conversations: Conversation[] = [];
     if (cfg.sft.enabled || cfg.model.init) {
-      const progress = new Progress("expert episodes", plans.reduce((n, p) => n + expertEpisodeCount(p, p.sftEpisodes ?? cfg.sft.expertEpisodes), 0), "eps", options.quiet);
+      const progress = new Progress("expert episodes", plans.reduce((n, p) => n + expertEpisodeCount(p, cfg.sft.expertEpisodes), 0), "eps", options.quiet);
       const perSuite = await prep.expertConversations(plans, cfg.sft.expertEpisodes, cfg.seed, (n) => progress.tick(n));
       perSuite.forEach(({ kept, failed }, i) => {
         if (failed > 0) log(`  ${plans[i]!.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
