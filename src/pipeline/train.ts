@@ -424,10 +424,16 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         const trainMs = performance.now() - tTrain;
         const rewardBySuite: Record<string, number[]> = {};
         const successBySuite: Record<string, number[]> = {};
+        // How the episodes ended, per suite: the model's turns, and whether a limit cut them off (a policy
+        // that learns to drag an episode on shows here before its success falls).
+        const turnsBySuite: Record<string, number[]> = {};
+        const truncatedBySuite: Record<string, number[]> = {};
         scored.forEach((g, i) => {
           const name = stepTaskList[i]!.plan.name;
           (rewardBySuite[name] ??= []).push(...g.map((x) => x.reward));
           (successBySuite[name] ??= []).push(...g.map((x) => (x.success ? 1 : 0)));
+          (turnsBySuite[name] ??= []).push(...groups[i]!.map((t) => t.turns.length));
+          (truncatedBySuite[name] ??= []).push(...groups[i]!.map((t) => (t.endReason.startsWith("truncated") ? 1 : 0)));
         });
         // Model tokens of this step's rollouts: the rollout's counters since the last step (shared
         // prompt prefills are counted once, where they happen).
@@ -449,6 +455,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           policyVersion: policy.engine.policyVersion,
           reward: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v)])),
           success: Object.fromEntries(Object.entries(successBySuite).map(([k, v]) => [k, mean(v)])),
+          episodes: Object.fromEntries(Object.keys(turnsBySuite).map((k) => [k, { turns: mean(turnsBySuite[k]!), truncated: mean(truncatedBySuite[k]!) }])),
           rewardMean: mean(allRewards),
           lr,
           loss: m!.loss,

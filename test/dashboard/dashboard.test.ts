@@ -69,6 +69,9 @@ describe("dashboard server", () => {
       await page.selectOption("#compare-select", "beta");
       // Comparing: the reward chart holds one line per run.
       await page.waitForFunction('document.querySelectorAll(".chart")[0]?.querySelectorAll("polyline.series").length === 2', undefined, { timeout: 10_000 });
+      // The per-suite episode charts: turns per episode and the share a limit cut off, one line per run.
+      expect(await page.locator(".chart", { hasText: "model turns per episode" }).locator("polyline.series").count()).toBe(2);
+      expect(await page.locator(".chart", { hasText: "episodes cut off by a limit" }).locator("polyline.series").count()).toBe(2);
       const lines = await page.locator("polyline.series").count();
       expect(lines).toBeGreaterThanOrEqual(10);
       // The viewer shows the group's 4 rollouts side by side, with trained tokens marked.

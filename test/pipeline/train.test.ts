@@ -42,6 +42,18 @@ describe("the training pipeline", () => {
     expect(meta.optimizerStep).toBeGreaterThan(0);
     // The policy learned from something: some group had mixed rewards and the weights moved.
     expect(grpo.some((r) => r.degenerateGroups < 2 && r.gradNorm > 0)).toBe(true);
+    // How each step's episodes ended, per suite: the model's turns and the share a limit cut off, as the
+    // step's trajectory records show them.
+    for (const r of grpo) {
+      const records = readFileSync(join(full.runDir, "trajectories", `grpo-${String(r.step).padStart(5, "0")}.jsonl`), "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l));
+      const avg = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+      expect(r.episodes.parity.turns).toBeCloseTo(avg(records.map((t) => t.messages.filter((m: { role: string }) => m.role === "assistant").length)), 10);
+      expect(r.episodes.parity.truncated).toBeCloseTo(avg(records.map((t) => (t.endReason.startsWith("truncated") ? 1 : 0))), 10);
+    }
+    expect(grpo.some((r) => r.episodes.parity.turns > 0)).toBe(true);
     expect(readdirSync(join(full.runDir, "trajectories")).filter((f) => f.endsWith(".jsonl"))).toHaveLength(3);
     expect(existsSync(join(full.runDir, "final", "model.safetensors"))).toBe(true);
     const status = JSON.parse(readFileSync(join(full.runDir, "status.json"), "utf8"));

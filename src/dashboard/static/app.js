@@ -52,10 +52,15 @@ function drawCharts() {
   const suites = new Set();
   for (const r of runs) for (const m of state.metrics[r] || []) for (const s of Object.keys(m.reward || {})) suites.add(s);
   const series = (key, stage, xKey) => runs.map((r) => ({ label: runs.length > 1 ? r : key, points: seriesFor(r, key, stage, xKey) }));
-  // Reward per suite (GRPO), one chart with one line per suite (and per run when comparing).
-  const rewardSeries = [];
-  for (const r of runs) for (const s of suites) rewardSeries.push({ label: runs.length > 1 ? `${r}: ${s}` : s, points: seriesFor(r, `reward.${s}`, "grpo") });
-  charts.append(lineChart("reward per suite (GRPO)", rewardSeries, alpha));
+  // Per-suite GRPO measures: one chart each, one line per suite (and per run when comparing).
+  const perSuite = (key) => {
+    const out = [];
+    for (const r of runs) for (const s of suites) out.push({ label: runs.length > 1 ? `${r}: ${s}` : s, points: seriesFor(r, key(s), "grpo") });
+    return out;
+  };
+  charts.append(lineChart("reward per suite (GRPO)", perSuite((s) => `reward.${s}`), alpha));
+  charts.append(lineChart("model turns per episode (GRPO)", perSuite((s) => `episodes.${s}.turns`), alpha));
+  charts.append(lineChart("episodes cut off by a limit (GRPO)", perSuite((s) => `episodes.${s}.truncated`), alpha));
   charts.append(lineChart("SFT loss", series("loss", "sft"), alpha));
   charts.append(lineChart("GRPO loss", series("loss", "grpo"), alpha));
   charts.append(lineChart("KL to reference", series("kl", "grpo"), alpha));
