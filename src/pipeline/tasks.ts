@@ -179,8 +179,8 @@ export const readTaskContents: ContentsReader = (_envId, _options, count, env) =
 /**
  * Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data: `count` of
  * them, or the plan's own `sftEpisodes`. Episode k runs training task k (cycling through them, at most
- * four times) with seed `seed + k`; `range` runs episodes [from, to) of those only, so that parts of one suite's episodes can run on different
- * threads and be concatenated in order.
+ * four times) with seed `seed + k`; `range` runs episodes [from, to) of those only, so that parts of
+ * one suite's episodes can run on different threads and be concatenated in order.
  */
 export async function expertEpisodes(
   plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes">,

@@ -422,19 +422,20 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           });
         });
         const trainMs = performance.now() - tTrain;
-        const rewardBySuite: Record<string, number[]> = {};
-        const successBySuite: Record<string, number[]> = {};
-        // How the episodes ended, per suite: the model's turns, and whether a limit cut them off (a policy
-        // that learns to drag an episode on shows here before its success falls).
-        const turnsBySuite: Record<string, number[]> = {};
-        const truncatedBySuite: Record<string, number[]> = {};
+        // Per suite, one entry per trajectory: reward, success, model turns, and whether a limit cut the
+        // episode off (a policy that learns to drag its episodes on shows there before its success falls).
+        const bySuite: Record<string, { reward: number[]; success: number[]; turns: number[]; truncated: number[] }> = {};
         scored.forEach((g, i) => {
-          const name = stepTaskList[i]!.plan.name;
-          (rewardBySuite[name] ??= []).push(...g.map((x) => x.reward));
-          (successBySuite[name] ??= []).push(...g.map((x) => (x.success ? 1 : 0)));
-          (turnsBySuite[name] ??= []).push(...groups[i]!.map((t) => t.turns.length));
-          (truncatedBySuite[name] ??= []).push(...groups[i]!.map((t) => (t.endReason.startsWith("truncated") ? 1 : 0)));
+          const s = (bySuite[stepTaskList[i]!.plan.name] ??= { reward: [], success: [], turns: [], truncated: [] });
+          g.forEach((x, j) => {
+            const t = groups[i]![j]!;
+            s.reward.push(x.reward);
+            s.success.push(x.success ? 1 : 0);
+            s.turns.push(t.turns.length);
+            s.truncated.push(t.endReason.startsWith("truncated") ? 1 : 0);
+          });
         });
+        const meanBySuite = (key: keyof (typeof bySuite)[string]) => Object.fromEntries(Object.entries(bySuite).map(([k, v]) => [k, mean(v[key])]));
         // Model tokens of this step's rollouts: the rollout's counters since the last step (shared
         // prompt prefills are counted once, where they happen).
         const sampled = rollout.stats.sampledTokens - lastStats.sampledTokens;
@@ -453,9 +454,9 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
           stage: "grpo",
           step,
           policyVersion: policy.engine.policyVersion,
-          reward: Object.fromEntries(Object.entries(rewardBySuite).map(([k, v]) => [k, mean(v)])),
-          success: Object.fromEntries(Object.entries(successBySuite).map(([k, v]) => [k, mean(v)])),
-          episodes: Object.fromEntries(Object.keys(turnsBySuite).map((k) => [k, { turns: mean(turnsBySuite[k]!), truncated: mean(truncatedBySuite[k]!) }])),
+          reward: meanBySuite("reward"),
+          success: meanBySuite("success"),
+          episodes: Object.fromEntries(Object.entries(bySuite).map(([k, v]) => [k, { turns: mean(v.turns), truncated: mean(v.truncated) }])),
           rewardMean: mean(allRewards),
           lr,
           loss: m!.loss,
