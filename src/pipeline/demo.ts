@@ -23,7 +23,7 @@ export interface DemoOptions {
   quiet?: boolean;
   shouldStop?: () => boolean;
   seed?: number;
-  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 90%. */
+  /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 92%. */
   minutes?: number;
 }
 
@@ -61,27 +61,27 @@ export interface DemoResult {
 export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number }): TrainConfig {
   const quick = options.quick ?? false;
   // A longer run gets more distinct expert episodes (one pass over them), not more passes over the same.
-  const episodes = Math.round(7000 * Math.max(1, (options.minutes ?? 20) / 20));
+  const share = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20));
+  const episodes = share(7000);
   const generated = quick ? 300 : 12_000;
   return validateConfig(
     {
       name: options.name ?? (quick ? "demo-quick" : "demo"),
       seed: options.seed ?? 0,
       runsDir: options.runsDir,
-      // GRPO's reward and share of each step per suite. Household and restapi learn from their env's
-      // partial progress as well as success (after SFT most of their groups fail in every member, and
-      // progress tells those failures apart). Arith gets three times the share: its episodes are short
-      // and its groups often mixed, so a second of GRPO teaches it the most (from the demo's SFT
-      // policy, 284 s of GRPO took arith from 79.6% to 84.3% in 64 steps with these shares, against
-      // 80.5% in 44 steps with restapi at two and arith at one; household and restapi moved by a point
-      // at most either way). Sql, whose groups almost never differ, gets a quarter. SFT is the same for
-      // any weights.
+      // SFT's expert episodes per suite: household gets the most (it learns from 12,000 in the mix, not
+      // from 7,000), arith the 7,000 its copying needs, restapi 2,500 (from 2,500 to 13,000 it stays at
+      // 5-7% in the mix), sql its 640 (160 tasks, 4 each).
+      // GRPO's reward and share of each step per suite. Household is scored on success alone and gets
+      // three shares, arith two (its episodes are short and its groups often mixed), restapi one and sql,
+      // whose groups almost never differ, a quarter. Restapi learns from its env's partial progress as
+      // well as success (most of its groups fail in every member).
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 3, ...(quick ? {} : { evalTasks: 2000 }) },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 1000, sftEpisodes: share(7000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, reward: { verifier: 1, progress: 2, format: 0 } },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450 }) },
+        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 800, sftEpisodes: share(12000) }) },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 1, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450, sftEpisodes: share(2500) }) },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
@@ -92,17 +92,17 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
         : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
-      // GRPO: 16 tasks x 8 samples a step (with progress, about three quarters of the groups have mixed rewards), a fresh AdamW
-      // warmed up over 5 steps, and 12 turns: the household expert needs up to 11 on 99% of its tasks. Each suite's tasks
-      // are drawn uniformly over its distinct training contents, as the held-out ones are (drawn by task, restapi's
-      // steps go mostly to the few questions SFT already memorized). One epoch a step at twice the rate of two: the
-      // update is most of a step's time, so the same time gives 40% more steps.
+      // GRPO: 16 tasks x 8 samples a step, a fresh AdamW warmed up over 5 steps, and 12 turns: the household expert needs
+      // up to 11 on 99% of its tasks. Each suite's tasks are drawn uniformly over its distinct training contents, as the
+      // held-out ones are (drawn by task, restapi's steps go mostly to the few questions SFT already memorized). One
+      // epoch a step: the update is most of a step's time. Negative advantages count a twentieth: at full weight the
+      // many failed household episodes (most cut off at 12 turns) raise the policy's entropy and lower its success.
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
-      // Held-out tasks, each distinct and unseen in training (planSuites): 2,000 for arith, whose episodes
-      // are short (95% intervals of about +-2 points), 450 for restapi (about a third of the ~1,400
-      // distinct questions its level 1 makes), 400 for household and 80 for sql (a third of its 240).
+        : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.05, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
+      // Held-out tasks, each distinct and unseen in training (planSuites): 1,000 for arith (95% intervals of
+      // about +-3 points), 800 for household (+-3.3), 450 for restapi (about a third of the ~1,400 distinct
+      // questions its level 1 makes) and 80 for sql (a third of its 240).
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
@@ -126,13 +126,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const start = performance.now();
   // Deadlines from the demo's start, so that however long the data takes to prepare or the machine is
-  // loaded, the demo ends on time: SFT until 52% of the budget; the evaluation after RL done by 90%
-  // (the naive replay takes the rest), so GRPO ends early enough for it, as the evaluation before RL
-  // measured it (at about 70% of the budget on the 2-core machine).
+  // loaded, the demo ends on time: SFT until 52% of the budget; the evaluation after RL done by 92%, so
+  // GRPO ends early enough for it (as long as the evaluation before RL took); the naive replay of two
+  // steps takes the rest (about 40 s on the 2-core machine).
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, evalBy: start + 0.90 * budgetMs }),
+    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, evalBy: start + 0.92 * budgetMs }),
   });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => demoSuiteRow(suite, main.evalBefore![suite]!, main.evalAfter![suite]!));
