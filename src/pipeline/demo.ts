@@ -77,7 +77,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // whose groups almost never differ, a quarter. Restapi learns from its env's partial progress as
       // well as success (most of its groups fail in every member).
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 1000, sftEpisodes: share(7000) }) },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: share(7000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
         { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 800, sftEpisodes: share(12000) }) },
@@ -100,9 +100,10 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.05, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
-      // Held-out tasks, each distinct and unseen in training (planSuites): 1,000 for arith (95% intervals of
-      // about +-3 points), 800 for household (+-3.3), 450 for restapi (about a third of the ~1,400 distinct
-      // questions its level 1 makes) and 80 for sql (a third of its 240).
+      // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
+      // of its 5,672 distinct problems given (95% intervals of about +-2 points), 800 for household (+-3.3),
+      // 450 for restapi (about a third of the ~1,400 distinct questions its level 1 makes) and 80 for sql (a
+      // third of its 240). The split decides which tasks SFT sees, so changing it draws another SFT policy.
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
