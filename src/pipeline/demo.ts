@@ -60,9 +60,10 @@ export interface DemoResult {
  */
 export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number }): TrainConfig {
   const quick = options.quick ?? false;
-  // A longer run gets more distinct expert episodes (one pass over them), not more passes over the same.
-  const share = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20));
-  const episodes = share(7000);
+  // A suite's expert episodes for a 20-minute run, scaled up for a longer one: a longer run gets more distinct
+  // episodes (one pass over them), not more passes over the same.
+  const episodesFor = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20));
+  const episodes = episodesFor(7000);
   const generated = quick ? 300 : 12_000;
   return validateConfig(
     {
@@ -77,17 +78,17 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // whose groups almost never differ, a quarter. Restapi learns from its env's partial progress as
       // well as success (most of its groups fail in every member).
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: share(7000) }) },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(7000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 800, sftEpisodes: share(12000) }) },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 1, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450, sftEpisodes: share(2500) }) },
+        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 800, sftEpisodes: episodesFor(12000) }) },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 1, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450, sftEpisodes: episodesFor(2500) }) },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
       // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
       attention: { mode: "sink-window", sinks: 4, window: 512 },
-      // The full run's SFT (one pass over ~21,600 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
+      // The full run's SFT (one pass over 22,140 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
