@@ -8,10 +8,17 @@
 import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../gym/chat.js";
 import { unwrap, type Env, type Info } from "../gym/env.js";
 import { ToolEnv } from "../tools/tool-env.js";
+import { Rng } from "../gym/rng.js";
 
 /** A scripted expert for one episode: sees the observations, returns assistant turns. */
 export interface Expert {
   act(obs: ChatObservation): AgentTurn | Promise<AgentTurn>;
+  /**
+   * Optional: a wrong action a learner typically makes in the current state, one the env answers
+   * without changing anything (so the expert's next `act` still holds), or undefined when there is
+   * none. Expert episodes with mistakes (`runExpertEpisode`'s `mistakes`) show recoveries.
+   */
+  mistake?(rng: Rng): AgentTurn | undefined;
 }
 
 export interface ReplayOptions {
@@ -79,7 +86,16 @@ export interface ExpertEpisode {
 export async function runExpertEpisode(
   env: Env<ChatObservation, AgentTurn>,
   envId: string,
-  options: { taskIndex: number; seed?: number; maxTurns?: number },
+  options: {
+    taskIndex: number;
+    seed?: number;
+    maxTurns?: number;
+    /**
+     * The chance, before each expert turn, that the expert first makes one of its mistakes (never two
+     * in a row); the mistake turn has weight 0, so SFT sees the recovery but never learns the mistake.
+     */
+    mistakes?: number;
+  },
 ): Promise<ExpertEpisode> {
   const seed = options.seed ?? options.taskIndex;
   const [first, resetInfo] = await env.reset({ seed, options: { taskIndex: options.taskIndex } });
@@ -95,9 +111,16 @@ export async function runExpertEpisode(
   let info: Info = resetInfo;
   let turns = 0;
   const maxTurns = options.maxTurns ?? 100;
+  const mistakes = options.mistakes ?? 0;
+  if (!(mistakes >= 0 && mistakes < 1)) throw new RangeError(`mistakes must be a chance in [0, 1), got ${mistakes}`);
+  if (mistakes > 0 && !expert.mistake) throw new Error(`the expert of ${envId} makes no mistakes to recover from (household's does); set mistakes (a training suite's sftMistakes) to 0 for it`);
+  const rng = new Rng((seed * 2_654_435_761 + 40_503) >>> 0);
+  let mistook = false;
   while (!terminated && !truncated && turns < maxTurns) {
-    const turn = await expert.act(obs);
-    messages.push({ role: "assistant", content: turn.content, ...(turn.toolCalls.length ? { toolCalls: turn.toolCalls } : {}) });
+    const wrong: AgentTurn | undefined = mistakes > 0 && !mistook && rng.next() < mistakes ? expert.mistake!(rng) : undefined;
+    mistook = wrong !== undefined;
+    const turn = wrong ?? (await expert.act(obs));
+    messages.push({ role: "assistant", content: turn.content, ...(turn.toolCalls.length ? { toolCalls: turn.toolCalls } : {}), ...(wrong ? { weight: 0 as const } : {}) });
     [obs, reward, terminated, truncated, info] = await env.step(turn);
     messages.push(...obs.messages);
     turns++;
@@ -116,6 +139,7 @@ export function toOpenAIChatRecord(messages: ChatMessage[], tools: ToolSpec[]): 
           ...(m.toolCalls?.length
             ? { tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) }
             : {}),
+          ...(m.weight === 0 ? { weight: 0 } : {}),
         };
       }
       if (m.role === "tool") return { role: "tool", tool_call_id: m.toolCallId, name: m.name, content: m.content };

@@ -37,6 +37,11 @@ export interface AssistantMessage {
   role: "assistant";
   content: string;
   toolCalls?: ToolCall[];
+  /**
+   * 0: part of the conversation but never trained on (a demonstrated mistake the following turns
+   * recover from), as `weight` in OpenAI's fine-tuning format. Absent: trained on.
+   */
+  weight?: 0;
 }
 export interface ToolMessage {
   role: "tool";

@@ -25,7 +25,7 @@ export interface PolicyTextSpec {
 
 export type PrepJob =
   | { kind: "contents"; envId: string; options: Record<string, unknown>; from: number; to: number }
-  | { kind: "episodes"; plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes">; count: number; seed: number; from: number; to: number }
+  | { kind: "episodes"; plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes" | "sftMistakes">; count: number; seed: number; from: number; to: number }
   | { kind: "examples"; text: PolicyTextSpec; conversations: Conversation[] };
 
 /** One SFT example as the worker sends it back (typed arrays, transferred without copying). */
@@ -33,6 +33,7 @@ export interface PackedExample {
   tokens: Int32Array;
   lossMask: Uint8Array;
   contextStart: number;
+  untrained?: number[];
   drifted: boolean;
 }
 
@@ -74,7 +75,7 @@ export async function runPrepJob(job: PrepJob, tick: (n: number) => void, textOf
   const text = textOf(job.text);
   const examples = job.conversations.map((c): PackedExample => {
     const e = conversationToExample(text, c);
-    return { tokens: Int32Array.from(e.tokens), lossMask: e.lossMask, contextStart: e.contextStart ?? 1, drifted: e.drifted };
+    return { tokens: Int32Array.from(e.tokens), lossMask: e.lossMask, contextStart: e.contextStart ?? 1, ...(e.untrained ? { untrained: e.untrained } : {}), drifted: e.drifted };
   });
   return { id: 0, kind: "examples", examples };
 }

@@ -44,6 +44,7 @@ export function conversationToExample(policy: PolicyText, conv: Conversation): S
   };
   push(renderer.start({ messages: conv.messages.slice(0, firstAssistant), tools: conv.tools }), 0);
   let drifted = false;
+  const untrained: number[] = [];
   let i = firstAssistant;
   while (i < conv.messages.length) {
     const assistant = conv.messages[i] as AssistantMessage;
@@ -51,14 +52,15 @@ export function conversationToExample(policy: PolicyText, conv: Conversation): S
     let j = i + 1;
     while (j < conv.messages.length && conv.messages[j]!.role !== "assistant") j++;
     const sampled = policy.codec.encode(assistantText(policy, [...renderer.conversation], assistant, conv.tools));
-    push(sampled, 1);
+    if (assistant.weight === 0) untrained.push(tokens.length, tokens.length + sampled.length);
+    push(sampled, assistant.weight === 0 ? 0 : 1);
     const observation = conv.messages.slice(i + 1, j);
     const next = renderer.extend(sampled, assistant, observation);
     if (next.kind !== "extend") drifted = true;
     if (j < conv.messages.length) push(next.ids, 0);
     i = j;
   }
-  return { tokens, lossMask: Uint8Array.from(mask), contextStart: systemPromptLength(policy, conv, tokens), drifted };
+  return { tokens, lossMask: Uint8Array.from(mask), contextStart: systemPromptLength(policy, conv, tokens), ...(untrained.length ? { untrained } : {}), drifted };
 }
 
 /**
@@ -83,7 +85,10 @@ function systemPromptLength(policy: PolicyText, conv: Conversation, tokens: numb
   return Math.max(1, k);
 }
 
-/** Reads OpenAI-chat JSONL ({messages, tools} per line, tool_calls in assistant messages). */
+/**
+ * Reads OpenAI-chat JSONL ({messages, tools} per line, tool_calls in assistant messages; an assistant
+ * message's `weight` 0 keeps it out of the loss, 1 or none trains on it).
+ */
 export function readChatJsonl(path: string): Conversation[] {
   const out: Conversation[] = [];
   readFileSync(path, "utf8")
@@ -108,7 +113,8 @@ export function readChatJsonl(path: string): Conversation[] {
                 arguments: typeof c.function?.arguments === "string" ? c.function.arguments : JSON.stringify(c.function?.arguments ?? {}),
               }))
             : [];
-          return { role: "assistant", content: String(m.content ?? ""), ...(calls.length ? { toolCalls: calls } : {}) };
+          if (m.weight !== undefined && m.weight !== 0 && m.weight !== 1) throw new Error(`${where}: weight must be 0 (not trained on) or 1, got ${JSON.stringify(m.weight)}`);
+          return { role: "assistant", content: String(m.content ?? ""), ...(calls.length ? { toolCalls: calls } : {}), ...(m.weight === 0 ? { weight: 0 as const } : {}) };
         }
         if (m.role === "tool") return { role: "tool", toolCallId: String(m.tool_call_id ?? ""), name: String(m.name ?? ""), content: String(m.content ?? "") };
         if (m.role === "system" || m.role === "user") return { role: m.role, content: String(m.content ?? "") };

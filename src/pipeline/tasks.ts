@@ -27,8 +27,15 @@ export interface SuitePlan {
    */
   trainContents: number[];
   evalTasks: number[];
+  /**
+   * With the suite's `rlTasks`: one task per distinct contents kept out of SFT (and out of trainTasks
+   * and trainContents), the only tasks GRPO draws from.
+   */
+  rlTasks?: number[];
   /** This suite's expert episodes for SFT, where it sets its own (otherwise sft.expertEpisodes). */
   sftEpisodes?: number;
+  /** The chance of an expert mistake (and its recovery) before each turn of an expert episode. */
+  sftMistakes?: number;
 }
 
 export function makeChatEnv(envId: string, options: Record<string, unknown>): Promise<Env<ChatObservation, AgentTurn>> {
@@ -80,6 +87,11 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
       let trainTasks: number[];
       let trainContents: number[];
       let evalTasks: number[];
+      let rlTasks: number[] | undefined;
+      if (s.evalOptions && s.rlTasks) {
+        await env.close();
+        throw new Error(`suite ${s.env}: suites.${i}.rlTasks keeps tasks of the one task set apart from SFT and the held-out ones; it does not combine with evalOptions (remove one of them)`);
+      }
       if (s.evalOptions) {
         let keys: string[] | undefined;
         try {
@@ -114,9 +126,17 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         const heldKeys = new Set(heldOut);
         evalTasks = heldOut.map((k) => distinct.get(k)!);
         trainTasks = perm.filter((t) => !heldKeys.has(keys[t]!));
+        if (s.rlTasks) {
+          // GRPO's own tasks: the distinct contents just before the held-out ones in the same order.
+          const rest = order.length - held;
+          if (s.rlTasks > Math.floor(rest / 2)) throw new Error(`suite ${s.env}: suites.${i}.rlTasks is ${s.rlTasks}, but it has ${rest} distinct training tasks and SFT keeps at least half of them; ask for at most ${Math.floor(rest / 2)}`);
+          const rlKeys = new Set(order.slice(rest - s.rlTasks, rest));
+          rlTasks = firstOfEachContents(trainTasks.filter((t) => rlKeys.has(keys[t]!)), keys);
+          trainTasks = trainTasks.filter((t) => !rlKeys.has(keys[t]!));
+        }
         trainContents = firstOfEachContents(trainTasks, keys);
       }
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks, sftEpisodes: s.sftEpisodes };
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}) };
     }),
   );
 }
@@ -183,7 +203,7 @@ export const readTaskContents: ContentsReader = (_envId, _options, count, env) =
  * one suite's episodes can run on different threads and be concatenated in order.
  */
 export async function expertEpisodes(
-  plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes">,
+  plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes" | "sftMistakes">,
   count: number,
   seed: number,
   onEpisode?: () => void,
@@ -197,7 +217,7 @@ export async function expertEpisodes(
   try {
     for (let k = range.from; k < end; k++) {
       const taskIndex = plan.trainTasks[k % plan.trainTasks.length]!;
-      const ep = await runExpertEpisode(env, plan.envId, { taskIndex, seed: seed + k });
+      const ep = await runExpertEpisode(env, plan.envId, { taskIndex, seed: seed + k, mistakes: plan.sftMistakes });
       if (ep.reward >= 1 - 1e-9) kept.push(ep);
       else failed++;
       onEpisode?.();

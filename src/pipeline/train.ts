@@ -138,7 +138,7 @@ export function stepTasks(cfg: TrainConfig, plans: SuitePlan[], step: number): {
       let x = rng.next() * totalWeight;
       plan = plans.find((p) => (x -= p.weight) < 0) ?? plans[plans.length - 1]!;
     }
-    out.push({ plan, taskIndex: rng.pick(cfg.grpo.taskSampling === "content" ? plan.trainContents : plan.trainTasks), seed: rng.int(2 ** 31) });
+    out.push({ plan, taskIndex: rng.pick(plan.rlTasks ?? (cfg.grpo.taskSampling === "content" ? plan.trainContents : plan.trainTasks)), seed: rng.int(2 ** 31) });
   }
   return out;
 }
@@ -217,7 +217,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // 1. Suites and their train / held-out tasks.
     const plans = await planSuites(cfg, { contents: prep.taskContents });
     const rubrics = new Map(plans.map((p) => [p.name, suiteRubric(p.reward)]));
-    log(`suites: ${plans.map((p) => `${p.name} (${p.trainTasks.length} train / ${p.evalTasks.length} eval tasks)`).join(", ")}`);
+    log(`suites: ${plans.map((p) => `${p.name} (${p.trainTasks.length} train${p.rlTasks ? ` + ${p.rlTasks.length} GRPO-only` : ""} / ${p.evalTasks.length} eval tasks)`).join(", ")}`);
 
     // 2. SFT data: expert episodes on training tasks, plus imported chat JSONL.
     const conversations: Conversation[] = [];

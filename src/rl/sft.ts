@@ -28,6 +28,11 @@ export interface SftExample {
   lossMask: Uint8Array;
   /** The first token of the context loss (the first after the system prompt); default 1. */
   contextStart?: number;
+  /**
+   * Token ranges never in the loss, not even in the context-loss phase, as [start, end) pairs in one
+   * flat list: the assistant turns of weight 0 (demonstrated mistakes).
+   */
+  untrained?: number[];
 }
 
 export type LrSchedule = "constant" | "cosine";
@@ -131,10 +136,12 @@ export function replannedSteps(planned: number, fits: number): number {
   return 5 * Math.abs(fits - planned) >= planned ? fits : planned;
 }
 
-/** The loss mask of an example in the context-loss phase: every token from `contextStart` on. */
-function contextMask(ex: SftExample): Uint8Array {
+/** The loss mask of an example in the context-loss phase: every token from `contextStart` on, except its untrained ranges. */
+export function contextMask(ex: SftExample): Uint8Array {
   const mask = new Uint8Array(ex.tokens.length);
   mask.fill(1, Math.max(1, ex.contextStart ?? 1));
+  const spans = ex.untrained ?? [];
+  for (let k = 0; k + 1 < spans.length; k += 2) mask.fill(0, spans[k], spans[k + 1]);
   return mask;
 }
 

@@ -54,6 +54,25 @@ describe("planSuites", () => {
     expect(new Set(large!.evalTasks)).toEqual(new Set([...large!.evalTasks, ...small!.evalTasks]));
   });
 
+  it("keeps rlTasks distinct training contents apart for GRPO alone: SFT's tasks and the held-out ones never share their contents", async () => {
+    const [plain] = await planSuites(config({ evalTasks: 50 }));
+    const [rl] = await planSuites(config({ evalTasks: 50, rlTasks: 40 }));
+    const all = await arithContents();
+    expect(plain!.rlTasks).toBeUndefined();
+    expect(rl!.evalTasks).toEqual(plain!.evalTasks);
+    const rlContents = new Set(rl!.rlTasks!.map((t) => all[t]));
+    expect(rlContents.size).toBe(40);
+    expect(rl!.rlTasks).toHaveLength(40);
+    // SFT's tasks are the plain plan's less every task with a GRPO-only contents; none is held out.
+    expect(rl!.trainTasks).toEqual(plain!.trainTasks.filter((t) => !rlContents.has(all[t])));
+    expect(rl!.trainContents).toEqual(firstOfEach(rl!.trainTasks, all));
+    expect(rl!.evalTasks.some((t) => rlContents.has(all[t]))).toBe(false);
+    expect(rl!.trainContents.length).toBe(plain!.trainContents.length - 40);
+    await expect(planSuites(config({ evalTasks: 50, rlTasks: 5000 }))).rejects.toThrow(/rlTasks is 5000, but it has \d+ distinct training tasks and SFT keeps at least half of them; ask for at most \d+/);
+    const separate = { env: "sinkflex/arith-v0", options: { difficulty: 1, count: 600 }, evalOptions: { difficulty: 1, count: 100, taskSeed: 5 }, rlTasks: 10 };
+    await expect(planSuites(validateConfig({ suites: [separate], model: { init: {} } }))).rejects.toThrow(/does not combine with evalOptions/);
+  });
+
   it("with separate eval options, reads the training contents only for GRPO's taskSampling \"content\"", async () => {
     const suite = { env: "sinkflex/arith-v0", options: { difficulty: 1, count: 600 }, evalOptions: { difficulty: 1, count: 100, taskSeed: 5 } };
     const [byTask] = await planSuites(validateConfig({ suites: [suite], model: { init: {} } }));

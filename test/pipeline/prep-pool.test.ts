@@ -68,7 +68,12 @@ describe("data preparation on worker threads", () => {
 
   it("runs a suite's own sftEpisodes instead of the shared count, on the workers and on this thread", async () => {
     const own = validateConfig(
-      { ...config, suites: config.suites.map((s) => (s.env === "sinkflex/arith-v0" ? { ...s, sftEpisodes: 25 } : s.env === LOCAL_ID ? { ...s, sftEpisodes: 7 } : s)) },
+      {
+        ...config,
+        suites: config.suites.map((s) =>
+          s.env === "sinkflex/arith-v0" ? { ...s, sftEpisodes: 25 } : s.env === LOCAL_ID ? { ...s, sftEpisodes: 7 } : s.env === "sinkflex/alfworld-gen-v0" ? { ...s, sftMistakes: 0.3 } : s,
+        ),
+      },
       "the test config",
     );
     const plans = await planSuites(own);
@@ -77,9 +82,12 @@ describe("data preparation on worker threads", () => {
     try {
       const out = await two.expertConversations(plans, 12, 5);
       expect(out.map((o) => o.kept.length + o.failed)).toEqual([25, 12, 12, 7]);
-      // The same episodes as the suite's own count asked of expertEpisodes directly.
-      const direct = await expertEpisodes(plans[0]!, 25, 5);
-      expect(out[0]!.kept).toEqual(direct.kept.map((e) => ({ messages: e.messages, tools: e.tools })));
+      // The same episodes as the suite's own count asked of expertEpisodes directly; household's with its mistakes.
+      for (const suite of [0, 1]) {
+        const direct = await expertEpisodes(plans[suite]!, 12, 5);
+        expect(out[suite]!.kept).toEqual(direct.kept.map((e) => ({ messages: e.messages, tools: e.tools })));
+      }
+      expect(out[1]!.kept.some((c) => c.messages.some((m) => m.role === "assistant" && m.weight === 0))).toBe(true);
     } finally {
       await two.close();
     }

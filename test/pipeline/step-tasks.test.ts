@@ -66,4 +66,14 @@ describe("the GRPO step's tasks", () => {
     expect(byContent.size).toBe(10);
     expect([...byTask].some((t) => t >= 10)).toBe(true);
   });
+
+  it("draws only from a suite's GRPO-only tasks when it has them, under either sampling", () => {
+    const plans = [{ ...plan("a", 1), rlTasks: [100, 101, 102] }, plan("b", 1)];
+    for (const sampling of ["task", "content"] as const) {
+      const tasks = Array.from({ length: 20 }, (_, step) => stepTasks(config(8, sampling), plans, step + 1)).flat();
+      const a = new Set(tasks.filter((t) => t.plan.name === "a").map((t) => t.taskIndex));
+      expect([...a].sort()).toEqual([100, 101, 102]);
+      expect(tasks.filter((t) => t.plan.name === "b").every((t) => t.taskIndex < 50)).toBe(true);
+    }
+  });
 });

@@ -27,6 +27,7 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, sft: { minLrRatio: 0.2 } })).toThrow(/sft\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
     expect(() => validateConfig({ ...minimal, sft: { contextLossFraction: 1 } })).toThrow(/sft\.contextLossFraction: must be below 1/);
     expect(() => validateConfig({ ...minimal, sft: { lrSchedule: "linear" } })).toThrow(/sft\.lrSchedule: must be one of "constant", "cosine"/);
+    expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/alfworld-gen-v0", sftMistakes: 0.8 }] })).toThrow(/sftMistakes: must be at most 0\.5/);
     expect(validateConfig({ ...minimal, sft: { lrSchedule: "cosine", minLrRatio: 0.2, warmupSteps: 5, contextLossFraction: 0.5 } }).sft).toMatchObject({ epochs: 2, lrSchedule: "cosine", minLrRatio: 0.2 });
   });
   it("loads YAML and JSON files and reports parse errors with the file name", () => {

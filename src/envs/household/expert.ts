@@ -11,6 +11,7 @@ import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
 import type { Expert } from "../suite.js";
 import { Simulator, type Game } from "./game.js";
 import type { Formula } from "./pddl.js";
+import type { Rng } from "../../gym/rng.js";
 
 interface ObjectNeed {
   otype: string;
@@ -269,19 +270,58 @@ export function plan(game: Game, planOptions: PlanOptions = {}): string[] {
   return commands;
 }
 
-/** Plays a precomputed plan through the `act` tool, one command per turn. */
+/**
+ * A command a learner typically gets wrong in the current state, one the game answers with "Nothing
+ * happens." (so nothing changes): taking an object the goal names from the receptacle here when it is
+ * not there (or the receptacle is closed), or going to a receptacle the room does not have (the next
+ * number of a kind it has). Undefined when neither exists.
+ */
+export function householdMistake(sim: Simulator, rng: Rng): string | undefined {
+  const s = sim.state;
+  const name = (id: string) => sim.game.entity(id).name;
+  const agent = s.objectsOf("agent")[0];
+  const here = agent === undefined ? undefined : [...s.tuples("atlocation", 0, agent)][0]?.[1];
+  const wanted = new Set(analyzeGoal(sim.game.problem.goal).objects.map((o) => o.otype));
+  const takes: string[] = [];
+  for (const [r, at] of s.tuples("receptacleatlocation")) {
+    if (at !== here) continue;
+    for (const [o, type] of s.tuples("objecttype")) if (wanted.has(type!)) takes.push(`take ${name(o!)} from ${name(r!)}`);
+  }
+  const highest = new Map<string, number>();
+  for (const r of s.objectsOf("receptacle")) {
+    const m = /^(.*) (\d+)$/.exec(name(r));
+    if (m) highest.set(m[1]!, Math.max(highest.get(m[1]!) ?? 0, Number(m[2])));
+  }
+  const goes = [...highest].map(([kind, n]) => `go to ${kind} ${n + 1}`);
+  const invalid = (cs: string[]) => cs.filter((c) => sim.find(c) === undefined);
+  // Most of a small policy's wrong commands are takes where the object is not; then made-up receptacles.
+  const pool = rng.next() < 0.7 && invalid(takes).length > 0 ? invalid(takes) : invalid(goes);
+  return pool.length > 0 ? rng.pick(pool) : undefined;
+}
+
+/** Plays a precomputed plan through the `act` tool, one command per turn, and makes `householdMistake`s when asked. */
 export class HouseholdExpert implements Expert {
   private next = 0;
+  /** The game as the expert has played it so far: made at the first mistake asked for, then kept in step. */
+  private sim: { at: number; sim: Simulator } | undefined;
 
-  constructor(private readonly commands: string[]) {}
+  constructor(private readonly commands: string[], private readonly game: Game) {}
 
   act(_obs: ChatObservation): AgentTurn {
     const command = this.commands[this.next];
     if (command === undefined) return { content: "I have no further actions.", toolCalls: [] };
     this.next++;
-    return {
-      content: "",
-      toolCalls: [{ id: `call_${this.next}`, name: "act", arguments: JSON.stringify({ command }) }],
-    };
+    return actTurn(command, `call_${this.next}`);
   }
+
+  mistake(rng: Rng): AgentTurn | undefined {
+    this.sim ??= { at: 0, sim: new Simulator(this.game) };
+    while (this.sim.at < this.next) this.sim.sim.step(this.commands[this.sim.at++]!);
+    const command = householdMistake(this.sim.sim, rng);
+    return command === undefined ? undefined : actTurn(command, `call_${this.next}_wrong`);
+  }
+}
+
+function actTurn(command: string, id: string): AgentTurn {
+  return { content: "", toolCalls: [{ id, name: "act", arguments: JSON.stringify({ command }) }] };
 }

@@ -33,7 +33,10 @@ export function registerHousehold(): void {
   registerSuite({
     name: "household",
     envIds: [ALFWORLD_ENV_ID, ALFWORLD_GEN_ENV_ID],
-    createExpert: (_envId, task) => new HouseholdExpert(plan(loadGame(task as HouseholdTask))),
+    createExpert: (_envId, task) => {
+      const game = loadGame(task as HouseholdTask);
+      return new HouseholdExpert(plan(game), game);
+    },
     replay: replayHousehold,
   });
 }

@@ -86,6 +86,40 @@ describe("sinkflex/alfworld-v0", () => {
     expect(searching.filter((c) => c.startsWith("open ")).length).toBe(searching.filter((c) => c.startsWith("close ")).length);
   });
 
+  it("the expert's mistakes change nothing, are never trained on, and are followed by its recovery", async () => {
+    const env: Env<ChatObservation, AgentTurn> = await make("sinkflex/alfworld-gen-v0", { source: "generated", difficulty: 1, count: 60 });
+    try {
+      const play = (taskIndex: number) => runExpertEpisode(env, "sinkflex/alfworld-gen-v0", { taskIndex, seed: taskIndex, mistakes: 0.2 });
+      let mistakes = 0;
+      const verbs = new Set<string>();
+      for (let i = 0; i < 60; i++) {
+        const [clean, noisy] = [await runExpertEpisode(env, "sinkflex/alfworld-gen-v0", { taskIndex: i, seed: i }), await play(i)];
+        expect(noisy.reward).toBe(1);
+        const kept = noisy.messages.filter((m, k) => !(m.role === "assistant" && m.weight === 0) && !(k > 0 && noisy.messages[k - 1]!.role === "assistant" && (noisy.messages[k - 1] as { weight?: number }).weight === 0));
+        // Without its mistakes and their answers, the episode is the clean one (tool-call ids aside).
+        const commands = (ms: typeof kept) => ms.map((m) => (m.role === "assistant" ? m.toolCalls?.[0]?.arguments : m.content));
+        expect(commands(kept)).toEqual(commands(clean.messages));
+        noisy.messages.forEach((m, k) => {
+          if (m.role !== "assistant" || m.weight !== 0) return;
+          mistakes++;
+          verbs.add(JSON.parse(m.toolCalls![0]!.arguments).command.split(" ")[0]);
+          expect(noisy.messages[k + 1]!.content).toBe("Nothing happens.");
+          expect(noisy.messages[k + 2]).toMatchObject({ role: "assistant" });
+          expect((noisy.messages[k + 2] as { weight?: number }).weight).toBeUndefined();
+        });
+      }
+      expect(mistakes).toBeGreaterThan(30);
+      expect([...verbs].sort()).toEqual(["go", "take"]);
+      expect(JSON.stringify((await play(7)).messages)).toBe(JSON.stringify((await play(7)).messages));
+      await expect(runExpertEpisode(env, "sinkflex/alfworld-gen-v0", { taskIndex: 0, mistakes: 1 })).rejects.toThrow(/mistakes must be a chance in \[0, 1\)/);
+    } finally {
+      await env.close();
+    }
+    const arith: Env<ChatObservation, AgentTurn> = await make("sinkflex/arith-v0", { difficulty: 1 });
+    await expect(runExpertEpisode(arith, "sinkflex/arith-v0", { taskIndex: 0, mistakes: 0.1 })).rejects.toThrow(/the expert of sinkflex\/arith-v0 makes no mistakes to recover from \(household's does\); set mistakes \(a training suite's sftMistakes\) to 0/);
+    await arith.close();
+  });
+
   it("the same seed and the same actions give the same trajectory", async () => {
     const play = async () => {
       const env: Env<ChatObservation, AgentTurn> = await make(ALFWORLD_ENV_ID);
