@@ -44,16 +44,16 @@ const SuiteEntry = z
     /** Expert episodes of this suite for SFT (default sft.expertEpisodes): more for a suite that needs more to learn. */
     sftEpisodes: z.number().int().min(0).optional(),
     /**
-     * The chance, before each turn of an expert episode, that the expert first makes a typical mistake
-     * (which changes nothing and is never trained on) and then recovers: SFT data that shows what to do
-     * after a wrong command. Only suites whose expert makes mistakes (household); default 0.
-     */
-    /**
      * Distinct training tasks kept for GRPO alone: SFT never sees them, and GRPO draws only from them,
      * so RL learns on tasks as new to the policy as the held-out ones (default: GRPO draws from the
      * tasks SFT trained on). At most half of the suite's training contents.
      */
     rlTasks: positiveInt.optional(),
+    /**
+     * The chance, before each turn of an expert episode, that the expert first makes a typical mistake
+     * (which changes nothing and is never trained on) and then recovers: SFT data that shows what to do
+     * after a wrong command. Only suites whose expert makes mistakes (household); default 0.
+     */
     sftMistakes: z.number().min(0).max(0.5, "must be at most 0.5: an expert episode should be mostly the expert's own turns").optional(),
     weight: z.number().positive().default(1),
     /**
