@@ -295,7 +295,8 @@ export function householdMistake(sim: Simulator, rng: Rng): string | undefined {
   const goes = [...highest].map(([kind, n]) => `go to ${kind} ${n + 1}`);
   const invalid = (cs: string[]) => cs.filter((c) => sim.find(c) === undefined);
   // Most of a small policy's wrong commands are takes where the object is not; then made-up receptacles.
-  const pool = rng.next() < 0.7 && invalid(takes).length > 0 ? invalid(takes) : invalid(goes);
+  const wrongTakes = rng.next() < 0.7 ? invalid(takes) : [];
+  const pool = wrongTakes.length > 0 ? wrongTakes : invalid(goes);
   return pool.length > 0 ? rng.pick(pool) : undefined;
 }
 
@@ -322,6 +323,7 @@ export class HouseholdExpert implements Expert {
   }
 }
 
-function actTurn(command: string, id: string): AgentTurn {
+/** An assistant turn that runs one command through `act`. */
+export function actTurn(command: string, id: string): AgentTurn {
   return { content: "", toolCalls: [{ id, name: "act", arguments: JSON.stringify({ command }) }] };
 }

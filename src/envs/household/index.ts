@@ -7,7 +7,7 @@ import type { AgentTurn } from "../../gym/chat.js";
 import { make, register } from "../../gym/registry.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createHouseholdEnv } from "./env.js";
-import { HouseholdExpert, plan } from "./expert.js";
+import { actTurn, HouseholdExpert, plan } from "./expert.js";
 import { parseGoldTrajectory } from "./gold.js";
 import { defaultGamesDir, listGames, loadGame, type HouseholdTask } from "./tasks.js";
 import { readFileSync } from "node:fs";
@@ -48,7 +48,7 @@ class ScriptedCommands {
   act(): AgentTurn {
     const command = this.commands[this.next++];
     if (command === undefined) return { content: "I have no further actions.", toolCalls: [] };
-    return { content: "", toolCalls: [{ id: `gold_${this.next}`, name: "act", arguments: JSON.stringify({ command }) }] };
+    return actTurn(command, `gold_${this.next}`);
   }
 }
 
