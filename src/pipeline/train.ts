@@ -221,15 +221,25 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
 
     // 2. SFT data: expert episodes on training tasks, plus imported chat JSONL.
     const conversations: Conversation[] = [];
+    // Each conversation's source (its suite's name, or the data file as the config names it), for the SFT loss per source.
+    const sources: string[] = [];
     if (cfg.sft.enabled || cfg.model.init) {
       const progress = new Progress("expert episodes", plans.reduce((n, p) => n + expertEpisodeCount(p, cfg.sft.expertEpisodes), 0), "eps", options.quiet);
       const perSuite = await prep.expertConversations(plans, cfg.sft.expertEpisodes, cfg.seed, (n) => progress.tick(n));
       perSuite.forEach(({ kept, failed }, i) => {
         if (failed > 0) log(`  ${plans[i]!.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
-        for (const c of kept) conversations.push(c);
+        for (const c of kept) {
+          conversations.push(c);
+          sources.push(plans[i]!.name);
+        }
       });
       progress.finish();
-      for (const file of cfg.sft.data) conversations.push(...readChatJsonl(file));
+      for (const file of cfg.sft.data) {
+        for (const c of readChatJsonl(file)) {
+          conversations.push(c);
+          sources.push(file);
+        }
+      }
     }
 
     // The policy: resumed from the latest checkpoint, loaded, or a fresh model over the data's vocabulary.
@@ -277,7 +287,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     };
 
     // 3. SFT.
-    const examples = (await prep.examples(policy, conversations)).filter((e) => !e.drifted);
+    const examples = (await prep.examples(policy, conversations)).map((e, i) => ({ ...e, source: sources[i] })).filter((e) => !e.drifted);
     await prep.close();
     const totalSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
@@ -311,7 +321,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         async (m) => {
           state.step = m.step;
           progress.tick(1, `loss ${m.loss.toFixed(3)}${m.lossOn === "context" ? " (context)" : ""}`);
-          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens, computedTokens: m.computedTokens });
+          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, ...(m.source !== undefined ? { source: m.source } : {}), lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens, computedTokens: m.computedTokens });
           status({ stage: "sft", step: m.step, totalSteps: state.sftPlanned ?? totalSft });
           if (m.step === measuredFrom.step) measuredFrom = { step: m.step, at: performance.now() };
           if (m.step >= refitAt) {

@@ -33,6 +33,8 @@ export interface SftExample {
    * flat list: the assistant turns of weight 0 (demonstrated mistakes).
    */
   untrained?: number[];
+  /** Where the example came from (a suite's name, a data file): reported with the loss of a step whose batch all comes from it. */
+  source?: string;
 }
 
 export type LrSchedule = "constant" | "cosine";
@@ -74,6 +76,8 @@ export interface SftStepMetrics {
   lr: number;
   /** "context": user, tool and assistant tokens; "assistant": the assistant's tokens only. */
   lossOn: "context" | "assistant";
+  /** The batch's source, when every example of it has the same one (`batchBy: "prefix"` batches do). */
+  source?: string;
 }
 
 /** The examples' system prompts as keys: examples with equal keys share the prompt's tokens. */
@@ -199,7 +203,8 @@ export async function sftTrain(
       }
       const lr = learningRateAt(step, total, hp);
       const { gradNorm } = await engine.optimStep({ lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
-      const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, computedTokens, lr, lossOn };
+      const source = batch[0]!.source;
+      const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, computedTokens, lr, lossOn, ...(source !== undefined && batch.every((ex) => ex.source === source) ? { source } : {}) };
       history.push(metrics);
       await onStep?.(metrics);
     }

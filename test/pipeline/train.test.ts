@@ -38,6 +38,8 @@ describe("the training pipeline", () => {
     const latest = readFileSync(join(full.runDir, "checkpoints", "latest"), "utf8").trim();
     const meta = JSON.parse(readFileSync(join(full.runDir, "checkpoints", latest, "sinkflex.json"), "utf8"));
     expect(sftSteps).toBeGreaterThan(0);
+    // Every SFT batch comes from the one suite: its loss is reported under the suite's name.
+    expect(fullMetrics.filter((r) => r.stage === "sft").every((r) => r.source === "parity")).toBe(true);
     expect(meta.optimizerStep).toBe(meta.policyVersion - sftSteps);
     expect(meta.optimizerStep).toBeGreaterThan(0);
     // The policy learned from something: some group had mixed rewards and the weights moved.

@@ -61,6 +61,21 @@ describe("sftTrain", () => {
     engine.dispose();
   });
 
+  it("reports a step's source when every example of its batch has the same one", async () => {
+    const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+    const same = await sftTrain(engine, examples.map((ex) => ({ ...ex, source: "arith" })), { ...hp, epochs: 1 });
+    expect(same.map((m) => m.source)).toEqual(["arith"]);
+    const mixed = await sftTrain(engine, examples.map((ex, i) => ({ ...ex, source: i === 0 ? "arith" : "household" })), { ...hp, epochs: 1 });
+    expect(mixed[0]!.source).toBeUndefined();
+    const none = await sftTrain(engine, examples, { ...hp, epochs: 1 });
+    expect(none[0]!.source).toBeUndefined();
+    // batchBy "prefix": each batch holds examples behind one system prompt, so one source each.
+    const twoPrompts = examples.map((ex, i) => ({ ...ex, tokens: [i, ...ex.tokens.slice(1)], source: `suite-${i}` }));
+    const byPrefix = await sftTrain(engine, twoPrompts, { ...hp, epochs: 1, batchBy: "prefix" });
+    expect(byPrefix.map((m) => m.source).sort()).toEqual(["suite-0", "suite-1"]);
+    engine.dispose();
+  });
+
   it("stops at the planned steps, and a resumed run takes the same steps as an uninterrupted one", async () => {
     const run = async (options: Parameters<typeof sftTrain>[4]) => {
       const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);

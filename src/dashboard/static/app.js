@@ -62,6 +62,19 @@ function drawCharts() {
   charts.append(lineChart("model turns per episode (GRPO)", perSuite((s) => `episodes.${s}.turns`), alpha));
   charts.append(lineChart("episodes cut off by a limit (GRPO)", perSuite((s) => `episodes.${s}.truncated`), alpha));
   charts.append(lineChart("SFT loss", series("loss", "sft"), alpha));
+  // The SFT loss of the batches of each source (a suite, a data file): each batch comes from one with batchBy "prefix".
+  const sources = new Set();
+  for (const r of runs) for (const m of state.metrics[r] || []) if (m.stage === "sft" && typeof m.source === "string") sources.add(m.source);
+  if (sources.size > 0) {
+    const bySource = [];
+    for (const r of runs) {
+      for (const src of sources) {
+        const points = (state.metrics[r] || []).filter((m) => m.stage === "sft" && m.source === src && typeof m.loss === "number").map((m) => [m.step, m.loss]);
+        bySource.push({ label: runs.length > 1 ? `${r}: ${src}` : src, points });
+      }
+    }
+    charts.append(lineChart("SFT loss per source (context phase, then the assistant's tokens)", bySource, alpha));
+  }
   charts.append(lineChart("GRPO loss", series("loss", "grpo"), alpha));
   charts.append(lineChart("KL to reference", series("kl", "grpo"), alpha));
   charts.append(lineChart("clip fraction", series("clipFraction", "grpo"), alpha));
