@@ -71,45 +71,40 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       seed: options.seed ?? 0,
       runsDir: options.runsDir,
       // SFT's expert episodes per suite: household gets the most (it learns from 12,000 in the mix, not
-      // from 7,000), arith 10,000 (its steps are the cheapest; with 7,000 its copying formed in about half
-      // of the draws, with 14,000 it left arith at 88% and RL no room), restapi 2,500 (from 2,500 to
-      // 13,000 it stays at 5-7% in the mix), sql its 640 (160 tasks, 4 each).
+      // from 7,000), arith the 7,000 its copying needs, restapi 2,500 (from 2,500 to 13,000 it stays at
+      // 5-7% in the mix), sql its 640 (160 tasks, 4 each).
       // GRPO's reward and share of each step per suite. Household is scored on success alone and gets
       // three shares, arith two (its episodes are short and its groups often mixed), restapi one and sql,
       // whose groups almost never differ, a quarter. Restapi learns from its env's partial progress as
       // well as success (most of its groups fail in every member).
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 1000, sftEpisodes: episodesFor(10000) }) },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(7000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 1400, sftEpisodes: episodesFor(12000) }) },
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 1, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 300, sftEpisodes: episodesFor(2500) }) },
+        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 800, sftEpisodes: episodesFor(12000) }) },
+        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 1, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450, sftEpisodes: episodesFor(2500) }) },
       ],
       model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
       // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
       attention: { mode: "sink-window", sinks: 4, window: 512 },
-      // The full run's SFT (one pass over 25,140 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
-      // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit. The context-loss phase is
-      // the first 30% of the steps: arith's copying formed earlier and in more of the draws than with 60%, where the switch
-      // to the assistant's tokens came late in the cosine's decay.
+      // The full run's SFT (one pass over 22,140 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
+      // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
-        : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.3 },
+        : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 3e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
       // GRPO: 16 tasks x 8 samples a step, a fresh AdamW warmed up over 5 steps, and 12 turns: the household expert needs
       // up to 11 on 99% of its tasks. Each suite's tasks are drawn uniformly over its distinct training contents, as the
       // held-out ones are (drawn by task, restapi's steps go mostly to the few questions SFT already memorized). One
       // epoch a step: the update is most of a step's time. Negative advantages count a twentieth: at full weight the
       // many failed household episodes (most cut off at 12 turns) raise the policy's entropy and lower its success.
-      // No KL term: at 0.04 the KL to the SFT policy stayed at 0.003-0.011 over the demo's steps, too small to hold the
-      // policy back, and without it an update needs no forward pass of the reference, so more steps fit.
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.05, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
-      // Held-out tasks, each distinct and unseen in training (planSuites): 1,000 for arith (95% intervals of about
-      // +-2.7 points at 75%), 1,400 for household (+-1.6 to +-2.1 at 10-20%, where GRPO's gain of 4-5 points clears them), 300
-      // for restapi and 80 for sql (a third of its 240). The split decides which tasks SFT sees, so changing it draws
-      // another SFT policy.
+        : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.05, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
+      // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
+      // of its 5,672 distinct problems given (95% intervals of about +-2 points), 800 for household (+-3.3),
+      // 450 for restapi (about a third of the ~1,400 distinct questions its level 1 makes) and 80 for sql (a
+      // third of its 240). The split decides which tasks SFT sees, so changing it draws another SFT policy.
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
