@@ -223,22 +223,20 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     const conversations: Conversation[] = [];
     // Each conversation's source (its suite's name, or the data file as the config names it), for the SFT loss per source.
     const sources: string[] = [];
+    const add = (c: Conversation, source: string) => {
+      conversations.push(c);
+      sources.push(source);
+    };
     if (cfg.sft.enabled || cfg.model.init) {
       const progress = new Progress("expert episodes", plans.reduce((n, p) => n + expertEpisodeCount(p, cfg.sft.expertEpisodes), 0), "eps", options.quiet);
       const perSuite = await prep.expertConversations(plans, cfg.sft.expertEpisodes, cfg.seed, (n) => progress.tick(n));
       perSuite.forEach(({ kept, failed }, i) => {
         if (failed > 0) log(`  ${plans[i]!.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
-        for (const c of kept) {
-          conversations.push(c);
-          sources.push(plans[i]!.name);
-        }
+        for (const c of kept) add(c, plans[i]!.name);
       });
       progress.finish();
       for (const file of cfg.sft.data) {
-        for (const c of readChatJsonl(file)) {
-          conversations.push(c);
-          sources.push(file);
-        }
+        for (const c of readChatJsonl(file)) add(c, file);
       }
     }
 
