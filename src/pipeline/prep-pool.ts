@@ -67,7 +67,7 @@ export class PrepPool {
       if (!parallel || !bundled.has(p.envId)) return local.push(suite);
       const pieces = Math.max(1, Math.min(Math.ceil(n / 50), Math.round((JOBS_PER_WORKER * this.threads * n) / total)));
       for (const { from, to } of evenRanges(n, pieces)) {
-        jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, trainTasks: p.trainTasks, sftEpisodes: p.sftEpisodes, sftMistakes: p.sftMistakes }, count, seed, from, to } });
+        jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, sftTasks: p.sftTasks, sftEpisodes: p.sftEpisodes, sftMistakes: p.sftMistakes }, count, seed, from, to } });
       }
     });
     const out = plans.map(() => ({ kept: [] as Conversation[], failed: 0 }));

@@ -25,7 +25,7 @@ export interface PolicyTextSpec {
 
 export type PrepJob =
   | { kind: "contents"; envId: string; options: Record<string, unknown>; from: number; to: number }
-  | { kind: "episodes"; plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes" | "sftMistakes">; count: number; seed: number; from: number; to: number }
+  | { kind: "episodes"; plan: Pick<SuitePlan, "envId" | "options" | "sftTasks" | "sftEpisodes" | "sftMistakes">; count: number; seed: number; from: number; to: number }
   | { kind: "examples"; text: PolicyTextSpec; conversations: Conversation[] };
 
 /** One SFT example as the worker sends it back (typed arrays, transferred without copying). */

@@ -26,6 +26,8 @@ export interface SuitePlan {
    * that setting (otherwise this is the training tasks).
    */
   trainContents: number[];
+  /** The tasks the expert plays for SFT, in turn: trainTasks, or trainContents with `sft.taskSampling: "content"`. */
+  sftTasks: number[];
   evalTasks: number[];
   /**
    * With the suite's `rlTasks`: one task per distinct contents kept out of SFT (and out of trainTasks
@@ -95,8 +97,8 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
       if (s.evalOptions) {
         let keys: string[] | undefined;
         try {
-          // Contents are read only when GRPO draws by them (the held-out tasks are another set).
-          if (cfg.grpo.taskSampling === "content") keys = await taskContents(s.env, s.options, count, env, read);
+          // Contents are read only when SFT or GRPO draws by them (the held-out tasks are another set).
+          if (cfg.grpo.taskSampling === "content" || cfg.sft.taskSampling === "content") keys = await taskContents(s.env, s.options, count, env, read);
         } finally {
           await env.close();
         }
@@ -136,7 +138,8 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         }
         trainContents = firstOfEachContents(trainTasks, keys);
       }
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}) };
+      const sftTasks = cfg.sft.taskSampling === "content" ? trainContents : trainTasks;
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, sftTasks, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}) };
     }),
   );
 }
@@ -203,7 +206,7 @@ export const readTaskContents: ContentsReader = (_envId, _options, count, env) =
  * one suite's episodes can run on different threads and be concatenated in order.
  */
 export async function expertEpisodes(
-  plan: Pick<SuitePlan, "envId" | "options" | "trainTasks" | "sftEpisodes" | "sftMistakes">,
+  plan: Pick<SuitePlan, "envId" | "options" | "sftTasks" | "sftEpisodes" | "sftMistakes">,
   count: number,
   seed: number,
   onEpisode?: () => void,
@@ -216,7 +219,7 @@ export async function expertEpisodes(
   const env = await makeChatEnv(plan.envId, plan.options);
   try {
     for (let k = range.from; k < end; k++) {
-      const taskIndex = plan.trainTasks[k % plan.trainTasks.length]!;
+      const taskIndex = plan.sftTasks[k % plan.sftTasks.length]!;
       const ep = await runExpertEpisode(env, plan.envId, { taskIndex, seed: seed + k, mistakes: plan.sftMistakes });
       if (ep.reward >= 1 - 1e-9) kept.push(ep);
       else failed++;
@@ -230,8 +233,8 @@ export async function expertEpisodes(
 
 /**
  * How many expert episodes `expertEpisodes` runs for `count` asked (or the plan's own `sftEpisodes`):
- * each training task at most 4 times.
+ * each of its SFT tasks at most 4 times.
  */
-export function expertEpisodeCount(plan: Pick<SuitePlan, "trainTasks" | "sftEpisodes">, count: number): number {
-  return Math.min(plan.sftEpisodes ?? count, plan.trainTasks.length * 4);
+export function expertEpisodeCount(plan: Pick<SuitePlan, "sftTasks" | "sftEpisodes">, count: number): number {
+  return Math.min(plan.sftEpisodes ?? count, plan.sftTasks.length * 4);
 }

@@ -130,6 +130,12 @@ const SftSection = z
     batchBy: z.enum(["shuffle", "prefix"]).default("shuffle"),
     /** Pack examples sharing a prefix into one sequence with one copy of it (same loss, fewer tokens). */
     packPrefixes: z.boolean().default(true),
+    /**
+     * Which training tasks the expert plays: "task", the training tasks in their seeded order (a content
+     * the generator repeats is played as often as it repeats); "content", one task per distinct training
+     * content in turn, the distribution the held-out tasks are drawn from.
+     */
+    taskSampling: z.enum(["task", "content"]).default("task"),
   })
   .strict();
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { makeChatEnv, planSuites } from "../../src/pipeline/tasks.js";
+import { expertEpisodeCount, expertEpisodes, makeChatEnv, planSuites } from "../../src/pipeline/tasks.js";
 import { validateConfig } from "../../src/rl/config.js";
 import { generateRestTasks, restTaskKinds } from "../../src/envs/restapi/tasks.js";
 import { RestWorld } from "../../src/envs/restapi/world.js";
@@ -82,6 +82,24 @@ describe("planSuites", () => {
     expect(byContent!.trainTasks).toEqual(byTask!.trainTasks);
     expect(byContent!.trainContents).toEqual(firstOfEach(byTask!.trainTasks, all));
     expect(byContent!.trainContents.length).toBeLessThan(600);
+  });
+
+  it("gives SFT's expert the training tasks, or with sft.taskSampling \"content\" one task per distinct training contents", async () => {
+    const [byTask] = await planSuites(config({ evalTasks: 50 }));
+    expect(byTask!.sftTasks).toEqual(byTask!.trainTasks);
+    const [byContent] = await planSuites(validateConfig({ suites: [{ env: "sinkflex/arith-v0", options: { difficulty: 1, count: 600 }, evalTasks: 50 }], model: { init: {} }, sft: { taskSampling: "content" } }));
+    expect(byContent!.trainTasks).toEqual(byTask!.trainTasks);
+    expect(byContent!.sftTasks).toEqual(byTask!.trainContents);
+    // The expert plays them in turn, each at most 4 times.
+    const all = await arithContents();
+    const n = byContent!.sftTasks.length;
+    const { kept } = await expertEpisodes(byContent!, n + 3, 0);
+    const question = (t: number) => (JSON.parse(all[t]!) as { messages: { role: string; content: string }[] }).messages.find((m) => m.role === "user")!.content;
+    const played = kept.map((e) => e.messages.find((m) => m.role === "user")!.content);
+    expect(played).toEqual([...byContent!.sftTasks, ...byContent!.sftTasks.slice(0, 3)].map(question));
+    expect(new Set(played.slice(0, n)).size).toBe(n);
+    expect(expertEpisodeCount(byContent!, 10_000)).toBe(4 * n);
+    expect(() => validateConfig({ suites: [{ env: "sinkflex/arith-v0" }], model: { init: {} }, sft: { taskSampling: "by-suite" } })).toThrow(/taskSampling/);
   });
 
   it("holds out at most a third of the distinct tasks", async () => {

@@ -120,7 +120,7 @@ describe("data preparation on worker threads", () => {
     const pool = new PrepPool({ threads: 2, minParallelItems: 0 });
     try {
       // Task ids that do not exist: the env rejects them in the worker.
-      const bad = [{ ...plans[0]!, trainTasks: [999_999] }];
+      const bad = [{ ...plans[0]!, sftTasks: [999_999] }];
       await expect(pool.expertConversations(bad, 4, 0)).rejects.toThrow(/data preparation failed in a worker thread: .*999999/);
       const good = await pool.expertConversations([plans[0]!], 4, 0);
       expect(good[0]!.kept.length + good[0]!.failed).toBe(4);

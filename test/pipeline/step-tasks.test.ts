@@ -12,6 +12,7 @@ const plan = (name: string, weight: number): SuitePlan => ({
   trainTasks: Array.from({ length: 50 }, (_, i) => i),
   // Tasks 0..49 hold 10 distinct contents: each one's first task.
   trainContents: Array.from({ length: 10 }, (_, i) => i),
+  sftTasks: Array.from({ length: 50 }, (_, i) => i),
   evalTasks: [],
 });
 const config = (batchTasks: number, taskSampling: "task" | "content" = "task") =>
