@@ -22,8 +22,9 @@ export interface SuitePlan {
   trainTasks: number[];
   /**
    * One training task per distinct contents (the first in the permutation's order): what GRPO draws
-   * from with `grpo.taskSampling: "content"`. With separate eval options, contents are read only for
-   * that setting (otherwise this is the training tasks).
+   * from with `grpo.taskSampling: "content"`, and SFT's expert plays with `sft.taskSampling: "content"`.
+   * With separate eval options, contents are read only for those settings (otherwise this is the
+   * training tasks).
    */
   trainContents: number[];
   /** The tasks the expert plays for SFT, in turn: trainTasks, or trainContents with `sft.taskSampling: "content"`. */

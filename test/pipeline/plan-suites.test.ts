@@ -73,7 +73,7 @@ describe("planSuites", () => {
     await expect(planSuites(validateConfig({ suites: [separate], model: { init: {} } }))).rejects.toThrow(/does not combine with evalOptions/);
   });
 
-  it("with separate eval options, reads the training contents only for GRPO's taskSampling \"content\"", async () => {
+  it("with separate eval options, reads the training contents only for GRPO's or SFT's taskSampling \"content\"", async () => {
     const suite = { env: "sinkflex/arith-v0", options: { difficulty: 1, count: 600 }, evalOptions: { difficulty: 1, count: 100, taskSeed: 5 } };
     const [byTask] = await planSuites(validateConfig({ suites: [suite], model: { init: {} } }));
     expect(byTask!.trainContents).toEqual(byTask!.trainTasks);
@@ -82,6 +82,9 @@ describe("planSuites", () => {
     expect(byContent!.trainTasks).toEqual(byTask!.trainTasks);
     expect(byContent!.trainContents).toEqual(firstOfEach(byTask!.trainTasks, all));
     expect(byContent!.trainContents.length).toBeLessThan(600);
+    // And for SFT's expert drawing by contents.
+    const [sftByContent] = await planSuites(validateConfig({ suites: [suite], model: { init: {} }, sft: { taskSampling: "content" } }));
+    expect(sftByContent!.sftTasks).toEqual(byContent!.trainContents);
   });
 
   it("gives SFT's expert the training tasks, or with sft.taskSampling \"content\" one task per distinct training contents", async () => {
