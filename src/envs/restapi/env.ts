@@ -52,6 +52,8 @@ export interface RestApiEnvOptions {
    * set's gold chains call (a shorter prompt and an easier choice, for small models and curricula).
    */
   tools?: "all" | "used";
+  /** Currency amounts and weekday dates from wide ranges (see RestTaskOptions.wideValues); false by default. */
+  wideValues?: boolean;
 }
 
 export interface RestApiState {
@@ -65,7 +67,7 @@ export const RESTAPI_SYSTEM_PROMPT = [
   "When you know the answer, call submit_answer with the answer only (a number without units, or a short text). Submitting ends the episode.",
 ].join("\n");
 
-const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "faults", "taskFaults", "requestTimeoutMs", "tools"];
+const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "faults", "taskFaults", "requestTimeoutMs", "tools", "wideValues"];
 
 /** A ToolEnv that also stops its HTTP server on close. */
 export class RestApiEnv extends ToolEnv<RestTask, RestApiState> {
@@ -138,7 +140,9 @@ export async function createRestApiEnv(options: RestApiEnvOptions = {}): Promise
   if (toolChoice !== "all" && toolChoice !== "used") throw new Error(`${RESTAPI_ENV_ID}: options.tools must be "all" or "used", got ${JSON.stringify(toolChoice)}`);
 
   const world = new RestWorld(seed);
-  const taskOptions = { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults };
+  const wideValues = options.wideValues ?? false;
+  if (typeof wideValues !== "boolean") throw new Error(`${RESTAPI_ENV_ID}: options.wideValues must be true or false, got ${JSON.stringify(wideValues)}`);
+  const taskOptions = { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults, ...(wideValues ? { wideValues } : {}) };
   // The tasks depend on the world's seed and these options only (the world they read is the same).
   const tasks = cachedTasks("restapi", { worldSeed: seed, ...taskOptions }, () => generateRestTasks(world, taskOptions));
   const server = await startRestApiServer(world, { slowMs: requestTimeoutMs + 1_000 });

@@ -35,7 +35,11 @@ export interface RestTask {
 }
 
 type Made = Omit<RestTask, "id" | "level" | "kind" | "faults">;
-type Template = (w: RestWorld, r: Rng) => Made;
+/** How a template draws its values: `wide` draws currency amounts and weekday dates from wide ranges. */
+interface Draw {
+  wide: boolean;
+}
+type Template = (w: RestWorld, r: Rng, o: Draw) => Made;
 
 const call = (tool: string, args: Record<string, string | number>): GoldCall => ({ tool, args });
 const flightDate = (r: Rng) => addDays(FLIGHT_DATES.from, r.int(daysBetween(FLIGHT_DATES.from, FLIGHT_DATES.to) + 1));
@@ -46,6 +50,9 @@ const pickTwo = <T>(r: Rng, items: readonly T[]): [T, T] => {
   return [a, b];
 };
 const AMOUNTS = [20, 75, 100, 250, 480, 1000, 1500];
+/** With `wideValues`: whole amounts 1 to 9,999, and dates over a century (36,525 days). */
+const WIDE_AMOUNT_MAX = 9_999;
+const WIDE_DATES = { from: "1950-01-01", to: "2049-12-31" };
 const UNIT_QUESTIONS: [string, string, number[], string][] = [
   ["km", "mi", [5, 21.1, 42.195, 100], "kilometres in miles"],
   ["lb", "kg", [3, 12, 150], "pounds in kilograms"],
@@ -73,9 +80,9 @@ const TEMPLATES: Record<Level, [string, Template][]> = {
     ],
     [
       "currency_convert",
-      (w, r) => {
+      (w, r, o) => {
         const [from, to] = pickTwo(r, [...w.usdRates.keys()]);
-        const amount = r.pick(AMOUNTS);
+        const amount = o.wide ? 1 + r.int(WIDE_AMOUNT_MAX) : r.pick(AMOUNTS);
         return {
           question: `How much is ${amount} ${from} in ${to} at today's exchange rate? Give the amount in ${to}, rounded to cents.`,
           answer: w.convert(amount, from, to),
@@ -99,8 +106,8 @@ const TEMPLATES: Record<Level, [string, Template][]> = {
     ],
     [
       "weekday",
-      (_w, r) => {
-        const d = addDays("2025-01-01", r.int(365 * 2));
+      (_w, r, o) => {
+        const d = o.wide ? addDays(WIDE_DATES.from, r.int(daysBetween(WIDE_DATES.from, WIDE_DATES.to) + 1)) : addDays("2025-01-01", r.int(365 * 2));
         return { question: `On which day of the week is ${d}?`, answer: weekday(d), chain: [call("getWeekday", { date: d })], answerPath: "weekday" };
       },
     ],
@@ -328,6 +335,12 @@ export interface RestTaskOptions {
   levels?: readonly number[];
   /** Give every task one planned fault, cycling over these kinds, on one of its requests. */
   faultKinds?: readonly FaultKind[];
+  /**
+   * Draw currency amounts (1 to 9,999 instead of seven) and weekday dates (1950 to 2049 instead of two
+   * years) from wide ranges, so that nearly every such question is new and none can be answered from
+   * memory of the training questions.
+   */
+  wideValues?: boolean;
 }
 
 export function generateRestTasks(world: RestWorld, options: RestTaskOptions = {}): RestTask[] {
@@ -341,7 +354,7 @@ export function generateRestTasks(world: RestWorld, options: RestTaskOptions = {
     const level = levels[i % levels.length] as Level;
     const templates = TEMPLATES[level];
     const [kind, make] = templates[Math.floor(i / levels.length) % templates.length]!;
-    const made = make(world, rng.fork(i));
+    const made = make(world, rng.fork(i), { wide: options.wideValues ?? false });
     if (made.chain.length !== level) throw new Error(`restapi template ${kind} makes ${made.chain.length} calls but is listed at level ${level}`);
     if (typeof made.answer === "number" && !Number.isFinite(made.answer)) throw new Error(`restapi template ${kind} has no finite answer`);
     const task: RestTask = { id: `restapi-${i}`, kind, level, ...made, answer: typeof made.answer === "number" ? round(made.answer, 4) : made.answer };

@@ -199,6 +199,30 @@ describe("scripted expert", () => {
     await expect(createRestApiEnv({ tools: "some" as never })).rejects.toThrow(/options.tools must be "all" or "used"/);
   });
 
+  it("with wideValues, draws currency amounts and weekday dates from wide ranges, the other kinds as before, and still solves every task", async () => {
+    const world = new RestWorld(0);
+    const narrow = generateRestTasks(world, { count: 600, levels: [1] });
+    const wide = generateRestTasks(world, { count: 600, levels: [1], wideValues: true });
+    const of = (tasks: typeof wide, kind: string) => tasks.filter((t) => t.kind === kind);
+    // Every kind other than these two makes the same tasks.
+    for (const kind of restTaskKinds()[1].filter((k) => k !== "currency_convert" && k !== "weekday")) expect(of(wide, kind)).toEqual(of(narrow, kind));
+    const amounts = of(wide, "currency_convert").map((t) => Number(t.chain[0]!.args.amount));
+    expect(amounts.every((a) => Number.isInteger(a) && a >= 1 && a <= 9_999)).toBe(true);
+    expect(new Set(amounts).size).toBeGreaterThan(90);
+    expect(new Set(of(narrow, "currency_convert").map((t) => t.chain[0]!.args.amount)).size).toBeLessThanOrEqual(7);
+    const dates = of(wide, "weekday").map((t) => String(t.chain[0]!.args.date));
+    expect(dates.every((d) => d >= "1950-01-01" && d <= "2049-12-31")).toBe(true);
+    expect(dates.some((d) => d < "2000-01-01")).toBe(true);
+    expect(dates.some((d) => d > "2030-01-01")).toBe(true);
+    const local = await createRestApiEnv({ count: 24, levels: [1], tools: "used", wideValues: true });
+    try {
+      for (let i = 0; i < local.hooks.tasks.size; i++) expect((await runExpertEpisode(local, RESTAPI_ENV_ID, { taskIndex: i })).reward).toBe(1);
+    } finally {
+      await local.close();
+    }
+    await expect(createRestApiEnv({ wideValues: "yes" as never })).rejects.toThrow(/options.wideValues must be true or false/);
+  });
+
   it("replay reports every task solved", async () => {
     const report = await replayRestApi(RESTAPI_ENV_ID, { gold: false, limit: 8 });
     expect(report).toMatchObject({ total: 8, succeeded: 8, expectedRate: 1, failures: [] });
