@@ -61,7 +61,10 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
       groupSize: opts.samples,
     }));
     const groups: Trajectory[][] = [];
-    const scheduler = new RolloutScheduler(rollout, { maxInFlight: opts.concurrency, batchGroups: 1 });
+    // Nothing trains between the tasks, so there is no staleness to bound: every task may start as soon
+    // as there is room, and up to `concurrency` episodes decode together. (With the default bound of 0,
+    // each task would wait for the one before it to be yielded, and the tasks would play one at a time.)
+    const scheduler = new RolloutScheduler(rollout, { maxInFlight: opts.concurrency, batchGroups: 1, maxStaleness: tasks.length });
     for await (const batch of scheduler.batches(tasks)) {
       groups.push(...batch.groups);
       progress.tick(batch.groups.length, plan.name);
