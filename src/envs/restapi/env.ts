@@ -52,8 +52,10 @@ export interface RestApiEnvOptions {
    * set's gold chains call (a shorter prompt and an easier choice, for small models and curricula).
    */
   tools?: "all" | "used";
-  /** Currency amounts and weekday dates from wide ranges (see RestTaskOptions.wideValues); false by default. */
+  /** Currency amounts, unit values and weekday dates from wide ranges (see RestTaskOptions.wideValues); false by default. */
   wideValues?: boolean;
+  /** Only these task kinds (see RestTaskOptions.kinds); every kind by default. */
+  kinds?: string[];
 }
 
 export interface RestApiState {
@@ -67,7 +69,7 @@ export const RESTAPI_SYSTEM_PROMPT = [
   "When you know the answer, call submit_answer with the answer only (a number without units, or a short text). Submitting ends the episode.",
 ].join("\n");
 
-const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "faults", "taskFaults", "requestTimeoutMs", "tools", "wideValues"];
+const OPTION_KEYS = ["seed", "taskSeed", "count", "levels", "faults", "taskFaults", "requestTimeoutMs", "tools", "wideValues", "kinds"];
 
 /** A ToolEnv that also stops its HTTP server on close. */
 export class RestApiEnv extends ToolEnv<RestTask, RestApiState> {
@@ -142,7 +144,9 @@ export async function createRestApiEnv(options: RestApiEnvOptions = {}): Promise
   const world = new RestWorld(seed);
   const wideValues = options.wideValues ?? false;
   if (typeof wideValues !== "boolean") throw new Error(`${RESTAPI_ENV_ID}: options.wideValues must be true or false, got ${JSON.stringify(wideValues)}`);
-  const taskOptions = { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults, ...(wideValues ? { wideValues } : {}) };
+  const kinds = options.kinds;
+  if (kinds !== undefined && (!Array.isArray(kinds) || kinds.some((k) => typeof k !== "string"))) throw new Error(`${RESTAPI_ENV_ID}: options.kinds must be a list of task kinds such as ["unit_convert"], got ${JSON.stringify(kinds)}`);
+  const taskOptions = { count, seed: options.taskSeed ?? seed, levels: options.levels, faultKinds: taskFaults, ...(wideValues ? { wideValues } : {}), ...(kinds ? { kinds } : {}) };
   // The tasks depend on the world's seed and these options only (the world they read is the same).
   const tasks = cachedTasks("restapi", { worldSeed: seed, ...taskOptions }, () => generateRestTasks(world, taskOptions));
   const server = await startRestApiServer(world, { slowMs: requestTimeoutMs + 1_000 });

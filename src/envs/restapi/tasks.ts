@@ -35,7 +35,7 @@ export interface RestTask {
 }
 
 type Made = Omit<RestTask, "id" | "level" | "kind" | "faults">;
-/** How a template draws its values: `wide` draws currency amounts and weekday dates from wide ranges. */
+/** How a template draws its values: `wide` draws currency amounts, unit values and weekday dates from wide ranges. */
 interface Draw {
   wide: boolean;
 }
@@ -50,7 +50,7 @@ const pickTwo = <T>(r: Rng, items: readonly T[]): [T, T] => {
   return [a, b];
 };
 const AMOUNTS = [20, 75, 100, 250, 480, 1000, 1500];
-/** With `wideValues`: whole amounts 1 to 9,999, and dates over a century (36,525 days). */
+/** With `wideValues`: whole amounts and unit values 1 to 9,999, and dates over a century (36,525 days). */
 const WIDE_AMOUNT_MAX = 9_999;
 const WIDE_DATES = { from: "1950-01-01", to: "2049-12-31" };
 const UNIT_QUESTIONS: [string, string, number[], string][] = [
@@ -93,9 +93,9 @@ const TEMPLATES: Record<Level, [string, Template][]> = {
     ],
     [
       "unit_convert",
-      (w, r) => {
+      (w, r, o) => {
         const [from, to, values, words] = r.pick(UNIT_QUESTIONS);
-        const value = r.pick(values);
+        const value = o.wide ? 1 + r.int(WIDE_AMOUNT_MAX) : r.pick(values);
         return {
           question: `Convert ${value} ${words} (to 4 decimals).`,
           answer: w.convertUnits(value, from, to),
@@ -336,11 +336,28 @@ export interface RestTaskOptions {
   /** Give every task one planned fault, cycling over these kinds, on one of its requests. */
   faultKinds?: readonly FaultKind[];
   /**
-   * Draw currency amounts (1 to 9,999 instead of seven) and weekday dates (1950 to 2049 instead of two
+   * Draw currency amounts and unit conversions' values (1 to 9,999 instead of a few each) and weekday dates (1950 to 2049 instead of two
    * years) from wide ranges, so that nearly every such question is new and none can be answered from
    * memory of the training questions.
    */
   wideValues?: boolean;
+  /**
+   * Only these templates (by kind, e.g. `unit_convert`; see `restTaskKinds`), each level cycling over
+   * its own that are listed. Every listed kind must exist, and every level asked for must keep one.
+   */
+  kinds?: readonly string[];
+}
+
+/** Each level's templates, narrowed to `kinds` when given (with an error naming what is wrong). */
+function templatesOf(levels: readonly number[], kinds: readonly string[] | undefined): Record<number, [string, Template][]> {
+  const known = Object.values(TEMPLATES).flatMap((ts) => ts.map((t) => t[0]));
+  for (const k of kinds ?? []) if (!known.includes(k)) throw new RangeError(`restapi: task kind "${k}" does not exist; the kinds are ${known.join(", ")}`);
+  const out: Record<number, [string, Template][]> = {};
+  for (const l of levels) {
+    out[l] = TEMPLATES[l as Level].filter((t) => !kinds || kinds.includes(t[0]));
+    if (out[l]!.length === 0) throw new RangeError(`restapi: none of the kinds ${kinds!.join(", ")} is at level ${l}; its kinds are ${TEMPLATES[l as Level].map((t) => t[0]).join(", ")}`);
+  }
+  return out;
 }
 
 export function generateRestTasks(world: RestWorld, options: RestTaskOptions = {}): RestTask[] {
@@ -348,11 +365,13 @@ export function generateRestTasks(world: RestWorld, options: RestTaskOptions = {
   const levels = options.levels ?? LEVELS;
   for (const l of levels) if (!LEVELS.includes(l as Level)) throw new RangeError(`restapi: level ${l} does not exist; levels are 1, 2, 3 and 4 (the number of calls)`);
   if (levels.length === 0) throw new RangeError("restapi: options.levels is empty; give at least one of 1, 2, 3, 4");
+  if (options.kinds && options.kinds.length === 0) throw new RangeError("restapi: options.kinds is empty; leave it out for every kind, or name at least one");
+  const byLevel = templatesOf(levels, options.kinds);
   const rng = new Rng(options.seed ?? world.seed);
   const tasks: RestTask[] = [];
   for (let i = 0; i < count; i++) {
     const level = levels[i % levels.length] as Level;
-    const templates = TEMPLATES[level];
+    const templates = byLevel[level]!;
     const [kind, make] = templates[Math.floor(i / levels.length) % templates.length]!;
     const made = make(world, rng.fork(i), { wide: options.wideValues ?? false });
     if (made.chain.length !== level) throw new Error(`restapi template ${kind} makes ${made.chain.length} calls but is listed at level ${level}`);

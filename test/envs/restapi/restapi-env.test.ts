@@ -199,17 +199,20 @@ describe("scripted expert", () => {
     await expect(createRestApiEnv({ tools: "some" as never })).rejects.toThrow(/options.tools must be "all" or "used"/);
   });
 
-  it("with wideValues, draws currency amounts and weekday dates from wide ranges, the other kinds as before, and still solves every task", async () => {
+  it("with wideValues, draws currency amounts, unit values and weekday dates from wide ranges, the other kinds as before, and still solves every task", async () => {
     const world = new RestWorld(0);
     const narrow = generateRestTasks(world, { count: 600, levels: [1] });
     const wide = generateRestTasks(world, { count: 600, levels: [1], wideValues: true });
     const of = (tasks: typeof wide, kind: string) => tasks.filter((t) => t.kind === kind);
-    // Every kind other than these two makes the same tasks.
-    for (const kind of restTaskKinds()[1].filter((k) => k !== "currency_convert" && k !== "weekday")) expect(of(wide, kind)).toEqual(of(narrow, kind));
+    // Every kind other than these three makes the same tasks.
+    for (const kind of restTaskKinds()[1].filter((k) => !["currency_convert", "unit_convert", "weekday"].includes(k))) expect(of(wide, kind)).toEqual(of(narrow, kind));
     const amounts = of(wide, "currency_convert").map((t) => Number(t.chain[0]!.args.amount));
     expect(amounts.every((a) => Number.isInteger(a) && a >= 1 && a <= 9_999)).toBe(true);
     expect(new Set(amounts).size).toBeGreaterThan(90);
     expect(new Set(of(narrow, "currency_convert").map((t) => t.chain[0]!.args.amount)).size).toBeLessThanOrEqual(7);
+    const values = of(wide, "unit_convert").map((t) => Number(t.chain[0]!.args.value));
+    expect(values.every((v) => Number.isInteger(v) && v >= 1 && v <= 9_999)).toBe(true);
+    expect(new Set(values).size).toBeGreaterThan(90);
     const dates = of(wide, "weekday").map((t) => String(t.chain[0]!.args.date));
     expect(dates.every((d) => d >= "1950-01-01" && d <= "2049-12-31")).toBe(true);
     expect(dates.some((d) => d < "2000-01-01")).toBe(true);
@@ -221,6 +224,27 @@ describe("scripted expert", () => {
       await local.close();
     }
     await expect(createRestApiEnv({ wideValues: "yes" as never })).rejects.toThrow(/options.wideValues must be true or false/);
+  });
+
+  it("with kinds, makes only the listed templates, each level cycling over its own, and refuses kinds that do not exist or leave a level empty", async () => {
+    const world = new RestWorld(0);
+    const tasks = generateRestTasks(world, { count: 40, levels: [1, 2], kinds: ["unit_convert", "weekday", "capital_population"] });
+    expect(tasks.filter((t) => t.level === 1).map((t) => t.kind).slice(0, 4)).toEqual(["unit_convert", "weekday", "unit_convert", "weekday"]);
+    expect(new Set(tasks.filter((t) => t.level === 2).map((t) => t.kind))).toEqual(new Set(["capital_population"]));
+    // A level with one listed kind makes only that kind.
+    expect(generateRestTasks(world, { count: 5, levels: [1], kinds: ["stock_price"] }).every((t) => t.kind === "stock_price")).toBe(true);
+    expect(() => generateRestTasks(world, { levels: [1], kinds: ["unit_conversion"] })).toThrow(/task kind "unit_conversion" does not exist; the kinds are current_temperature, currency_convert/);
+    expect(() => generateRestTasks(world, { levels: [1, 2], kinds: ["unit_convert"] })).toThrow(/none of the kinds unit_convert is at level 2; its kinds are capital_temperature/);
+    expect(() => generateRestTasks(world, { levels: [1], kinds: [] })).toThrow(/options.kinds is empty/);
+    const local = await createRestApiEnv({ count: 12, levels: [1], tools: "used", kinds: ["unit_convert", "currency_convert"], wideValues: true });
+    try {
+      // Only the tools the listed kinds call (and submit_answer) are shown.
+      expect(local.hooks.tools.map((t) => t.name).sort()).toEqual(["convertCurrency", "convertUnits", "submit_answer"]);
+      for (let i = 0; i < local.hooks.tasks.size; i++) expect((await runExpertEpisode(local, RESTAPI_ENV_ID, { taskIndex: i })).reward).toBe(1);
+    } finally {
+      await local.close();
+    }
+    await expect(createRestApiEnv({ kinds: "unit_convert" as never })).rejects.toThrow(/options.kinds must be a list of task kinds/);
   });
 
   it("replay reports every task solved", async () => {
