@@ -17,7 +17,7 @@ export function registerDemoCommands(program: Command): void {
     .option("--quick", "a tiny smoke-test run (about a minute); its numbers mean nothing")
     .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", "2")
     .option("--seed <n>", "seed of everything", "0")
-    .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 90%, then the naive replay", "20")
+    .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 92%, then the naive replay", "20")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
     .option("--no-open", "serve the dashboard but do not open a browser")
