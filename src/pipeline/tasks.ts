@@ -71,7 +71,9 @@ function suiteNames(cfg: TrainConfig): string[] {
 export async function planSuites(cfg: TrainConfig, options: { contents?: ContentsReader } = {}): Promise<SuitePlan[]> {
   const names = suiteNames(cfg);
   const read = options.contents ?? readTaskContents;
-  return Promise.all(
+  // Every suite is planned to the end, even when one fails, before the failure is thrown: a caller that
+  // then stops its worker pool must not have suites still starting work on it.
+  const settled = await Promise.allSettled(
     cfg.suites.map(async (s, i) => {
       spec(s.env); // a clear error for an unknown id
       const env = await makeChatEnv(s.env, s.options);
@@ -140,9 +142,12 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         trainContents = firstOfEachContents(trainTasks, keys);
       }
       const sftTasks = cfg.sft.taskSampling === "content" ? trainContents : trainTasks;
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, sftTasks, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}) };
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, sftTasks, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}) } satisfies SuitePlan;
     }),
   );
+  const failed = settled.find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
+  return settled.map((r) => (r as PromiseFulfilledResult<SuitePlan>).value);
 }
 
 /** The first task of each distinct contents, in the given order. */

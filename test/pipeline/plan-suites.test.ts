@@ -130,6 +130,28 @@ describe("planSuites", () => {
     expect(plan!.evalTasks).toHaveLength(200);
   });
 
+  it("when one suite fails, rejects only after every other suite has finished its planning", async () => {
+    // The failing suite (an env id that does not exist) fails at once; the other still reads its contents.
+    const cfg = validateConfig({
+      suites: [
+        // Options no other test uses: contents already read in this process are not read again.
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: 601 } },
+        { env: "sinkflex/arith-v9" },
+      ],
+      model: { init: {} },
+      eval: { tasksPerSuite: 50 },
+    });
+    let readsDone = 0;
+    const slowReader = async (_id: string, _options: Record<string, unknown>, count: number) => {
+      await new Promise((r) => setTimeout(r, 200));
+      readsDone++;
+      return Array.from({ length: count }, (_, t) => String(t));
+    };
+    await expect(planSuites(cfg, { contents: slowReader })).rejects.toThrow(/unknown env id "sinkflex\/arith-v9"/);
+    // Nothing was still reading when the error came back (a caller stops its workers then).
+    expect(readsDone).toBe(1);
+  });
+
   it("rejects a count that is not a positive integer, naming the field", () => {
     expect(() => config({ evalTasks: 0 })).toThrow(/suites\.0\.evalTasks/);
     expect(() => config({ evalTasks: 2.5 })).toThrow(/suites\.0\.evalTasks/);

@@ -234,6 +234,8 @@ describe("generated tasks, the expert, determinism", () => {
     expect(a.find((t) => t.hardness === "level-4")!.gold).toMatch(/GROUP BY .* HAVING/);
     expect(a.find((t) => t.hardness === "level-5")!.gold).toMatch(/\(SELECT AVG/);
     expect(generateTasks({ dbDir: defaultDbDir(), count: 20, seed: 8 })).not.toEqual(a);
+    // A missing data folder is named, with what to do.
+    expect(() => generateTasks({ dbDir: "/nonexistent/spider/db", count: 5, seed: 7 })).toThrow(/database folder \/nonexistent\/spider\/db does not exist; pass dbDir .* or set SINKFLEX_DATA_DIR/);
   });
 
   it("the scripted expert explores, queries and solves Spider and generated tasks", async () => {
