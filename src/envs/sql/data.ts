@@ -30,6 +30,11 @@ export function dataDir(): string {
   return resolve(here, "..", "..", "..", "..", "shared", "data");
 }
 
+/** Throws a clear error, with what to do, when a folder of `<db>.sqlite` files does not exist. */
+export function requireDbDir(dbDir: string): void {
+  if (!existsSync(dbDir)) throw new Error(`the database folder ${dbDir} does not exist; pass dbDir (a folder of <db>.sqlite files) or set SINKFLEX_DATA_DIR to the folder holding spider/`);
+}
+
 export function spiderDir(): string {
   return join(dataDir(), "spider");
 }

@@ -8,13 +8,12 @@
  * same format) or generated ones with difficulty levels. The reward and its evidence come from
  * `result.ts`. This file is the env's wiring; it does not parse SQL or compare results itself.
  */
-import { existsSync } from "node:fs";
 import { z } from "zod";
 import type { ChatMessage } from "../../gym/chat.js";
 import { functionTool, type Tool } from "../../tools/tool.js";
 import { arrayTasks, ToolEnv, type Episode, type Score } from "../../tools/tool-env.js";
 import { PostgresBackend, SqlError, SqliteBackend, type QueryResult, type SqlBackend, type SqlValue, type TableInfo } from "./backend.js";
-import { dbFile, defaultDbDir, defaultQuestionsFile, loadQuestions, type SqlTask } from "./data.js";
+import { dbFile, defaultDbDir, defaultQuestionsFile, loadQuestions, requireDbDir, type SqlTask } from "./data.js";
 import { generateTasks, LEVELS, type Level } from "./generate.js";
 import { compareResults } from "./result.js";
 import { hasTopLevelOrderBy } from "./statement.js";
@@ -171,7 +170,7 @@ export function createBackend(options: SqlEnvOptions): SqlBackend {
     return new PostgresBackend(options.pgUrl, (db) => schemas[db] ?? db);
   }
   const dbDir = options.dbDir ?? defaultDbDir();
-  if (!existsSync(dbDir)) throw new Error(`the database folder ${dbDir} does not exist; pass dbDir (a folder of <db>.sqlite files) or set SINKFLEX_DATA_DIR`);
+  requireDbDir(dbDir);
   return new SqliteBackend((db) => dbFile(dbDir, db));
 }
 

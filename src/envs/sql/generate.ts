@@ -7,10 +7,10 @@
  * databases directly (read-only, its own trusted queries); it does not run agent SQL.
  */
 import Database from "better-sqlite3";
-import { existsSync, readdirSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { Rng } from "../../gym/rng.js";
-import type { SqlTask } from "./data.js";
+import { requireDbDir, type SqlTask } from "./data.js";
 
 export const LEVELS = [1, 2, 3, 4, 5] as const;
 export type Level = (typeof LEVELS)[number];
@@ -156,7 +156,7 @@ export interface GenerateOptions {
 export function generateTasks(options: GenerateOptions): SqlTask[] {
   const levels = options.levels?.length ? options.levels : LEVELS;
   for (const l of levels) if (!LEVELS.includes(l)) throw new Error(`difficulty level ${l} does not exist; use 1 (count) to 5 (nested)`);
-  if (!options.dbs && !existsSync(options.dbDir)) throw new Error(`the database folder ${options.dbDir} does not exist; pass dbDir (a folder of <db>.sqlite files) or set SINKFLEX_DATA_DIR to the folder holding spider/`);
+  if (!options.dbs) requireDbDir(options.dbDir);
   const names = (options.dbs ?? readdirSync(options.dbDir).filter((f) => f.endsWith(".sqlite")).map((f) => f.slice(0, -".sqlite".length))).sort();
   if (names.length === 0) throw new Error(`no *.sqlite databases in ${options.dbDir} to generate tasks from`);
   const opened = new Map<string, { db: Database.Database; tables: Table[] }>();
