@@ -3,6 +3,9 @@
  * line; elsewhere (CI, log files) it prints a line every few seconds. Writes to stderr so that stdout
  * stays clean for tables and JSON.
  */
+/** Seconds of work before the line shows an ETA. */
+const ETA_AFTER_SECONDS = 3;
+
 export class Progress {
   private done = 0;
   private readonly start = Date.now();
@@ -42,7 +45,8 @@ export class Progress {
     if (this.quiet) return;
     const elapsed = (Date.now() - this.start) / 1000;
     const rate = elapsed > 0 ? this.done / elapsed : 0;
-    const eta = rate > 0 ? Math.max(0, (this.total - this.done) / rate) : Number.NaN;
+    // No ETA from the first moments: a rate read off a task or two (or a slow first step) is noise.
+    const eta = rate > 0 && (elapsed >= ETA_AFTER_SECONDS || this.done >= this.total) ? Math.max(0, (this.total - this.done) / rate) : Number.NaN;
     const width = 24;
     const filled = this.total > 0 ? Math.round((width * Math.min(this.done, this.total)) / this.total) : 0;
     const bar = `[${"#".repeat(filled)}${".".repeat(width - filled)}]`;
