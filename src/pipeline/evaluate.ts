@@ -5,7 +5,6 @@
 import type { EmbeddedEngine } from "../engine/embedded.js";
 import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
-import type { Trajectory } from "../rollout/trajectory.js";
 import type { Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { mean, passAtK, wilsonInterval } from "./stats.js";
@@ -60,15 +59,10 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
       reset: { seed: opts.seed + taskIndex, options: { taskIndex } },
       groupSize: opts.samples,
     }));
-    const groups: Trajectory[][] = [];
-    // Nothing trains between the tasks, so there is no staleness to bound: every task may start as soon
-    // as there is room, and up to `concurrency` episodes decode together. (With the default bound of 0,
-    // each task would wait for the one before it to be yielded, and the tasks would play one at a time.)
-    const scheduler = new RolloutScheduler(rollout, { maxInFlight: opts.concurrency, batchGroups: 1, maxStaleness: tasks.length });
-    for await (const batch of scheduler.batches(tasks)) {
-      groups.push(...batch.groups);
-      progress.tick(batch.groups.length, plan.name);
-    }
+    // Nothing trains between the tasks: every task starts as soon as there is room, and up to
+    // `concurrency` episodes decode together.
+    const scheduler = new RolloutScheduler(rollout, { maxInFlight: opts.concurrency });
+    const groups = await scheduler.runAll(tasks, () => progress.tick(1, plan.name));
     await rollout.close();
     const first = groups.map((g) => g[0]!);
     const successes = first.filter((t) => t.reward >= SUCCESS_THRESHOLD).length;

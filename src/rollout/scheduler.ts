@@ -141,8 +141,12 @@ export class RolloutScheduler {
     }
   }
 
-  /** Plays every task with up to `maxInFlight` trajectories at once (no staleness bound); groups in task order. */
-  async runAll(tasks: GroupTask[]): Promise<Trajectory[][]> {
+  /**
+   * Plays every task with up to `maxInFlight` trajectories at once (no staleness bound: for work with no
+   * training in between, such as an evaluation); groups in task order. `onGroup` hears of each group
+   * as it finishes (for progress).
+   */
+  async runAll(tasks: GroupTask[], onGroup?: (group: Trajectory[], index: number) => void): Promise<Trajectory[][]> {
     const out: Trajectory[][] = new Array(tasks.length);
     let inFlight = 0;
     const signal = new Signal();
@@ -156,6 +160,7 @@ export class RolloutScheduler {
           .runGroup(task)
           .then((t) => {
             out[i] = t;
+            onGroup?.(t, i);
           })
           .finally(() => {
             inFlight -= task.groupSize;

@@ -52,6 +52,7 @@ const pickTwo = <T>(r: Rng, items: readonly T[]): [T, T] => {
 const AMOUNTS = [20, 75, 100, 250, 480, 1000, 1500];
 /** With `wideValues`: whole amounts and unit values 1 to 9,999, and dates over a century (36,525 days). */
 const WIDE_AMOUNT_MAX = 9_999;
+const wideWhole = (r: Rng) => 1 + r.int(WIDE_AMOUNT_MAX);
 const WIDE_DATES = { from: "1950-01-01", to: "2049-12-31" };
 const UNIT_QUESTIONS: [string, string, number[], string][] = [
   ["km", "mi", [5, 21.1, 42.195, 100], "kilometres in miles"],
@@ -82,7 +83,7 @@ const TEMPLATES: Record<Level, [string, Template][]> = {
       "currency_convert",
       (w, r, o) => {
         const [from, to] = pickTwo(r, [...w.usdRates.keys()]);
-        const amount = o.wide ? 1 + r.int(WIDE_AMOUNT_MAX) : r.pick(AMOUNTS);
+        const amount = o.wide ? wideWhole(r) : r.pick(AMOUNTS);
         return {
           question: `How much is ${amount} ${from} in ${to} at today's exchange rate? Give the amount in ${to}, rounded to cents.`,
           answer: w.convert(amount, from, to),
@@ -95,7 +96,7 @@ const TEMPLATES: Record<Level, [string, Template][]> = {
       "unit_convert",
       (w, r, o) => {
         const [from, to, values, words] = r.pick(UNIT_QUESTIONS);
-        const value = o.wide ? 1 + r.int(WIDE_AMOUNT_MAX) : r.pick(values);
+        const value = o.wide ? wideWhole(r) : r.pick(values);
         return {
           question: `Convert ${value} ${words} (to 4 decimals).`,
           answer: w.convertUnits(value, from, to),
