@@ -23,7 +23,7 @@ import { SHARED_DOC, type Kernels } from "../kernels/kernels.js";
 import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
 import type { ModelConfig } from "../model/config.js";
-import { buildModel, FULL_ATTENTION, randomWeights, type ModelWeights } from "../model/instance.js";
+import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type ModelWeights } from "../model/instance.js";
 import { AdamW } from "../model/optimizer.js";
 import { PackedWeights } from "../model/packed-weights.js";
 import { bindParams, type ModelParams } from "../model/params.js";
@@ -797,9 +797,9 @@ export class EmbeddedSession implements EngineSession {
 
 /** A new engine over a fresh random model (tests, demos, benchmarks). */
 export function createRandomModel(
-  cfg: ModelConfig, seed: number, opts: EmbeddedEngineOptions & { std?: number; sinkLogits?: boolean } = {},
+  cfg: ModelConfig, seed: number, opts: EmbeddedEngineOptions & { std?: number; sinkLogits?: boolean; attentionInit?: AttentionInit } = {},
 ): EmbeddedEngine {
-  return new EmbeddedEngine(randomWeights(cfg, seed, { std: opts.std, sinkLogits: opts.sinkLogits }), opts);
+  return new EmbeddedEngine(randomWeights(cfg, seed, { std: opts.std, sinkLogits: opts.sinkLogits, attentionInit: opts.attentionInit }), opts);
 }
 
 /** An engine over a Hugging Face checkpoint folder (its tokenizer files are carried into saves). */

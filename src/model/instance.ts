@@ -8,6 +8,7 @@ import type { Kernels } from "../kernels/kernels.js";
 import { validateConfig, type ModelConfig } from "./config.js";
 import { bindParams, initParams, paramLayout, type ParamEntry } from "./params.js";
 import { RopeTable } from "./rope.js";
+import { applyMimeticAttention } from "./mimetic.js";
 import type { AttentionSettings, Model } from "./transformer.js";
 
 export interface ModelWeights {
@@ -30,13 +31,17 @@ export function buildModel(weights: ModelWeights, kernels: Kernels, attention: A
   };
 }
 
+/** How a fresh model's attention weights start: all N(0, std), or mimetic (see mimetic.ts). */
+export type AttentionInit = "random" | "mimetic";
+
 /** Fresh random weights for a config (N(0, std) matrices, unit norms, zero biases), deterministic in `seed`. */
 export function randomWeights(
-  cfg: ModelConfig, seed: number, opts: { std?: number; sinkLogits?: boolean } = {},
+  cfg: ModelConfig, seed: number, opts: { std?: number; sinkLogits?: boolean; attentionInit?: AttentionInit } = {},
 ): ModelWeights {
   const valid = validateConfig(cfg);
   const { entries, total } = paramLayout(valid, { sinkLogits: opts.sinkLogits });
   const data = new Float32Array(total);
   initParams(entries, data, seed, opts.std ?? 0.02);
+  if (opts.attentionInit === "mimetic") applyMimeticAttention(valid, bindParams(valid, entries, data), opts.std ?? 0.02, seed);
   return { cfg: valid, entries, data };
 }

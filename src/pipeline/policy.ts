@@ -13,6 +13,7 @@ import type { ChatMessage, ToolSpec } from "../gym/chat.js";
 import { ChatTemplate } from "../model/chat-template.js";
 import { parseHfConfig } from "../model/config.js";
 import { STABLE_TOOL_TEMPLATE } from "../model/stable-template.js";
+import type { AttentionInit } from "../model/instance.js";
 import type { AttentionSettings } from "../model/transformer.js";
 import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/vocab.js";
@@ -38,6 +39,8 @@ export interface ModelInit {
   kvHeads: number;
   intermediateSize: number;
   maxPositions: number;
+  /** "random" when absent. */
+  attentionInit?: AttentionInit;
 }
 
 export const TEMPLATE_VARS = { enable_thinking: false };
@@ -84,7 +87,7 @@ export function createPolicy(
     max_position_embeddings: init.maxPositions,
     tie_word_embeddings: true,
   });
-  const engine = createRandomModel(cfg, seed, { tokenizerDir: qwen3TokenizerDir(), attention, seed });
+  const engine = createRandomModel(cfg, seed, { tokenizerDir: qwen3TokenizerDir(), attention, seed, attentionInit: init.attentionInit });
   return { engine, tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS };
 }
 

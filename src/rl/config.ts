@@ -89,6 +89,8 @@ const ModelSection = z
         kvHeads: positiveInt.default(2),
         intermediateSize: positiveInt.default(384),
         maxPositions: positiveInt.default(4096),
+        /** How the attention weights start: "random" (N(0, 0.02)) or "mimetic" (query-key and value-output products near a projection; src/model/mimetic.ts). */
+        attentionInit: z.enum(["random", "mimetic"]).default("random"),
       })
       .strict()
       .optional(),
