@@ -2,7 +2,7 @@
  * Mimetic initialization of attention (after Trockman & Kolter, "Mimetic Initialization of
  * Self-Attention Layers", 2023): the weights of a fresh model's attention are drawn so that each head's
  * query-key product W_q^T W_k and value-output product W_o W_v start close to a multiple of a
- * projection (the pattern trained attention layers show), instead of near zero. A head then starts by
+ * projection (a pattern trained attention layers show), instead of near zero. A head then starts by
  * attending to positions whose hidden state resembles its own (the same token, at the first layer) and
  * by passing on what it reads, which a model trained from scratch otherwise has to discover first.
  *
