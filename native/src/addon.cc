@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cpu.h"
+#include "ftz.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -410,35 +411,42 @@ Napi::Value PeakGflops(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), sfx::peakGflops(a.num(0, "seconds"), a.count(1, "threads")));
 }
 
+/** Runs a binding with flush-to-zero set on the calling thread for the call (see ftz.h). */
+template <Napi::Value (*F)(const Napi::CallbackInfo&)>
+Napi::Value WithFlushToZero(const Napi::CallbackInfo& info) {
+  sfx::FlushToZero scope;
+  return F(info);
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("sgemm", Napi::Function::New(env, Sgemm));
-  exports.Set("sgemv", Napi::Function::New(env, Sgemv));
-  exports.Set("packedWeightSize", Napi::Function::New(env, PackedWeightSize));
-  exports.Set("packWeight", Napi::Function::New(env, PackWeight));
-  exports.Set("sgemmPacked", Napi::Function::New(env, SgemmPacked));
-  exports.Set("axpy", Napi::Function::New(env, Axpy));
-  exports.Set("scale", Napi::Function::New(env, Scale));
-  exports.Set("add", Napi::Function::New(env, Add));
-  exports.Set("sumSquares", Napi::Function::New(env, SumSquares));
-  exports.Set("addBias", Napi::Function::New(env, AddBias));
-  exports.Set("biasBackward", Napi::Function::New(env, BiasBackward));
-  exports.Set("embeddingForward", Napi::Function::New(env, EmbeddingForward));
-  exports.Set("embeddingBackward", Napi::Function::New(env, EmbeddingBackward));
-  exports.Set("rmsnormForward", Napi::Function::New(env, RmsnormForward));
-  exports.Set("rmsnormBackward", Napi::Function::New(env, RmsnormBackward));
-  exports.Set("rope", Napi::Function::New(env, Rope));
-  exports.Set("swigluForward", Napi::Function::New(env, SwigluForward));
-  exports.Set("swigluBackward", Napi::Function::New(env, SwigluBackward));
-  exports.Set("softmaxRows", Napi::Function::New(env, SoftmaxRows));
-  exports.Set("logprobsForward", Napi::Function::New(env, LogprobsForward));
-  exports.Set("logprobsBackward", Napi::Function::New(env, LogprobsBackward));
-  exports.Set("adamwUpdate", Napi::Function::New(env, AdamwUpdate));
-  exports.Set("attentionForward", Napi::Function::New(env, AttentionForward));
-  exports.Set("attentionBackward", Napi::Function::New(env, AttentionBackward));
-  exports.Set("attentionCached", Napi::Function::New(env, AttentionCached));
-  exports.Set("info", Napi::Function::New(env, Info));
-  exports.Set("peakGflops", Napi::Function::New(env, PeakGflops));
-  exports.Set("setThreads", Napi::Function::New(env, SetThreads));
+  exports.Set("sgemm", Napi::Function::New(env, WithFlushToZero<Sgemm>));
+  exports.Set("sgemv", Napi::Function::New(env, WithFlushToZero<Sgemv>));
+  exports.Set("packedWeightSize", Napi::Function::New(env, WithFlushToZero<PackedWeightSize>));
+  exports.Set("packWeight", Napi::Function::New(env, WithFlushToZero<PackWeight>));
+  exports.Set("sgemmPacked", Napi::Function::New(env, WithFlushToZero<SgemmPacked>));
+  exports.Set("axpy", Napi::Function::New(env, WithFlushToZero<Axpy>));
+  exports.Set("scale", Napi::Function::New(env, WithFlushToZero<Scale>));
+  exports.Set("add", Napi::Function::New(env, WithFlushToZero<Add>));
+  exports.Set("sumSquares", Napi::Function::New(env, WithFlushToZero<SumSquares>));
+  exports.Set("addBias", Napi::Function::New(env, WithFlushToZero<AddBias>));
+  exports.Set("biasBackward", Napi::Function::New(env, WithFlushToZero<BiasBackward>));
+  exports.Set("embeddingForward", Napi::Function::New(env, WithFlushToZero<EmbeddingForward>));
+  exports.Set("embeddingBackward", Napi::Function::New(env, WithFlushToZero<EmbeddingBackward>));
+  exports.Set("rmsnormForward", Napi::Function::New(env, WithFlushToZero<RmsnormForward>));
+  exports.Set("rmsnormBackward", Napi::Function::New(env, WithFlushToZero<RmsnormBackward>));
+  exports.Set("rope", Napi::Function::New(env, WithFlushToZero<Rope>));
+  exports.Set("swigluForward", Napi::Function::New(env, WithFlushToZero<SwigluForward>));
+  exports.Set("swigluBackward", Napi::Function::New(env, WithFlushToZero<SwigluBackward>));
+  exports.Set("softmaxRows", Napi::Function::New(env, WithFlushToZero<SoftmaxRows>));
+  exports.Set("logprobsForward", Napi::Function::New(env, WithFlushToZero<LogprobsForward>));
+  exports.Set("logprobsBackward", Napi::Function::New(env, WithFlushToZero<LogprobsBackward>));
+  exports.Set("adamwUpdate", Napi::Function::New(env, WithFlushToZero<AdamwUpdate>));
+  exports.Set("attentionForward", Napi::Function::New(env, WithFlushToZero<AttentionForward>));
+  exports.Set("attentionBackward", Napi::Function::New(env, WithFlushToZero<AttentionBackward>));
+  exports.Set("attentionCached", Napi::Function::New(env, WithFlushToZero<AttentionCached>));
+  exports.Set("info", Napi::Function::New(env, WithFlushToZero<Info>));
+  exports.Set("peakGflops", Napi::Function::New(env, WithFlushToZero<PeakGflops>));
+  exports.Set("setThreads", Napi::Function::New(env, WithFlushToZero<SetThreads>));
   return exports;
 }
 

@@ -1,6 +1,8 @@
 // The persistent thread pool behind parallelFor (see threadpool.h).
 #include "threadpool.h"
 
+#include "ftz.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -103,7 +105,10 @@ class Pool {
     nThreads_ = n < 1 ? 1 : n;
     quit_.store(false);
     nTasks_ = 0;
-    for (int i = 1; i < nThreads_; i++) workers_.emplace_back([this] { workerLoop(); });
+    for (int i = 1; i < nThreads_; i++) workers_.emplace_back([this] {
+      FlushToZero::setForThread();
+      workerLoop();
+    });
   }
 
   void stop() {

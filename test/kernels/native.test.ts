@@ -632,3 +632,24 @@ describe("SIMD levels and kernel selection", () => {
     }
   });
 });
+
+describe("native denormals", () => {
+  it("flushes values below float's normal range to 0 (single-threaded and pooled work), and leaves JavaScript's own math alone", () => {
+    const tiny = 1e-39; // a float32 denormal
+    // scale runs on the calling thread: the denormal input reads as 0, and a product below the normal range is written as 0
+    const x = Float32Array.from([tiny, 1e-20, 3]);
+    nat.scale(3, 1e-20, x);
+    expect(Array.from(x)).toEqual([0, 0, Math.fround(Math.fround(3) * Math.fround(1e-20))]);
+    // a GEMM large enough for the thread pool: every product is 1e-20 * 1e-20, below the normal range
+    const n = 96;
+    const A = new Float32Array(n * n).fill(1e-20);
+    const B = new Float32Array(n * n).fill(1e-20);
+    const C = new Float32Array(n * n).fill(NaN);
+    nat.sgemm(false, false, n, n, n, 1, A, n, B, n, 0, C, n);
+    expect(C.every((v) => v === 0)).toBe(true);
+    // after native calls, the JavaScript thread still computes with denormal doubles
+    const values = [Number.MIN_VALUE, 2];
+    expect(values[0]! * values[1]!).toBe(2 * Number.MIN_VALUE);
+    expect(Math.fround(tiny)).toBeGreaterThan(0);
+  });
+});
