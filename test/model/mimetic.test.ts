@@ -3,27 +3,16 @@
  * multiples of a projection it promises, the rest of the model as the plain random init has it.
  */
 import { describe, expect, it } from "vitest";
-import { parseHfConfig, type ModelConfig } from "../../src/model/config.js";
+import type { ModelConfig } from "../../src/model/config.js";
 import { randomWeights } from "../../src/model/instance.js";
 import { applyMimeticAttention } from "../../src/model/mimetic.js";
 import { bindParams, type LayerParams } from "../../src/model/params.js";
 import { Rng } from "../../src/model/random.js";
 import { validateConfig } from "../../src/rl/config.js";
 
-const cfg: ModelConfig = parseHfConfig({
-  architectures: ["Qwen2ForCausalLM"],
-  model_type: "qwen2",
-  hidden_size: 128,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  intermediate_size: 256,
-  vocab_size: 64,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
-  max_position_embeddings: 256,
-  tie_word_embeddings: true,
-});
+const cfg: ModelConfig = { arch: "qwen2", hiddenSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 32, intermediateSize: 256,
+  vocabSize: 64, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" }, maxPositionEmbeddings: 256,
+  tieWordEmbeddings: true, qkvBias: true };
 const C = cfg.hiddenSize;
 const D = cfg.headDim;
 
