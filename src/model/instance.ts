@@ -32,7 +32,8 @@ export function buildModel(weights: ModelWeights, kernels: Kernels, attention: A
 }
 
 /** How a fresh model's attention weights start: all N(0, std), or mimetic (see mimetic.ts). */
-export type AttentionInit = "random" | "mimetic";
+export const ATTENTION_INITS = ["random", "mimetic"] as const;
+export type AttentionInit = (typeof ATTENTION_INITS)[number];
 
 /** Fresh random weights for a config (N(0, std) matrices, unit norms, zero biases), deterministic in `seed`. */
 export function randomWeights(

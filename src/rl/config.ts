@@ -9,6 +9,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { ATTENTION_INITS } from "../model/instance.js";
 import { ADVANTAGE_ESTIMATORS } from "./advantages.js";
 
 const positiveInt = z.number().int().positive();
@@ -90,7 +91,7 @@ const ModelSection = z
         intermediateSize: positiveInt.default(384),
         maxPositions: positiveInt.default(4096),
         /** How the attention weights start: "random" (N(0, 0.02)) or "mimetic" (query-key and value-output products near a projection; src/model/mimetic.ts). */
-        attentionInit: z.enum(["random", "mimetic"]).default("random"),
+        attentionInit: z.enum(ATTENTION_INITS).default("random"),
       })
       .strict()
       .optional(),
