@@ -4,9 +4,11 @@
  *
  *   machine  the measured peak GFLOP/s (a tight FMA loop), so every figure reads as a fraction of it
  *   gemm     fp32 GEMM at 1024^3 and at the model's own shapes: native kernels vs numpy (OpenBLAS) vs
- *            PyTorch (measured in alternating rounds, best of each)
+ *            PyTorch (measured in alternating rounds, best of each); on a CPU with AMX, also the native
+ *            kernels with bf16 products (setMatmulPrecision) and their speed-up over fp32
  *   train    one training step (forward + backward + AdamW) of a ~20M-parameter Qwen2-shaped model,
- *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM)
+ *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with AMX,
+ *            also the same step with bf16 products
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
  *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024 (child process)
  *
@@ -23,7 +25,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { createRandomModel } from "../src/engine/embedded.js";
 import type { TokenLoss } from "../src/engine/types.js";
-import { getKernels, measurePeakGflops, nativeLoadError, setNativeThreads } from "../src/kernels/index.js";
+import { amxAvailable, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
 import type { Kernels } from "../src/kernels/kernels.js";
 import { parseHfConfig } from "../src/model/config.js";
 
@@ -291,28 +293,36 @@ async function gemmSection(o: Options, k: Kernels, peak: number, peers: Map<stri
   const rounds = o.quick ? 1 : 2;
   const seconds = o.quick ? 0.2 : 0.4;
   const rows: Record<string, unknown>[] = [];
+  const amx = amxAvailable();
   for (const s of gemmShapes(o.quick)) {
     const flops = 2 * s.M * s.N * s.K;
     let nat = Infinity;
+    let bf16 = Infinity;
     const peerBest: Record<string, number> = {};
     // alternate rounds so a burst of other load on the machine hits every contender alike
     for (let r = 0; r < rounds; r++) {
       nat = Math.min(nat, nativeGemmSeconds(k, s, seconds));
+      if (amx) {
+        setMatmulPrecision("bf16");
+        bf16 = Math.min(bf16, nativeGemmSeconds(k, s, seconds));
+        setMatmulPrecision("fp32");
+      }
       for (const [lib, peer] of peers) {
         const res = await peer.request({ op: "gemm", M: s.M, N: s.N, K: s.K, ta: s.ta, tb: s.tb, seconds });
         if (!res.error) peerBest[lib] = Math.min(peerBest[lib] ?? Infinity, res.best_s as number);
       }
     }
     const gf = (t: number | undefined) => (t === undefined ? null : flops / t / 1e9);
-    rows.push({ ...s, native: gf(nat), numpy: gf(peerBest.numpy), torch: gf(peerBest.torch) });
+    rows.push({ ...s, native: gf(nat), numpy: gf(peerBest.numpy), torch: gf(peerBest.torch), nativeBf16: amx ? gf(bf16) : null });
   }
   printTable(
     `fp32 GEMM, GFLOP/s (best of ${rounds} alternating rounds; peak ${fmt(peak)} GFLOP/s on ${o.threads} threads)`,
-    ["shape", "M x N x K", "op", "sinkflex", "% peak", "numpy", "torch", "sinkflex / numpy"],
+    ["shape", "M x N x K", "op", "sinkflex", "% peak", "numpy", "torch", "sinkflex / numpy", "sinkflex bf16 (AMX)", "bf16 / fp32"],
     rows.map((r: any) => [
       r.name, `${r.M} x ${r.N} x ${r.K}`, `${r.ta ? "T" : "N"}${r.tb ? "T" : "N"}`, fmt(r.native),
       fmt((100 * r.native) / peak, 0), r.numpy === null ? "peer unavailable" : fmt(r.numpy),
       r.torch === null ? "peer unavailable" : fmt(r.torch), r.numpy === null ? "-" : fmt(r.native / r.numpy, 2),
+      r.nativeBf16 === null ? "no AMX" : fmt(r.nativeBf16), r.nativeBf16 === null ? "-" : fmt(r.nativeBf16 / r.native, 2),
     ]),
   );
   out.gemm = rows.map((r: any) => ({ ...r, ratioVsNumpy: r.numpy ? r.native / r.numpy : null, ratioVsTorch: r.torch ? r.native / r.torch : null }));
@@ -323,21 +333,31 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   const T = o.quick ? 128 : 512;
   const steps = o.quick ? 1 : 2;
   const cfg = parseHfConfig(SMALL_QWEN2);
-  const engine = createRandomModel(cfg, 1, { kernels: k });
   const seqs = Array.from({ length: B }, (_, b) => randomTokens(T, cfg.vocabSize, 100 + b));
-  const step = () => {
-    engine.forwardBackwardSync(seqs, meanNll);
-    engine.optimStepSync({ lr: 1e-4, weightDecay: 0 });
+  const stepTimes = () => {
+    const engine = createRandomModel(cfg, 1, { kernels: k });
+    const step = () => {
+      engine.forwardBackwardSync(seqs, meanNll);
+      engine.optimStepSync({ lr: 1e-4, weightDecay: 0 });
+    };
+    step(); // warm-up: workspaces, optimizer state
+    const times: number[] = [];
+    for (let i = 0; i < steps; i++) {
+      const t0 = performance.now();
+      step();
+      times.push((performance.now() - t0) / 1000);
+    }
+    engine.dispose();
+    return times;
   };
-  step(); // warm-up: workspaces, optimizer state
-  const times: number[] = [];
-  for (let i = 0; i < steps; i++) {
-    const t0 = performance.now();
-    step();
-    times.push((performance.now() - t0) / 1000);
-  }
-  engine.dispose();
+  const times = stepTimes();
   const ours = (B * T) / Math.min(...times);
+  let bf16: number | null = null;
+  if (amxAvailable()) {
+    setMatmulPrecision("bf16");
+    bf16 = (B * T) / Math.min(...stepTimes());
+    setMatmulPrecision("fp32");
+  }
   let torch: PeerReply | null = null;
   const peer = peers.get("torch");
   if (peer) torch = await peer.request({ op: "train_step", config: SMALL_QWEN2, batch: B, seq: T, steps });
@@ -346,9 +366,12 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   printTable(
     `Training step (forward + backward + AdamW), ${(params / 1e6).toFixed(1)}M-parameter Qwen2 shape, batch ${B} x seq ${T}, tokens/s`,
     ["", "sinkflex", "PyTorch eager", "sinkflex / PyTorch"],
-    [["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"]],
+    [
+      ["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"],
+      ...(bf16 === null ? [] : [[`tokens/s, bf16 products on AMX (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
+    ],
   );
-  out.train = { batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, torch, ratio: theirs ? ours / theirs : null };
+  out.train = { batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null };
 }
 
 async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, out: Record<string, unknown>) {

@@ -395,7 +395,18 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(info.Env());
   o.Set("simd", sfx::simdName(sfx::simdLevel()));
   o.Set("threads", sfx::poolThreads());
+  o.Set("amx", sfx::amxAvailable());
+  o.Set("matmul", sfx::matmulPrecision() == sfx::MatmulPrecision::Bf16 ? "bf16" : "fp32");
   return o;
+}
+// setMatmulPrecision("fp32" | "bf16"): returns the precision in effect ("fp32" where the CPU has no AMX).
+Napi::Value SetMatmulPrecision(const Napi::CallbackInfo& info) {
+  Args a{info, "setMatmulPrecision"};
+  if (!info[0].IsString()) a.fail("argument precision must be \"fp32\" or \"bf16\"");
+  const std::string p = info[0].As<Napi::String>().Utf8Value();
+  if (p != "fp32" && p != "bf16") a.range("precision must be \"fp32\" or \"bf16\", got \"" + p + "\"");
+  const auto now = sfx::setMatmulPrecision(p == "bf16" ? sfx::MatmulPrecision::Bf16 : sfx::MatmulPrecision::Fp32);
+  return Napi::String::New(info.Env(), now == sfx::MatmulPrecision::Bf16 ? "bf16" : "fp32");
 }
 
 Napi::Value SetThreads(const Napi::CallbackInfo& info) {
@@ -447,6 +458,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("info", Napi::Function::New(env, WithFlushToZero<Info>));
   exports.Set("peakGflops", Napi::Function::New(env, WithFlushToZero<PeakGflops>));
   exports.Set("setThreads", Napi::Function::New(env, WithFlushToZero<SetThreads>));
+  exports.Set("setMatmulPrecision", Napi::Function::New(env, WithFlushToZero<SetMatmulPrecision>));
   return exports;
 }
 

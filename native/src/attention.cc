@@ -59,6 +59,8 @@ struct MaskCtx {
   }
 };
 
+constexpr int kQBlockMax = 64;  // the most queries a block holds (kQBlock below)
+
 // The kv positions that at least one query of [t0, t1) keeps, ascending. Only the row's shared prefix and
 // the positions from the start of t0's document on can be kept.
 static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols) {
@@ -70,12 +72,30 @@ static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& col
     return;
   }
   const size_t row = static_cast<size_t>(c.b) * c.T;
+  const int32_t* ids = c.m.docIds ? c.m.docIds + row : nullptr;
+  const int32_t* pos = c.docPos + row;
   int prefix = 0;
-  if (c.m.docIds) while (prefix < t1 && c.m.docIds[row + prefix] == kSharedDoc) prefix++;
-  const int docStart = c.m.docIds ? std::max(prefix, t0 - (c.docPos[row + t0] - (t0 < prefix ? t0 : prefix))) : 0;
+  if (ids) while (prefix < t1 && ids[prefix] == kSharedDoc) prefix++;
+  const int docStart = ids ? std::max(prefix, t0 - (pos[t0] - (t0 < prefix ? t0 : prefix))) : 0;
+  // The block's queries in runs of one document id. Within a run positions rise with t, so of the queries
+  // q >= j of a run, the first has the smallest position: the one most likely to keep j through the window.
+  struct Run {
+    int s, e;
+    int32_t doc;
+  };
+  Run runs[kQBlockMax];
+  int nRuns = 0;
+  for (int t = t0; t < t1; t++) {
+    if (nRuns == 0 || (ids && ids[t] != ids[t - 1])) runs[nRuns++] = {t, t + 1, ids ? ids[t] : 0};
+    else runs[nRuns - 1].e = t + 1;
+  }
   auto consider = [&](int j) {
-    for (int q = std::max(j, t0); q < t1; q++) {
-      if (c.keep(q, j)) {
+    const int32_t dj = ids ? ids[j] : 0;
+    const bool far = c.m.window <= 0 || pos[j] < c.m.sinks || (c.m.pinned && c.m.pinned[row + j]);
+    for (int r = 0; r < nRuns; r++) {
+      const int q = std::max(j, runs[r].s);
+      if (q >= runs[r].e || (ids && runs[r].doc != dj && dj != kSharedDoc)) continue;
+      if (far || pos[q] - pos[j] < c.m.window) {
         cols.push_back(j);
         return;
       }
@@ -122,7 +142,7 @@ SFX_CLONES static void backwardRow(float* s, float* dp, int n, float lse, float 
   }
 }
 
-constexpr int kQBlock = 64;
+constexpr int kQBlock = kQBlockMax;
 
 // The additive mask of one query block: bias[r * n + c] = 0 where query t0 + r keeps kv position cols[c],
 // -inf where it does not (MaskCtx::keep, evaluated a row at a time over per-column arrays so it vectorizes).

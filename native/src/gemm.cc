@@ -641,6 +641,10 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
     scaleC(g);
     return;
   }
+  if (M > 4 && matmulPrecision() == MatmulPrecision::Bf16) {
+    sgemmAmx(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, true);
+    return;
+  }
   // A few rows (decoding): matrix-vector products straight from B, no packing, no padded tiles.
   if (M <= 4) {
     std::vector<float> row(transA ? static_cast<size_t>(K) : 0);
@@ -689,6 +693,10 @@ void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, con
   GemmArgs g{transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   if (K <= 0 || alpha == 0.f) {
     scaleC(g);
+    return;
+  }
+  if (M > 4 && matmulPrecision() == MatmulPrecision::Bf16) {
+    sgemmAmx(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false);
     return;
   }
   gemmRect(g, kernel(), 0, M, 0, N);

@@ -9,6 +9,10 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Kernels, PackedWeight } from "./kernels.js";
 
+/** How the native matrix products compute (setMatmulPrecision). */
+export const MATMUL_PRECISIONS = ["fp32", "bf16"] as const;
+export type MatmulPrecision = (typeof MATMUL_PRECISIONS)[number];
+
 /** The raw functions the addon exports (positional arguments; see native/src/addon.cc). */
 export interface NativeAddon {
   sgemm(...args: unknown[]): void;
@@ -36,8 +40,9 @@ export interface NativeAddon {
   attentionForward(...args: unknown[]): void;
   attentionBackward(...args: unknown[]): void;
   attentionCached(...args: unknown[]): void;
-  info(): { simd: "avx512" | "avx2" | "portable"; threads: number };
+  info(): { simd: "avx512" | "avx2" | "portable"; threads: number; amx: boolean; matmul: MatmulPrecision };
   setThreads(n: number): void;
+  setMatmulPrecision(p: MatmulPrecision): MatmulPrecision;
   peakGflops(seconds: number, threads: number): number;
 }
 
@@ -81,6 +86,24 @@ export function setNativeThreads(n: number): void {
   addon.setThreads(n);
 }
 
+/**
+ * How the native matrix products compute: "fp32" (the default), or "bf16": operands rounded to bfloat16,
+ * products accumulated in fp32 on the CPU's AMX tile unit (Intel Xeon 4th generation and later). Applies
+ * process-wide to sgemm (every product of more than 4 rows, attention's included); decoding's products of a
+ * few rows and packed weights stay fp32. Returns the precision in effect: "fp32" where the CPU or OS has no
+ * AMX, whatever was asked. The environment variable SINKFLEX_MATMUL sets the starting value.
+ */
+export function setMatmulPrecision(p: MatmulPrecision): MatmulPrecision {
+  const addon = loadNativeAddon();
+  if (!addon) return "fp32";
+  return addon.setMatmulPrecision(p);
+}
+
+/** Whether the native kernels can compute in bf16 here (the addon is loaded and the CPU and OS run AMX). */
+export function amxAvailable(): boolean {
+  return loadNativeAddon()?.info().amx ?? false;
+}
+
 /** GFLOP/s of a tight FMA loop on `threads` threads (0 = all): the machine's compute limit. */
 export function measurePeakGflops(seconds = 0.5, threads = 0): number {
   const addon = loadNativeAddon();
@@ -94,7 +117,7 @@ export function nativeKernelsFrom(a: NativeAddon): Kernels {
     name: "native",
     describe() {
       const i = a.info();
-      return `native (${i.simd}, ${i.threads} thread${i.threads === 1 ? "" : "s"})`;
+      return `native (${i.simd}${i.matmul === "bf16" ? ", bf16 products on AMX" : ""}, ${i.threads} thread${i.threads === 1 ? "" : "s"})`;
     },
     sgemm: (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) =>
       a.sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),

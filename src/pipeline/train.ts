@@ -33,6 +33,7 @@ import { expertEpisodeCount, makeChatEnv, planSuites, type SuitePlan } from "./t
 import { PrepPool } from "./prep-pool.js";
 import { scoreTrajectory, suiteRubric, trajectoryMessages, type ScoredTrajectory } from "./suite-reward.js";
 import { learningRateAt } from "../rl/lr-schedule.js";
+import { setMatmulPrecision } from "../kernels/index.js";
 
 export interface TrainOptions {
   resume?: boolean;
@@ -239,6 +240,11 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         for (const c of readChatJsonl(file)) add(c, file);
       }
     }
+
+    // Matrix products in bf16 where the config asks and the CPU has AMX; a process-wide setting, so it is set
+    // (to fp32 as well) at every start.
+    const matmul = setMatmulPrecision(cfg.model.matmul);
+    if (matmul !== cfg.model.matmul) log(`model.matmul is "${cfg.model.matmul}", but this CPU (or OS) has no AMX tile unit for it: matrix products stay ${matmul}`);
 
     // The policy: resumed from the latest checkpoint, loaded, or a fresh model over the data's vocabulary.
     const latest = options.resume ? run.latestCheckpoint() : undefined;

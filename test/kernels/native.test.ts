@@ -400,6 +400,31 @@ describe("native attention", () => {
     }
   }
 
+  it("a shared prefix longer than the window, seen from query blocks that span documents, matches the reference", () => {
+    // 230 positions: blocks of 64 queries cross document boundaries, and most of the 90-position prefix is
+    // out of the window of 40 for every query of the later blocks (only its sink slots and pinned ones stay)
+    const s: AttentionShape = { B: 2, T: 230, H: 2, KVH: 1, D: 8, scale: 0.35 };
+    const ids = new Int32Array(s.B * s.T);
+    const pin = new Uint8Array(s.B * s.T);
+    for (let t = 0; t < s.T; t++) {
+      ids[t] = t < 90 ? -1 : t < 120 ? 0 : t < 150 ? 1 : t < 200 ? 2 : 3;
+      ids[s.T + t] = t < 10 ? -1 : t < 100 ? 4 : 5;
+      pin[t] = t === 50 ? 1 : 0;
+    }
+    for (const mask of [
+      { window: 40, sinks: 3, docIds: ids, pinned: null },
+      { window: 40, sinks: 0, docIds: ids, pinned: pin },
+    ] as AttentionMask[]) {
+      const x = attnInputs(23, s);
+      const a = runAttention(nat, s, mask, x, true);
+      const b = runAttention(ref, s, mask, x, true);
+      expectClose(a.out, b.out, "long prefix out", 1e-4, 1e-5);
+      expectClose(a.dQ, b.dQ, "long prefix dQ", 1e-3, 1e-5);
+      expectClose(a.dK, b.dK, "long prefix dK", 1e-3, 1e-5);
+      expectClose(a.dV, b.dV, "long prefix dV", 1e-3, 1e-5);
+    }
+  });
+
   it("400 back-to-back forward + backward calls give bit-identical results", () => {
     // one sequence and one kv head: the backward splits the query blocks over the threads and adds their
     // private dK / dV afterwards in a fixed order, so repeated calls must agree to the bit

@@ -1,0 +1,325 @@
+// Matrix products in bfloat16 on AMX (Intel's tile matrix unit): C = alpha op(A) op(B) + beta C with fp32
+// inputs and outputs, op(A) and op(B) rounded to bfloat16 (to nearest even) as they are packed, products
+// accumulated in fp32. sgemm and sgemmSerial (gemm.cc) come here when the matmul precision is bf16.
+//
+// Layout: op(B) is packed into 16-column strips of VNNI tiles (16 rows of 16 column pairs (k, k+1), 1 KiB
+// each, one per 32 of depth); op(A), one 32-row block at a time, into pairs of 16 x 32 tiles. Each 32 x 32
+// block of C is four accumulator tiles (tmm0-3) fed by two A tiles (tmm4-5) and two B tiles (tmm6-7).
+// Depth is split in chunks of 1,024 so that the packed B of a chunk stays in L2; C is loaded back between
+// chunks. Rows (or, with few rows, columns) are split over the thread pool.
+// Not here: the fp32 kernels (gemm.cc), the choice of precision's callers (addon.cc).
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+#include "threadpool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define SFX_AMX 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace sfx {
+
+#ifdef SFX_AMX
+#define SFX_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+// cpuid reports AMX-BF16, AMX-TILE and AVX512-BF16, the OS saves the tile state (XCR0 bits 17 and 18), and
+// the kernel grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 and later).
+static bool detectAmx() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = d & (1u << 24), bf16 = d & (1u << 22), avx512f = b & (1u << 16), avx512bw = b & (1u << 30);
+  if (!tile || !bf16 || !avx512f || !avx512bw) return false;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512-BF16
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0x600e6) != 0x600e6) return false;
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+}
+#else
+static bool detectAmx() { return false; }
+#endif
+
+bool amxAvailable() {
+  static const bool ok = detectAmx();
+  return ok;
+}
+
+static MatmulPrecision initialPrecision() {
+  const char* env = std::getenv("SINKFLEX_MATMUL");
+  return env && !std::strcmp(env, "bf16") && amxAvailable() ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
+}
+static MatmulPrecision gPrecision = initialPrecision();
+
+MatmulPrecision matmulPrecision() { return gPrecision; }
+
+MatmulPrecision setMatmulPrecision(MatmulPrecision p) {
+  gPrecision = p == MatmulPrecision::Bf16 && amxAvailable() ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
+  return gPrecision;
+}
+
+#ifdef SFX_AMX
+namespace {
+
+// The operands of one product (C, ldc and beta travel separately).
+struct GemmInput {
+  bool ta, tb;
+  int M, N, K;
+  float alpha;
+  const float* A;
+  int lda;
+  const float* B;
+  int ldb;
+};
+
+constexpr int kTileWords = 512;   // one tile: 16 rows of 64 bytes, in bf16 words
+constexpr int kChunkBlocks = 32;  // depth blocks of 32 per chunk (1,024 deep)
+
+struct TileConfig {
+  uint8_t palette, startRow;
+  uint8_t reserved[14];
+  uint16_t colBytes[16];
+  uint8_t rows[16];
+};
+
+SFX_AMX_TARGET inline void configureTiles() {
+  TileConfig c;
+  std::memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int i = 0; i < 8; i++) {
+    c.rows[i] = 16;
+    c.colBytes[i] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// n (0..16) floats from p, zero past them, times alpha.
+SFX_AMX_TARGET inline __m512 load16(const float* p, int n, float alpha) {
+  const __mmask16 m = n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
+  const __m512 v = _mm512_maskz_loadu_ps(m, p);
+  return alpha == 1.f ? v : _mm512_mul_ps(v, _mm512_set1_ps(alpha));
+}
+
+// 32 bf16: lo's 16 then hi's 16.
+SFX_AMX_TARGET inline __m512i toBf16(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
+
+// From [a0..a15, b0..b15] to the pairs [a0 b0 a1 b1 ...].
+SFX_AMX_TARGET inline __m512i interleavePairs(__m512i v) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, v);
+}
+
+// Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows.
+SFX_AMX_TARGET void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; j++) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+// The 16 column pairs of rows k and k + 1 of a row-major matrix X (columns c0 .. c0 + nv), as one tile row;
+// rows at or past K are zero.
+SFX_AMX_TARGET inline __m512i pairRow(const float* X, int ld, int K, int k, int c0, int nv, float alpha) {
+  const __m512 lo = k < K ? load16(X + static_cast<size_t>(k) * ld + c0, nv, alpha) : _mm512_setzero_ps();
+  const __m512 hi = k + 1 < K ? load16(X + static_cast<size_t>(k + 1) * ld + c0, nv, alpha) : _mm512_setzero_ps();
+  return interleavePairs(toBf16(lo, hi));
+}
+
+// 32 consecutive values of row r of a row-major matrix X from column k0 (kv of them valid), as bf16.
+SFX_AMX_TARGET inline __m512i row32(const float* X, int ld, int r, int k0, int kv, float alpha) {
+  const float* p = X + static_cast<size_t>(r) * ld + k0;
+  return toBf16(load16(p, kv, alpha), load16(p + 16, kv - 16, alpha));
+}
+
+// Depth blocks [kb0, kb1) of the 16-column strip of op(B) at column n0, as VNNI tiles at dst (one per block).
+SFX_AMX_TARGET void packBStrip(const GemmInput& g, int n0, int kb0, int kb1, uint16_t* dst) {
+  const int nv = std::min(16, g.N - n0);
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int k0 = kb * 32;
+    __m512i v[16];
+    if (!g.tb) {  // B is [K, N]: tile row r holds the pairs of B's rows k0 + 2r and k0 + 2r + 1
+      for (int r = 0; r < 16; r++) v[r] = pairRow(g.B, g.ldb, g.K, k0 + 2 * r, n0, nv, 1.f);
+    } else {  // B is [N, K]: B's row n0 + j is column j of the tile
+      for (int j = 0; j < 16; j++) v[j] = j < nv ? row32(g.B, g.ldb, n0 + j, k0, g.K - k0, 1.f) : _mm512_setzero_si512();
+      transpose16(v);
+    }
+    uint16_t* t = dst + static_cast<size_t>(kb - kb0) * kTileWords;
+    for (int r = 0; r < 16; r++) _mm512_storeu_si512(t + r * 32, v[r]);
+  }
+}
+
+// Depth blocks [kb0, kb1) of the 16 rows of alpha op(A) from row m0, as tiles at dst, one every `stride` words.
+SFX_AMX_TARGET void packARows(const GemmInput& g, int m0, int kb0, int kb1, uint16_t* dst, size_t stride) {
+  const int mv = std::min(16, g.M - m0);
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int k0 = kb * 32;
+    __m512i v[16];
+    if (!g.ta) {  // A is [M, K]: tile row i is A's row m0 + i
+      for (int i = 0; i < 16; i++) v[i] = i < mv ? row32(g.A, g.lda, m0 + i, k0, g.K - k0, g.alpha) : _mm512_setzero_si512();
+    } else {  // A is [K, M]: pairs of A's rows, transposed
+      for (int r = 0; r < 16; r++) v[r] = pairRow(g.A, g.lda, g.K, k0 + 2 * r, m0, mv, g.alpha);
+      transpose16(v);
+    }
+    uint16_t* t = dst + static_cast<size_t>(kb - kb0) * stride;
+    for (int i = 0; i < 16; i++) _mm512_storeu_si512(t + i * 32, v[i]);
+  }
+}
+
+// The four accumulator tiles of the 32 x 32 block of C at (m0, n0): loaded from C (first = false or beta 1),
+// or zeroed; blocks that cross C's edge go through `edge` (4 x 256 floats).
+SFX_AMX_TARGET void loadBlock(const GemmInput& g, float* C, int ldc, int m0, int n0, bool zero, float* edge) {
+  if (zero) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    return;
+  }
+  if (m0 + 32 <= g.M && n0 + 32 <= g.N) {
+    const size_t s = static_cast<size_t>(ldc) * sizeof(float);
+    _tile_loadd(0, C + static_cast<size_t>(m0) * ldc + n0, s);
+    _tile_loadd(1, C + static_cast<size_t>(m0) * ldc + n0 + 16, s);
+    _tile_loadd(2, C + static_cast<size_t>(m0 + 16) * ldc + n0, s);
+    _tile_loadd(3, C + static_cast<size_t>(m0 + 16) * ldc + n0 + 16, s);
+    return;
+  }
+  for (int t = 0; t < 4; t++)
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 16; j++) {
+        const int r = m0 + (t >> 1) * 16 + i, c = n0 + (t & 1) * 16 + j;
+        edge[t * 256 + i * 16 + j] = r < g.M && c < g.N ? C[static_cast<size_t>(r) * ldc + c] : 0.f;
+      }
+  _tile_loadd(0, edge, 64);
+  _tile_loadd(1, edge + 256, 64);
+  _tile_loadd(2, edge + 512, 64);
+  _tile_loadd(3, edge + 768, 64);
+}
+
+SFX_AMX_TARGET void storeBlock(const GemmInput& g, float* C, int ldc, int m0, int n0, float* edge) {
+  if (m0 + 32 <= g.M && n0 + 32 <= g.N) {
+    const size_t s = static_cast<size_t>(ldc) * sizeof(float);
+    _tile_stored(0, C + static_cast<size_t>(m0) * ldc + n0, s);
+    _tile_stored(1, C + static_cast<size_t>(m0) * ldc + n0 + 16, s);
+    _tile_stored(2, C + static_cast<size_t>(m0 + 16) * ldc + n0, s);
+    _tile_stored(3, C + static_cast<size_t>(m0 + 16) * ldc + n0 + 16, s);
+    return;
+  }
+  _tile_stored(0, edge, 64);
+  _tile_stored(1, edge + 256, 64);
+  _tile_stored(2, edge + 512, 64);
+  _tile_stored(3, edge + 768, 64);
+  for (int t = 0; t < 4; t++)
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 16; j++) {
+        const int r = m0 + (t >> 1) * 16 + i, c = n0 + (t & 1) * 16 + j;
+        if (r < g.M && c < g.N) C[static_cast<size_t>(r) * ldc + c] = edge[t * 256 + i * 16 + j];
+      }
+}
+
+// Rows blocks [mb0, mb1) x strip pairs [np0, np1) of C over depth blocks [kb0, kb1), from the packed B of that
+// chunk (strip s at Bp + s * nkb * kTileWords). zero: the chunk is the first and beta is 0.
+SFX_AMX_TARGET void computeRect(const GemmInput& g, float* C, int ldc, const uint16_t* Bp, int kb0, int kb1, bool zero,
+                                int mb0, int mb1, int np0, int np1) {
+  const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
+  static thread_local std::vector<uint16_t> apanel;
+  apanel.resize(static_cast<size_t>(nkb) * 2 * kTileWords);
+  alignas(64) float edge[4 * 256];
+  configureTiles();
+  for (int mb = mb0; mb < mb1; mb++) {
+    const int m0 = mb * 32;
+    uint16_t* Ap = apanel.data();
+    packARows(g, m0, kb0, kb1, Ap, 2 * kTileWords);
+    if (m0 + 16 < g.M) packARows(g, m0 + 16, kb0, kb1, Ap + kTileWords, 2 * kTileWords);
+    else for (int kb = 0; kb < nkb; kb++) std::memset(Ap + (2 * kb + 1) * kTileWords, 0, kTileWords * sizeof(uint16_t));
+    for (int np = np0; np < np1; np++) {
+      const int s0 = 2 * np, n0 = s0 * 16;
+      const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
+      const uint16_t* b1 = s0 + 1 < nStrips ? b0 + static_cast<size_t>(nkb) * kTileWords : b0;  // past N: unused columns
+      loadBlock(g, C, ldc, m0, n0, zero, edge);
+      for (int kb = 0; kb < nkb; kb++) {
+        _tile_loadd(4, Ap + static_cast<size_t>(2 * kb) * kTileWords, 64);
+        _tile_loadd(5, Ap + static_cast<size_t>(2 * kb + 1) * kTileWords, 64);
+        _tile_loadd(6, b0 + static_cast<size_t>(kb) * kTileWords, 64);
+        _tile_loadd(7, b1 + static_cast<size_t>(kb) * kTileWords, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      storeBlock(g, C, ldc, m0, n0, edge);
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+void sgemmAmx(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+              int ldb, float beta, float* C, int ldc, bool parallel) {
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.f && beta != 1.f) {  // fold a general beta into C first
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[static_cast<size_t>(i) * ldc + j] *= beta;
+    beta = 1.f;
+  }
+  const GemmInput g{transA, transB, M, N, K, alpha, A, lda, B, ldb};
+  const int kBlocks = (K + 31) / 32, nStrips = (N + 15) / 16, nPairs = (nStrips + 1) / 2, mBlocks = (M + 31) / 32;
+  const int threads = parallel ? poolThreads() : 1;
+  // tasks: tm row ranges x tn column ranges; columns are split only when there are fewer row blocks than threads
+  const int tm = std::min(mBlocks, threads);
+  const int tn = tm < threads ? std::min(nPairs, (threads + tm - 1) / tm) : 1;
+  static thread_local std::vector<uint16_t> bpanel;
+  const int chunk = kBlocks <= kChunkBlocks * 3 / 2 ? kBlocks : kChunkBlocks;
+  for (int kb0 = 0; kb0 < kBlocks; kb0 += chunk) {
+    const int kb1 = std::min(kBlocks, kb0 + chunk), nkb = kb1 - kb0;
+    bpanel.resize(static_cast<size_t>(nStrips) * nkb * kTileWords);
+    uint16_t* Bp = bpanel.data();
+    auto pack = [&](int s) { packBStrip(g, s * 16, kb0, kb1, Bp + static_cast<size_t>(s) * nkb * kTileWords); };
+    const bool zero = kb0 == 0 && beta == 0.f;
+    if (threads == 1) {
+      for (int s = 0; s < nStrips; s++) pack(s);
+      computeRect(g, C, ldc, Bp, kb0, kb1, zero, 0, mBlocks, 0, nPairs);
+      continue;
+    }
+    parallelFor(std::min(threads, nStrips), [&](int t) {
+      for (int s = nStrips * t / std::min(threads, nStrips); s < nStrips * (t + 1) / std::min(threads, nStrips); s++) pack(s);
+    });
+    parallelFor(tm * tn, [&](int t) {
+      const int a = t / tn, b = t % tn;
+      const int mb0 = mBlocks * a / tm, mb1 = mBlocks * (a + 1) / tm, np0 = nPairs * b / tn, np1 = nPairs * (b + 1) / tn;
+      if (mb0 < mb1 && np0 < np1) computeRect(g, C, ldc, Bp, kb0, kb1, zero, mb0, mb1, np0, np1);
+    });
+  }
+}
+#else
+void sgemmAmx(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int, bool) {
+  std::abort();  // never called: amxAvailable() is false
+}
+#endif
+
+}  // namespace sfx

@@ -1,0 +1,145 @@
+/**
+ * bf16 matrix products on AMX (native/src/gemm_amx.cc): where the CPU has the tile unit, sgemm with the
+ * precision at bf16 equals the product of the bfloat16-rounded operands (computed here in float64) across
+ * shapes, transposes, strides, alpha/beta and depth chunks; attention computed through it stays within
+ * bf16's error of the reference; products of a few rows stay fp32. On any CPU: the precision switch reports
+ * what is in effect and rejects unknown names, and the config names them.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { amxAvailable, loadNativeKernels, setMatmulPrecision } from "../../src/kernels/native.js";
+import type { AttentionMask, AttentionShape } from "../../src/kernels/kernels.js";
+import { referenceKernels as ref } from "../../src/kernels/reference.js";
+import { validateConfig } from "../../src/rl/config.js";
+import { expectClose, randn, rng } from "./helpers.js";
+
+const native = loadNativeKernels();
+const amx = native !== null && amxAvailable();
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+/** x rounded to bfloat16 (to nearest, ties to even), as the AMX packing rounds. */
+function bf16(x: number): number {
+  f32[0] = x;
+  const b = u32[0]!;
+  u32[0] = (((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) << 16) >>> 0;
+  return f32[0]!;
+}
+
+/** alpha op(A) op(B) + beta C from bf16-rounded alpha op(A) and op(B), in float64. */
+function bf16Product(ta: boolean, tb: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number, beta: number, C: Float32Array, ldc: number): Float64Array {
+  const a = new Float64Array(M * K); // [M, K]
+  const b = new Float64Array(N * K); // [N, K]
+  for (let i = 0; i < M; i++) for (let p = 0; p < K; p++) a[i * K + p] = bf16(Math.fround(alpha * (ta ? A[p * lda + i]! : A[i * lda + p]!)));
+  for (let j = 0; j < N; j++) for (let p = 0; p < K; p++) b[j * K + p] = bf16(tb ? B[j * ldb + p]! : B[p * ldb + j]!);
+  const out = new Float64Array(M * N);
+  for (let i = 0; i < M; i++) {
+    for (let j = 0; j < N; j++) {
+      let s = 0;
+      for (let p = 0; p < K; p++) s += a[i * K + p]! * b[j * K + p]!;
+      out[i * N + j] = s + (beta === 0 ? 0 : beta * C[i * ldc + j]!);
+    }
+  }
+  return out;
+}
+
+afterEach(() => {
+  setMatmulPrecision("fp32");
+});
+
+describe("matmul precision switch", () => {
+  it("reports the precision in effect: bf16 only where the CPU has AMX, fp32 always", () => {
+    expect(setMatmulPrecision("bf16")).toBe(amx ? "bf16" : "fp32");
+    expect(setMatmulPrecision("fp32")).toBe("fp32");
+  });
+
+  it.skipIf(!native)("rejects an unknown precision with the allowed names", () => {
+    expect(() => setMatmulPrecision("fp16" as never)).toThrow(/precision must be "fp32" or "bf16", got "fp16"/);
+  });
+
+  it("the config takes fp32 (the default) or bf16 and names both on anything else", () => {
+    const base = { name: "t", suites: [{ env: "sinkflex/arith-v0" }], model: { init: {} } };
+    expect(validateConfig(base, "t").model.matmul).toBe("fp32");
+    expect(validateConfig({ ...base, model: { init: {}, matmul: "bf16" } }, "t").model.matmul).toBe("bf16");
+    expect(() => validateConfig({ ...base, model: { init: {}, matmul: "fp16" } }, "t")).toThrow(/model\.matmul.*"fp32".*"bf16"/s);
+  });
+});
+
+describe.skipIf(!amx)("bf16 sgemm on AMX", () => {
+  const k = native!;
+  // odd sizes (edge tiles), exact multiples of the 32 x 32 blocks, one row block with many columns, and a
+  // depth over 1,536 (two chunks, C loaded back between them)
+  const shapes: [number, number, number][] = [[5, 7, 9], [37, 45, 70], [64, 64, 64], [33, 129, 32], [70, 20, 1700]];
+  let seed = 1;
+  for (const [M, N, K] of shapes) {
+    for (const ta of [false, true]) {
+      for (const tb of [false, true]) {
+        for (const [alpha, beta] of [[1, 0], [1, 1], [0.5, -0.75]]) {
+          const s = seed++;
+          it(`${M}x${N}x${K} ${ta ? "T" : "N"}${tb ? "T" : "N"} alpha ${alpha} beta ${beta}: the product of the bf16-rounded operands`, () => {
+            const r = rng(s);
+            const pad = 3;
+            const lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            const A = randn(r, (ta ? K : M) * lda), B = randn(r, (tb ? N : K) * ldb);
+            const C = randn(r, M * ldc);
+            const want = bf16Product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            if (beta === 0) C.fill(NaN); // beta 0 must not read C
+            const before = C.slice();
+            expect(setMatmulPrecision("bf16")).toBe("bf16");
+            k.sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            const got = new Float64Array(M * N);
+            for (let i = 0; i < M; i++) for (let j = 0; j < N; j++) got[i * N + j] = C[i * ldc + j]!;
+            // fp32 accumulation of K exact bf16 products: error ~ K * 2^-24 * sum |a b|
+            expectClose(got, want, `bf16 ${M}x${N}x${K}`, 1e-5, 2e-6 * K);
+            // the padding between rows of C is untouched
+            for (let i = 0; i < M; i++) for (let j = N; j < ldc && i * ldc + j < C.length; j++) expect(Object.is(C[i * ldc + j], before[i * ldc + j])).toBe(true);
+          });
+        }
+      }
+    }
+  }
+
+  it("differs from the fp32 product (the tile unit is in use), and products of up to 4 rows stay fp32", () => {
+    const r = rng(99);
+    const A = randn(r, 40 * 50), B = randn(r, 50 * 30);
+    const fp32 = new Float32Array(40 * 30), viaAmx = new Float32Array(40 * 30);
+    k.sgemm(false, false, 40, 30, 50, 1, A, 50, B, 30, 0, fp32, 30);
+    setMatmulPrecision("bf16");
+    k.sgemm(false, false, 40, 30, 50, 1, A, 50, B, 30, 0, viaAmx, 30);
+    expect(viaAmx.some((v, i) => v !== fp32[i])).toBe(true);
+    expectClose(viaAmx, fp32, "bf16 vs fp32", 0.05, 0.05);
+    // 4 rows: the fp32 matrix-vector path, bit for bit
+    const few = new Float32Array(4 * 30), fewFp32 = new Float32Array(4 * 30);
+    k.sgemm(false, false, 4, 30, 50, 1, A, 50, B, 30, 0, few, 30);
+    setMatmulPrecision("fp32");
+    k.sgemm(false, false, 4, 30, 50, 1, A, 50, B, 30, 0, fewFp32, 30);
+    expect(Array.from(few)).toEqual(Array.from(fewFp32));
+  });
+
+  it("attention forward and backward (its block products through AMX) stay within bf16's error of the reference", () => {
+    const s: AttentionShape = { B: 2, T: 150, H: 4, KVH: 2, D: 32, scale: 1 / Math.sqrt(32) };
+    const docIds = new Int32Array(s.B * s.T);
+    for (let t = 0; t < s.T; t++) {
+      docIds[t] = t < 40 ? -1 : t < 100 ? 0 : 1;
+      docIds[s.T + t] = t < 70 ? 3 : 4;
+    }
+    const mask: AttentionMask = { window: 48, sinks: 2, docIds, pinned: null };
+    const r = rng(5);
+    const qn = s.B * s.T * s.H * s.D, kn = s.B * s.T * s.KVH * s.D;
+    const q = randn(r, qn), kk = randn(r, kn), v = randn(r, kn), dOut = randn(r, qn);
+    const run = (kern: typeof ref) => {
+      const out = new Float32Array(qn), lse = new Float32Array(s.B * s.T * s.H);
+      kern.attentionForward(s, mask, q, kk, v, null, out, lse);
+      const dQ = new Float32Array(qn), dK = new Float32Array(kn), dV = new Float32Array(kn);
+      kern.attentionBackward(s, mask, q, kk, v, null, out, lse, dOut, dQ, dK, dV, null);
+      return { out, lse, dQ, dK, dV };
+    };
+    setMatmulPrecision("bf16");
+    const a = run(k);
+    const b = run(ref);
+    expectClose(a.out, b.out, "out", 2e-2, 1e-2);
+    expectClose(a.lse, b.lse, "lse", 1e-2, 1e-2);
+    expectClose(a.dQ, b.dQ, "dQ", 3e-2, 2e-2);
+    expectClose(a.dK, b.dK, "dK", 3e-2, 2e-2);
+    expectClose(a.dV, b.dV, "dV", 3e-2, 2e-2);
+  });
+});
