@@ -113,8 +113,7 @@ static void gatherRows(const float* base, const std::vector<int>& cols, size_t r
 // Masked entries of a score row are -inf on entry. Turns the row into probabilities exp(s - lse) (0 where
 // masked) and returns lse (including the sink logit, if any).
 SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink) {
-  float mx = hasSink ? sink : -INFINITY;
-  for (int j = 0; j < n; j++) mx = std::max(mx, s[j]);
+  const float mx = maxOf(s, n, hasSink ? sink : -INFINITY);
   if (mx == -INFINITY) {
     for (int j = 0; j < n; j++) s[j] = 0.f;
     return -INFINITY;

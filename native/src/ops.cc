@@ -224,12 +224,7 @@ void swigluBackward(size_t n, const float* dOut, const float* gate, const float*
   forRange(n, 1 << 15, [&](size_t a, size_t b) { swigluBackK(b - a, dOut + a, gate + a, up + a, dGate + a, dUp + a); });
 }
 
-SFX_CLONES static float rowMax(int V, const float* x) {
-  float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < V; j++) mx = std::max(mx, x[j]);
-  return mx;
-}
+SFX_CLONES static float rowMax(int V, const float* x) { return maxOf(x, V, -INFINITY); }
 
 // sum_j exp(x_j * invT - mx), accumulated in float blocks, added in double.
 SFX_CLONES static double rowSumExp(int V, const float* x, float invT, float mx) {

@@ -34,4 +34,18 @@ static inline float expApprox(float x) {
   return p * scale;
 }
 
+// max(init, x[0..n)) for finite or infinite x (no NaN). Sixteen running maxima, one per lane, so the
+// compiler vectorizes it: a plain `m = std::max(m, x[j])` loop is a chain of scalar max instructions.
+static inline float maxOf(const float* x, int n, float init) {
+  float lane[16];
+  for (int l = 0; l < 16; l++) lane[l] = init;
+  int j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; l++) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  for (; j < n; j++) lane[0] = x[j] > lane[0] ? x[j] : lane[0];
+  float m = lane[0];
+  for (int l = 1; l < 16; l++) m = lane[l] > m ? lane[l] : m;
+  return m;
+}
+
 }  // namespace sfx
