@@ -7,6 +7,7 @@
  * per step. The naive pipeline attends to the whole context and the demo to a window, so once a
  * context outgrows the window their samples (and rewards) differ: the ratios are then per step.
  */
+import { amxAvailable, type MatmulPrecision } from "../kernels/index.js";
 import type { TrainConfig } from "../rl/config.js";
 import { validateConfig } from "../rl/config.js";
 import { improvedBeyondInterval } from "./stats.js";
@@ -25,6 +26,8 @@ export interface DemoOptions {
   seed?: number;
   /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 92%. */
   minutes?: number;
+  /** Matrix products in "bf16" or "fp32" (default: bf16 where the CPU has AMX, see demoConfig). */
+  matmul?: MatmulPrecision;
 }
 
 export interface DemoSuiteRow {
@@ -58,11 +61,15 @@ export interface DemoResult {
  * The demo's suites: short prompts and generated tasks at the easy level, thousands of them, so a small
  * model trained from scratch learns to read and copy from its context rather than memorize answers.
  */
-export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number }): TrainConfig {
+export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number; matmul?: MatmulPrecision }): TrainConfig {
   const quick = options.quick ?? false;
-  // A suite's expert episodes for a 20-minute run, scaled up for a longer one: a longer run gets more distinct
-  // episodes (one pass over them), not more passes over the same.
-  const episodesFor = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20));
+  // Matrix products in bf16 on CPUs with Intel's AMX tile unit (fp32 accumulation; an SFT step in about 0.6
+  // of fp32's time on the 2-core Xeon), in fp32 elsewhere.
+  const matmul = options.matmul ?? (amxAvailable() ? "bf16" : "fp32");
+  // A suite's expert episodes for a 20-minute run in fp32, 1.4 times as many with bf16 products (they fit
+  // the same SFT time), and scaled up for a longer run: more distinct episodes (one pass over them), not
+  // more passes over the same.
+  const episodesFor = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20) * (matmul === "bf16" ? 1.4 : 1));
   const episodes = episodesFor(7000);
   const generated = quick ? 300 : 12_000;
   return validateConfig(
@@ -70,9 +77,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       name: options.name ?? (quick ? "demo-quick" : "demo"),
       seed: options.seed ?? 0,
       runsDir: options.runsDir,
-      // SFT's expert episodes per suite: household gets the most (it learns from 12,000 in the mix, not
-      // from 7,000), arith the 7,000 its copying needs, restapi 2,500 (from 2,500 to 13,000 it stays at
-      // 5-7% in the mix), sql its 640 (160 tasks, 4 each).
+      // SFT's expert episodes per suite (in fp32; 1.4 times these with bf16 products): household gets the
+      // most (it learns from 12,000 in the mix, not from 7,000), arith the 7,000 its copying needs, restapi
+      // 2,500 (from 2,500 to 13,000 it stays at 5-7% in the mix), sql its 640 (160 tasks, 4 each).
       // GRPO's reward and share of each step per suite. Household is scored on success alone and gets
       // three shares, arith two (its episodes are short and its groups often mixed), restapi one and sql,
       // whose groups almost never differ, a quarter. Restapi learns from its env's partial progress as
@@ -81,14 +88,14 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(7000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 800, sftEpisodes: episodesFor(12000) }) },
+        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 1600, sftEpisodes: episodesFor(12000) }) },
         { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used" }, weight: 1, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 450, sftEpisodes: episodesFor(2500) }) },
       ],
-      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 } },
+      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 }, matmul },
       // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
       // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
       attention: { mode: "sink-window", sinks: 4, window: 512 },
-      // The full run's SFT (one pass over 22,140 expert episodes, each batch from one suite) and GRPO lengths are upper bounds:
+      // The full run's SFT (one pass over 22,140 expert episodes in fp32, 30,740 in bf16, each batch from one suite) and GRPO lengths are upper bounds:
       // the demo's time budget ends them, and the SFT schedule is fitted to the steps that fit.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
@@ -102,8 +109,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.05, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
       // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
-      // of its 5,672 distinct problems given (95% intervals of about +-2 points), 800 for household (+-3.3),
-      // 450 for restapi (about a third of the ~1,400 distinct questions its level 1 makes) and 80 for sql (a
+      // of its 5,672 distinct problems given (95% intervals of about +-2 points), for household 1,600 asked and
+      // a third of its 4,384 distinct games given, 1,461 (+-2.4; with 800, +-3.3, its typical gain of 4-7
+      // points stayed inside its interval), 450 for restapi (about a third of the ~1,400 distinct questions its level 1 makes) and 80 for sql (a
       // third of its 240). The split decides which tasks SFT sees, so changing it draws another SFT policy.
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
@@ -124,7 +132,7 @@ export function demoSuiteRow(suite: string, afterSft: SuiteEval, afterRl: SuiteE
 }
 
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
-  const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes });
+  const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes, matmul: options.matmul });
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const start = performance.now();
   // Deadlines from the demo's start, so that however long the data takes to prepare or the machine is
@@ -174,7 +182,7 @@ async function naiveComparison(config: TrainConfig, main: TrainResult, steps: nu
     {
       ...config,
       name: `${config.name}-naive`,
-      model: { checkpoint: join(main.runDir, "checkpoints", "reference") },
+      model: { checkpoint: join(main.runDir, "checkpoints", "reference"), matmul: config.model.matmul },
       attention: { mode: "full", sinks: config.attention.sinks, window: config.attention.window },
       sft: { ...config.sft, enabled: false },
       grpo: { ...config.grpo, steps, packPrefixes: false },

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
+import { amxAvailable } from "../../src/kernels/index.js";
 import { demoConfig, demoSuiteRow, formatDemoTable } from "../../src/pipeline/demo.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
 import { wilsonInterval } from "../../src/pipeline/stats.js";
@@ -9,8 +10,9 @@ registerBundledEnvs();
 
 describe("the demo's config", () => {
   it("is valid, and every suite holds out its evaluation tasks (at most a third of its distinct ones)", async () => {
-    for (const quick of [true, false]) {
-      const cfg = demoConfig({ runsDir: "unused", quick });
+    for (const [quick, matmul] of [[true, "fp32"], [false, "fp32"], [false, "bf16"]] as const) {
+      const cfg = demoConfig({ runsDir: "unused", quick, matmul });
+      expect(cfg.model.matmul).toBe(matmul);
       expect(cfg.suites).toHaveLength(4);
       const plans = await planSuites(cfg);
       plans.forEach((p, i) => {
@@ -25,6 +27,16 @@ describe("the demo's config", () => {
       });
     }
   }, 60_000);
+
+  it("gives SFT 1.4 times the expert episodes with bf16 products, and picks bf16 by itself only where the CPU has AMX", () => {
+    const fp32 = demoConfig({ runsDir: "unused", matmul: "fp32" });
+    const bf16 = demoConfig({ runsDir: "unused", matmul: "bf16" });
+    expect(bf16.sft.expertEpisodes).toBe(Math.round(fp32.sft.expertEpisodes * 1.4));
+    bf16.suites.forEach((s, i) => {
+      if (s.sftEpisodes !== undefined) expect(s.sftEpisodes).toBe(Math.round(fp32.suites[i]!.sftEpisodes! * 1.4));
+    });
+    expect(demoConfig({ runsDir: "unused" }).model.matmul).toBe(amxAvailable() ? "bf16" : "fp32");
+  });
 });
 
 describe("the demo's results table", () => {

@@ -3,6 +3,7 @@
  * prints the results table (see src/pipeline/demo.ts).
  */
 import type { Command } from "commander";
+import { MATMUL_PRECISIONS, type MatmulPrecision } from "../../kernels/native.js";
 import { formatDemoTable, runDemo } from "../../pipeline/demo.js";
 import { writeJsonAtomic } from "../../pipeline/run-dir.js";
 import { UsageError } from "../main.js";
@@ -18,16 +19,21 @@ export function registerDemoCommands(program: Command): void {
     .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", "2")
     .option("--seed <n>", "seed of everything", "0")
     .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 92%, then the naive replay", "20")
+    .option("--matmul <precision>", "matrix products in bf16 (on CPUs with Intel's AMX tile unit) or fp32 (default: bf16 where the CPU has AMX)")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
     .option("--no-open", "serve the dashboard but do not open a browser")
-    .action(async (opts: { runs: string; json?: string; quick?: boolean; naiveSteps: string; seed: string; minutes: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+    .action(async (opts: { runs: string; json?: string; quick?: boolean; naiveSteps: string; seed: string; minutes: string; matmul?: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
       const minutes = Number(opts.minutes);
       if (!(minutes > 0)) throw new UsageError(`--minutes must be a positive number, got "${opts.minutes}"`);
       const naiveSteps = Number(opts.naiveSteps);
       if (!Number.isInteger(naiveSteps) || naiveSteps < 0) throw new UsageError(`--naive-steps must be a non-negative integer, got "${opts.naiveSteps}"`);
       const seed = Number(opts.seed);
       if (!Number.isInteger(seed)) throw new UsageError(`--seed must be an integer, got "${opts.seed}"`);
+      if (opts.matmul !== undefined && !(MATMUL_PRECISIONS as readonly string[]).includes(opts.matmul)) {
+        throw new UsageError(`--matmul must be ${MATMUL_PRECISIONS.map((p) => `"${p}"`).join(" or ")}, got "${opts.matmul}"`);
+      }
+      const matmul = opts.matmul as MatmulPrecision | undefined;
       const { mkdirSync, rmSync, existsSync } = await import("node:fs");
       mkdirSync(opts.runs, { recursive: true });
       // The demo always starts fresh: an earlier demo run in the same folder is replaced.
@@ -38,7 +44,7 @@ export function registerDemoCommands(program: Command): void {
       const stopper = installStopHandler();
       const closeDashboard = opts.dashboard ? await dashboardForRun(opts.runs, opts.open) : undefined;
       try {
-        const result = await runDemo({ runsDir: opts.runs, quick: opts.quick, naiveSteps, quiet: opts.quiet, shouldStop: stopper.shouldStop, seed, minutes });
+        const result = await runDemo({ runsDir: opts.runs, quick: opts.quick, naiveSteps, quiet: opts.quiet, shouldStop: stopper.shouldStop, seed, minutes, matmul });
         console.log(`\n${formatDemoTable(result)}`);
         if (opts.json) writeJsonAtomic(opts.json, result);
       } finally {
