@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "gemm_args.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -238,18 +239,6 @@ static KernelInfo pickKernel() {
 
 // ---------------------------------------------------------------------------------------- packing
 
-struct GemmArgs {
-  bool ta, tb;
-  int M, N, K;
-  float alpha;
-  const float* A;
-  int lda;
-  const float* B;
-  int ldb;
-  float beta;
-  float* C;
-  int ldc;
-};
 
 #ifdef SFX_X86
 // Transposes 8 rows (`src`, `src + lda`, ...) of kc floats into kc groups of 8 (times alpha), group p at

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm_args.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -68,17 +69,6 @@ MatmulPrecision setMatmulPrecision(MatmulPrecision p) {
 
 #ifdef SFX_AMX
 namespace {
-
-// The operands of one product (C, ldc and beta travel separately).
-struct GemmInput {
-  bool ta, tb;
-  int M, N, K;
-  float alpha;
-  const float* A;
-  int lda;
-  const float* B;
-  int ldb;
-};
 
 constexpr int kTileWords = 512;   // one tile: 16 rows of 64 bytes, in bf16 words
 constexpr int kChunkBlocks = 32;  // depth blocks of 32 per chunk (1,024 deep)
@@ -157,7 +147,7 @@ SFX_AMX_TARGET inline __m512i row32(const float* X, int ld, int r, int k0, int k
 }
 
 // Depth blocks [kb0, kb1) of the 16-column strip of op(B) at column n0, as VNNI tiles at dst (one per block).
-SFX_AMX_TARGET void packBStrip(const GemmInput& g, int n0, int kb0, int kb1, uint16_t* dst) {
+SFX_AMX_TARGET void packBStrip(const GemmArgs& g, int n0, int kb0, int kb1, uint16_t* dst) {
   const int nv = std::min(16, g.N - n0);
   for (int kb = kb0; kb < kb1; kb++) {
     const int k0 = kb * 32;
@@ -174,7 +164,7 @@ SFX_AMX_TARGET void packBStrip(const GemmInput& g, int n0, int kb0, int kb1, uin
 }
 
 // Depth blocks [kb0, kb1) of the 16 rows of alpha op(A) from row m0, as tiles at dst, one every `stride` words.
-SFX_AMX_TARGET void packARows(const GemmInput& g, int m0, int kb0, int kb1, uint16_t* dst, size_t stride) {
+SFX_AMX_TARGET void packARows(const GemmArgs& g, int m0, int kb0, int kb1, uint16_t* dst, size_t stride) {
   const int mv = std::min(16, g.M - m0);
   for (int kb = kb0; kb < kb1; kb++) {
     const int k0 = kb * 32;
@@ -190,9 +180,21 @@ SFX_AMX_TARGET void packARows(const GemmInput& g, int m0, int kb0, int kb1, uint
   }
 }
 
+// Calls fn(element of C, its slot in `edge`) for the elements of the 32 x 32 block at (m0, n0) inside C;
+// `edge` holds the block as four 16 x 16 tiles (zero where the block crosses C's edge).
+template <class Fn>
+inline void forEachInBlock(const GemmArgs& g, float* C, int ldc, int m0, int n0, Fn fn) {
+  for (int t = 0; t < 4; t++)
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < 16; j++) {
+        const int r = m0 + (t >> 1) * 16 + i, c = n0 + (t & 1) * 16 + j;
+        if (r < g.M && c < g.N) fn(C[static_cast<size_t>(r) * ldc + c], t * 256 + i * 16 + j);
+      }
+}
+
 // The four accumulator tiles of the 32 x 32 block of C at (m0, n0): loaded from C (first = false or beta 1),
 // or zeroed; blocks that cross C's edge go through `edge` (4 x 256 floats).
-SFX_AMX_TARGET void loadBlock(const GemmInput& g, float* C, int ldc, int m0, int n0, bool zero, float* edge) {
+SFX_AMX_TARGET void loadBlock(const GemmArgs& g, float* C, int ldc, int m0, int n0, bool zero, float* edge) {
   if (zero) {
     _tile_zero(0);
     _tile_zero(1);
@@ -208,19 +210,15 @@ SFX_AMX_TARGET void loadBlock(const GemmInput& g, float* C, int ldc, int m0, int
     _tile_loadd(3, C + static_cast<size_t>(m0 + 16) * ldc + n0 + 16, s);
     return;
   }
-  for (int t = 0; t < 4; t++)
-    for (int i = 0; i < 16; i++)
-      for (int j = 0; j < 16; j++) {
-        const int r = m0 + (t >> 1) * 16 + i, c = n0 + (t & 1) * 16 + j;
-        edge[t * 256 + i * 16 + j] = r < g.M && c < g.N ? C[static_cast<size_t>(r) * ldc + c] : 0.f;
-      }
+  std::memset(edge, 0, 4 * 256 * sizeof(float));
+  forEachInBlock(g, C, ldc, m0, n0, [&](float& c, int k) { edge[k] = c; });
   _tile_loadd(0, edge, 64);
   _tile_loadd(1, edge + 256, 64);
   _tile_loadd(2, edge + 512, 64);
   _tile_loadd(3, edge + 768, 64);
 }
 
-SFX_AMX_TARGET void storeBlock(const GemmInput& g, float* C, int ldc, int m0, int n0, float* edge) {
+SFX_AMX_TARGET void storeBlock(const GemmArgs& g, float* C, int ldc, int m0, int n0, float* edge) {
   if (m0 + 32 <= g.M && n0 + 32 <= g.N) {
     const size_t s = static_cast<size_t>(ldc) * sizeof(float);
     _tile_stored(0, C + static_cast<size_t>(m0) * ldc + n0, s);
@@ -233,17 +231,12 @@ SFX_AMX_TARGET void storeBlock(const GemmInput& g, float* C, int ldc, int m0, in
   _tile_stored(1, edge + 256, 64);
   _tile_stored(2, edge + 512, 64);
   _tile_stored(3, edge + 768, 64);
-  for (int t = 0; t < 4; t++)
-    for (int i = 0; i < 16; i++)
-      for (int j = 0; j < 16; j++) {
-        const int r = m0 + (t >> 1) * 16 + i, c = n0 + (t & 1) * 16 + j;
-        if (r < g.M && c < g.N) C[static_cast<size_t>(r) * ldc + c] = edge[t * 256 + i * 16 + j];
-      }
+  forEachInBlock(g, C, ldc, m0, n0, [&](float& c, int k) { c = edge[k]; });
 }
 
 // Rows blocks [mb0, mb1) x strip pairs [np0, np1) of C over depth blocks [kb0, kb1), from the packed B of that
 // chunk (strip s at Bp + s * nkb * kTileWords). zero: the chunk is the first and beta is 0.
-SFX_AMX_TARGET void computeRect(const GemmInput& g, float* C, int ldc, const uint16_t* Bp, int kb0, int kb1, bool zero,
+SFX_AMX_TARGET void computeRect(const GemmArgs& g, float* C, int ldc, const uint16_t* Bp, int kb0, int kb1, bool zero,
                                 int mb0, int mb1, int np0, int np1) {
   const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
   static thread_local std::vector<uint16_t> apanel;
@@ -287,7 +280,7 @@ void sgemmAmx(bool transA, bool transB, int M, int N, int K, float alpha, const 
       for (int j = 0; j < N; j++) C[static_cast<size_t>(i) * ldc + j] *= beta;
     beta = 1.f;
   }
-  const GemmInput g{transA, transB, M, N, K, alpha, A, lda, B, ldb};
+  const GemmArgs g{transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   const int kBlocks = (K + 31) / 32, nStrips = (N + 15) / 16, nPairs = (nStrips + 1) / 2, mBlocks = (M + 31) / 32;
   const int threads = parallel ? poolThreads() : 1;
   // tasks: tm row ranges x tn column ranges; columns are split only when there are fewer row blocks than threads
