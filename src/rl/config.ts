@@ -98,7 +98,7 @@ const ModelSection = z
       .optional(),
     /**
      * How matrix products compute: "fp32", or "bf16" (operands rounded to bfloat16, fp32 accumulation, on
-     * the CPU's AMX tile unit: about 3x the training speed where there is one; elsewhere the products stay
+     * the CPU's AMX tile unit: 2.5-2.8x the training speed where there is one; elsewhere the products stay
      * fp32 and the log says so). Weights, gradients, optimizer state and every other operation stay fp32.
      */
     matmul: z.enum(MATMUL_PRECISIONS).default("fp32"),
