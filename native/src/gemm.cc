@@ -562,6 +562,18 @@ static void scaleC(const GemmArgs& g) {
   }
 }
 
+// Products of more than 4 rows go to the AMX kernels (gemm_amx.cc) when the precision is bf16; they take beta
+// 0 or 1, so a general beta is applied to C here first. Returns whether the product was done.
+static bool bf16Product(GemmArgs g, bool parallel) {
+  if (g.M <= 4 || matmulPrecision() != MatmulPrecision::Bf16) return false;
+  if (g.beta != 0.f && g.beta != 1.f) {
+    scaleC(g);
+    g.beta = 1.f;
+  }
+  sgemmAmx(g, parallel);
+  return true;
+}
+
 // How C is split into tasks: a tm x tn grid of rectangles, each a whole number of MR x NR tiles.
 struct Grid {
   int tasks, tm, tn;
@@ -630,10 +642,7 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
     scaleC(g);
     return;
   }
-  if (M > 4 && matmulPrecision() == MatmulPrecision::Bf16) {
-    sgemmAmx(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, true);
-    return;
-  }
+  if (bf16Product(g, true)) return;
   // A few rows (decoding): matrix-vector products straight from B, no packing, no padded tiles.
   if (M <= 4) {
     std::vector<float> row(transA ? static_cast<size_t>(K) : 0);
@@ -684,10 +693,7 @@ void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, con
     scaleC(g);
     return;
   }
-  if (M > 4 && matmulPrecision() == MatmulPrecision::Bf16) {
-    sgemmAmx(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false);
-    return;
-  }
+  if (bf16Product(g, false)) return;
   gemmRect(g, kernel(), 0, M, 0, N);
 }
 

@@ -183,19 +183,37 @@ SFX_AMX_TARGET void packARows(const GemmArgs& g, int m0, int kb0, int kb1, uint1
 // Calls fn(element of C, its slot in `edge`) for the elements of the 32 x 32 block at (m0, n0) inside C;
 // `edge` holds the block as four 16 x 16 tiles (zero where the block crosses C's edge).
 template <class Fn>
-inline void forEachInBlock(const GemmArgs& g, float* C, int ldc, int m0, int n0, Fn fn) {
+inline void forEachInBlock(const GemmArgs& g, int m0, int n0, Fn fn) {
   for (int t = 0; t < 4; t++)
     for (int i = 0; i < 16; i++)
       for (int j = 0; j < 16; j++) {
         const int r = m0 + (t >> 1) * 16 + i, c = n0 + (t & 1) * 16 + j;
-        if (r < g.M && c < g.N) fn(C[static_cast<size_t>(r) * ldc + c], t * 256 + i * 16 + j);
+        if (r < g.M && c < g.N) fn(g.C[static_cast<size_t>(r) * g.ldc + c], t * 256 + i * 16 + j);
       }
 }
 
-// The four accumulator tiles of the 32 x 32 block of C at (m0, n0): loaded from C (first = false or beta 1),
-// or zeroed; blocks that cross C's edge go through `edge` (4 x 256 floats).
-SFX_AMX_TARGET void loadBlock(const GemmArgs& g, float* C, int ldc, int m0, int n0, bool zero, float* edge) {
-  if (zero) {
+// Loads (kStore false) or stores the four accumulator tiles tmm0-3 of a 32 x 32 block held as four 16 x 16
+// quarters at q[0..3], `stride` bytes between rows.
+template <bool kStore>
+SFX_AMX_TARGET inline void moveAccumulators(float* const q[4], size_t stride) {
+  if constexpr (kStore) {
+    _tile_stored(0, q[0], stride);
+    _tile_stored(1, q[1], stride);
+    _tile_stored(2, q[2], stride);
+    _tile_stored(3, q[3], stride);
+  } else {
+    _tile_loadd(0, q[0], stride);
+    _tile_loadd(1, q[1], stride);
+    _tile_loadd(2, q[2], stride);
+    _tile_loadd(3, q[3], stride);
+  }
+}
+
+// The accumulator tiles to or from the 32 x 32 block of C at (m0, n0): straight from C when the block lies
+// inside it, else through `edge` (4 x 256 floats; zero outside C). Loading with zero = true zeroes them.
+template <bool kStore>
+SFX_AMX_TARGET void moveBlock(const GemmArgs& g, int m0, int n0, bool zero, float* edge) {
+  if (!kStore && zero) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -203,40 +221,25 @@ SFX_AMX_TARGET void loadBlock(const GemmArgs& g, float* C, int ldc, int m0, int 
     return;
   }
   if (m0 + 32 <= g.M && n0 + 32 <= g.N) {
-    const size_t s = static_cast<size_t>(ldc) * sizeof(float);
-    _tile_loadd(0, C + static_cast<size_t>(m0) * ldc + n0, s);
-    _tile_loadd(1, C + static_cast<size_t>(m0) * ldc + n0 + 16, s);
-    _tile_loadd(2, C + static_cast<size_t>(m0 + 16) * ldc + n0, s);
-    _tile_loadd(3, C + static_cast<size_t>(m0 + 16) * ldc + n0 + 16, s);
+    float* c = g.C + static_cast<size_t>(m0) * g.ldc + n0;
+    float* const q[4] = {c, c + 16, c + static_cast<size_t>(16) * g.ldc, c + static_cast<size_t>(16) * g.ldc + 16};
+    moveAccumulators<kStore>(q, static_cast<size_t>(g.ldc) * sizeof(float));
     return;
   }
-  std::memset(edge, 0, 4 * 256 * sizeof(float));
-  forEachInBlock(g, C, ldc, m0, n0, [&](float& c, int k) { edge[k] = c; });
-  _tile_loadd(0, edge, 64);
-  _tile_loadd(1, edge + 256, 64);
-  _tile_loadd(2, edge + 512, 64);
-  _tile_loadd(3, edge + 768, 64);
-}
-
-SFX_AMX_TARGET void storeBlock(const GemmArgs& g, float* C, int ldc, int m0, int n0, float* edge) {
-  if (m0 + 32 <= g.M && n0 + 32 <= g.N) {
-    const size_t s = static_cast<size_t>(ldc) * sizeof(float);
-    _tile_stored(0, C + static_cast<size_t>(m0) * ldc + n0, s);
-    _tile_stored(1, C + static_cast<size_t>(m0) * ldc + n0 + 16, s);
-    _tile_stored(2, C + static_cast<size_t>(m0 + 16) * ldc + n0, s);
-    _tile_stored(3, C + static_cast<size_t>(m0 + 16) * ldc + n0 + 16, s);
-    return;
+  float* const q[4] = {edge, edge + 256, edge + 512, edge + 768};
+  if constexpr (kStore) {
+    moveAccumulators<true>(q, 64);
+    forEachInBlock(g, m0, n0, [&](float& c, int k) { c = edge[k]; });
+  } else {
+    std::memset(edge, 0, 4 * 256 * sizeof(float));
+    forEachInBlock(g, m0, n0, [&](float& c, int k) { edge[k] = c; });
+    moveAccumulators<false>(q, 64);
   }
-  _tile_stored(0, edge, 64);
-  _tile_stored(1, edge + 256, 64);
-  _tile_stored(2, edge + 512, 64);
-  _tile_stored(3, edge + 768, 64);
-  forEachInBlock(g, C, ldc, m0, n0, [&](float& c, int k) { c = edge[k]; });
 }
 
 // Rows blocks [mb0, mb1) x strip pairs [np0, np1) of C over depth blocks [kb0, kb1), from the packed B of that
 // chunk (strip s at Bp + s * nkb * kTileWords). zero: the chunk is the first and beta is 0.
-SFX_AMX_TARGET void computeRect(const GemmArgs& g, float* C, int ldc, const uint16_t* Bp, int kb0, int kb1, bool zero,
+SFX_AMX_TARGET void computeRect(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
                                 int mb0, int mb1, int np0, int np1) {
   const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
   static thread_local std::vector<uint16_t> apanel;
@@ -253,7 +256,7 @@ SFX_AMX_TARGET void computeRect(const GemmArgs& g, float* C, int ldc, const uint
       const int s0 = 2 * np, n0 = s0 * 16;
       const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
       const uint16_t* b1 = s0 + 1 < nStrips ? b0 + static_cast<size_t>(nkb) * kTileWords : b0;  // past N: unused columns
-      loadBlock(g, C, ldc, m0, n0, zero, edge);
+      moveBlock<false>(g, m0, n0, zero, edge);
       for (int kb = 0; kb < nkb; kb++) {
         _tile_loadd(4, Ap + static_cast<size_t>(2 * kb) * kTileWords, 64);
         _tile_loadd(5, Ap + static_cast<size_t>(2 * kb + 1) * kTileWords, 64);
@@ -264,7 +267,7 @@ SFX_AMX_TARGET void computeRect(const GemmArgs& g, float* C, int ldc, const uint
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
       }
-      storeBlock(g, C, ldc, m0, n0, edge);
+      moveBlock<true>(g, m0, n0, false, edge);
     }
   }
   _tile_release();
@@ -272,15 +275,9 @@ SFX_AMX_TARGET void computeRect(const GemmArgs& g, float* C, int ldc, const uint
 
 }  // namespace
 
-void sgemmAmx(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-              int ldb, float beta, float* C, int ldc, bool parallel) {
+void sgemmAmx(const GemmArgs& g, bool parallel) {
+  const int M = g.M, N = g.N, K = g.K;
   if (M <= 0 || N <= 0) return;
-  if (beta != 0.f && beta != 1.f) {  // fold a general beta into C first
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) C[static_cast<size_t>(i) * ldc + j] *= beta;
-    beta = 1.f;
-  }
-  const GemmArgs g{transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   const int kBlocks = (K + 31) / 32, nStrips = (N + 15) / 16, nPairs = (nStrips + 1) / 2, mBlocks = (M + 31) / 32;
   const int threads = parallel ? poolThreads() : 1;
   // tasks: tm row ranges x tn column ranges; columns are split only when there are fewer row blocks than threads
@@ -293,10 +290,10 @@ void sgemmAmx(bool transA, bool transB, int M, int N, int K, float alpha, const 
     bpanel.resize(static_cast<size_t>(nStrips) * nkb * kTileWords);
     uint16_t* Bp = bpanel.data();
     auto pack = [&](int s) { packBStrip(g, s * 16, kb0, kb1, Bp + static_cast<size_t>(s) * nkb * kTileWords); };
-    const bool zero = kb0 == 0 && beta == 0.f;
+    const bool zero = kb0 == 0 && g.beta == 0.f;
     if (threads == 1) {
       for (int s = 0; s < nStrips; s++) pack(s);
-      computeRect(g, C, ldc, Bp, kb0, kb1, zero, 0, mBlocks, 0, nPairs);
+      computeRect(g, Bp, kb0, kb1, zero, 0, mBlocks, 0, nPairs);
       continue;
     }
     parallelFor(std::min(threads, nStrips), [&](int t) {
@@ -305,12 +302,12 @@ void sgemmAmx(bool transA, bool transB, int M, int N, int K, float alpha, const 
     parallelFor(tm * tn, [&](int t) {
       const int a = t / tn, b = t % tn;
       const int mb0 = mBlocks * a / tm, mb1 = mBlocks * (a + 1) / tm, np0 = nPairs * b / tn, np1 = nPairs * (b + 1) / tn;
-      if (mb0 < mb1 && np0 < np1) computeRect(g, C, ldc, Bp, kb0, kb1, zero, mb0, mb1, np0, np1);
+      if (mb0 < mb1 && np0 < np1) computeRect(g, Bp, kb0, kb1, zero, mb0, mb1, np0, np1);
     });
   }
 }
 #else
-void sgemmAmx(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int, bool) {
+void sgemmAmx(const GemmArgs&, bool) {
   std::abort();  // never called: amxAvailable() is false
 }
 #endif

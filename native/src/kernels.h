@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm_args.h"
+
 namespace sfx {
 
 void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -19,8 +21,8 @@ enum class MatmulPrecision { Fp32 = 0, Bf16 = 1 };
 bool amxAvailable();
 MatmulPrecision matmulPrecision();
 MatmulPrecision setMatmulPrecision(MatmulPrecision p);
-void sgemmAmx(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-              int ldb, float beta, float* C, int ldc, bool parallel);
+// C = alpha op(A) op(B) + beta C for beta 0 or 1 (sgemm applies any other beta first); parallel: over the pool.
+void sgemmAmx(const GemmArgs& g, bool parallel);
 // Pre-packed weights for repeated products y = x W^T with W [N, K] (row stride ldw): packWeight writes W in
 // the layout the micro-kernel reads (packedWeightSize(N, K) floats; fixed for the process, it depends on the
 // SIMD level and the cache-block sizes), and sgemmPacked computes C = alpha * A W^T + beta * C from it,
