@@ -239,7 +239,6 @@ static KernelInfo pickKernel() {
 
 // ---------------------------------------------------------------------------------------- packing
 
-
 #ifdef SFX_X86
 // Transposes 8 rows (`src`, `src + lda`, ...) of kc floats into kc groups of 8 (times alpha), group p at
 // dst + p * ostride: packs an 8-row sliver of a row-major A (ostride 8) or 8 columns of a B stored
