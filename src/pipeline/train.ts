@@ -224,16 +224,19 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     const conversations: Conversation[] = [];
     // Each conversation's source (its suite's name, or the data file as the config names it), for the SFT loss per source.
     const sources: string[] = [];
-    const add = (c: Conversation, source: string) => {
+    // Whether the context-loss phase covers it (a suite can opt out with sftContextLoss: false).
+    const contextLoss: boolean[] = [];
+    const add = (c: Conversation, source: string, inContextLoss = true) => {
       conversations.push(c);
       sources.push(source);
+      contextLoss.push(inContextLoss);
     };
     if (cfg.sft.enabled || cfg.model.init) {
       const progress = new Progress("expert episodes", plans.reduce((n, p) => n + expertEpisodeCount(p, cfg.sft.expertEpisodes), 0), "eps", options.quiet);
       const perSuite = await prep.expertConversations(plans, cfg.sft.expertEpisodes, cfg.seed, (n) => progress.tick(n));
       perSuite.forEach(({ kept, failed }, i) => {
         if (failed > 0) log(`  ${plans[i]!.name}: the expert failed ${failed} of ${kept.length + failed} episodes (left out of the SFT data)`);
-        for (const c of kept) add(c, plans[i]!.name);
+        for (const c of kept) add(c, plans[i]!.name, cfg.suites[i]!.sftContextLoss ?? true);
       });
       progress.finish();
       for (const file of cfg.sft.data) {
@@ -291,7 +294,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     };
 
     // 3. SFT.
-    const examples = (await prep.examples(policy, conversations)).map((e, i) => ({ ...e, source: sources[i] })).filter((e) => !e.drifted);
+    const examples = (await prep.examples(policy, conversations)).map((e, i) => ({ ...e, source: sources[i], ...(contextLoss[i] ? {} : { contextLoss: false }) })).filter((e) => !e.drifted);
     await prep.close();
     const totalSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {

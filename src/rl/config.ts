@@ -46,6 +46,12 @@ const SuiteEntry = z
     /** Expert episodes of this suite for SFT (default sft.expertEpisodes): more for a suite that needs more to learn. */
     sftEpisodes: z.number().int().min(0).optional(),
     /**
+     * false: SFT's context-loss phase (sft.contextLossFraction) leaves this suite's episodes on the
+     * assistant's tokens alone, for a suite whose user and tool text is mostly what no model can predict
+     * (random values and the API's results) and which learns to copy without it. Default true.
+     */
+    sftContextLoss: z.boolean().optional(),
+    /**
      * Distinct training tasks kept for GRPO alone: SFT never sees them, and GRPO draws only from them,
      * so RL learns on tasks as new to the policy as the held-out ones (default: GRPO draws from the
      * tasks SFT trained on). At most half of the suite's training contents.
@@ -253,6 +259,11 @@ export const TrainConfigSchema = z
     if (cfg.sft.lrSchedule === "constant" && cfg.sft.minLrRatio !== undefined) {
       ctx.addIssue({ code: "custom", path: ["sft", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
     }
+    cfg.suites.forEach((s, i) => {
+      if (s.sftContextLoss === false && !(cfg.sft.contextLossFraction > 0)) {
+        ctx.addIssue({ code: "custom", path: ["suites", i, "sftContextLoss"], message: "false only applies with sft.contextLossFraction above 0 (there is no context-loss phase to leave out)" });
+      }
+    });
     if (!g.enabled && !cfg.sft.enabled) {
       ctx.addIssue({ code: "custom", path: ["grpo", "enabled"], message: "both sft and grpo are disabled: nothing to train" });
     }

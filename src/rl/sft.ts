@@ -35,6 +35,8 @@ export interface SftExample {
   untrained?: number[];
   /** Where the example came from (a suite's name, a data file): reported with the loss of a step whose batch all comes from it. */
   source?: string;
+  /** false: the context-loss phase leaves this example's loss on its assistant tokens (default true). */
+  contextLoss?: boolean;
 }
 
 export type LrSchedule = "constant" | "cosine";
@@ -140,8 +142,12 @@ export function replannedSteps(planned: number, fits: number): number {
   return 5 * Math.abs(fits - planned) >= planned ? fits : planned;
 }
 
-/** The loss mask of an example in the context-loss phase: every token from `contextStart` on, except its untrained ranges. */
+/**
+ * The loss mask of an example in the context-loss phase: every token from `contextStart` on, except its
+ * untrained ranges; its own loss mask where the example opts out (`contextLoss: false`).
+ */
 export function contextMask(ex: SftExample): Uint8Array {
+  if (ex.contextLoss === false) return ex.lossMask;
   const mask = new Uint8Array(ex.tokens.length);
   mask.fill(1, Math.max(1, ex.contextStart ?? 1));
   const spans = ex.untrained ?? [];

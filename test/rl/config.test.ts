@@ -25,6 +25,9 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, eval: { samples: 4, temperature: 0 } })).toThrow(/pass@k/);
     expect(() => validateConfig({ ...minimal, attention: { mode: "sink-window", sinks: 8, window: 4 } })).toThrow(/window must be larger/);
     expect(() => validateConfig({ ...minimal, sft: { minLrRatio: 0.2 } })).toThrow(/sft\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
+    expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: false }] })).toThrow(/suites\.0\.sftContextLoss: false only applies with sft\.contextLossFraction above 0/);
+    expect(validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: false }], sft: { contextLossFraction: 0.5 } }).suites[0]!.sftContextLoss).toBe(false);
+    expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: "no" }] })).toThrow(/suites\.0\.sftContextLoss/);
     expect(() => validateConfig({ ...minimal, sft: { contextLossFraction: 1 } })).toThrow(/sft\.contextLossFraction: must be below 1/);
     expect(() => validateConfig({ ...minimal, sft: { lrSchedule: "linear" } })).toThrow(/sft\.lrSchedule: must be one of "constant", "cosine"/);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/alfworld-gen-v0", sftMistakes: 0.8 }] })).toThrow(/sftMistakes: must be at most 0\.5/);

@@ -61,6 +61,15 @@ describe("sftTrain", () => {
     engine.dispose();
   });
 
+  it("leaves an example that opts out of the context-loss phase on its assistant tokens", async () => {
+    const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+    // Example 0 opts out: 4 assistant tokens in the context phase; example 1 keeps its 14.
+    const history = await sftTrain(engine, examples.map((ex, i) => (i === 0 ? { ...ex, contextLoss: false } : ex)), { ...hp, epochs: 4 });
+    expect(history.map((m) => m.lossOn)).toEqual(["context", "context", "assistant", "assistant"]);
+    expect(history.map((m) => m.tokens)).toEqual([18, 18, 8, 8]);
+    engine.dispose();
+  });
+
   it("reports a step's source when every example of its batch has the same one", async () => {
     const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
     const same = await sftTrain(engine, examples.map((ex) => ({ ...ex, source: "arith" })), { ...hp, epochs: 1 });
