@@ -40,7 +40,7 @@ export interface DemoSuiteRow {
 
 export interface DemoResult {
   rows: DemoSuiteRow[];
-  totals: { modelTokens: number; wallSeconds: number; sftSeconds: number; grpoSeconds: number };
+  totals: { modelTokens: number; wallSeconds: number; sftSeconds: number; grpoSeconds: number; sftSteps: number; sftAllSteps: number };
   naive?: {
     steps: number;
     sameRewards: boolean;
@@ -160,6 +160,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       wallSeconds: main.totalMs / 1000,
       sftSeconds: main.sftMs / 1000,
       grpoSeconds: (main.grpo.rolloutMs + main.grpo.trainMs) / 1000,
+      sftSteps: main.sft?.steps ?? 0,
+      sftAllSteps: main.sft?.allSteps ?? 0,
     },
     runDir: main.runDir,
     config,
@@ -219,6 +221,21 @@ async function naiveComparison(config: TrainConfig, main: TrainResult, steps: nu
   };
 }
 
+/**
+ * A warning when the time budget ended SFT well before its planned steps: the demo's recipe was fitted on
+ * runs where every step fit, and the copying its suites learn forms late in SFT, if at all, so on a slower
+ * machine the results table can show little learned. Undefined when (nearly) every step ran.
+ */
+export function sftCutShort(t: Pick<DemoResult["totals"], "sftSteps" | "sftAllSteps" | "sftSeconds">): string | undefined {
+  if (t.sftAllSteps === 0 || t.sftSteps >= 0.9 * t.sftAllSteps) return undefined;
+  const perStep = t.sftSteps > 0 ? ` (${(t.sftSeconds / t.sftSteps).toFixed(2)}s a step)` : "";
+  return (
+    `note: SFT ran ${t.sftSteps.toLocaleString("en-US")} of its ${t.sftAllSteps.toLocaleString("en-US")} steps in its share of the time${perStep}. ` +
+    `The demo's recipe was fitted on runs where every step ran, and the copying its suites learn forms late in SFT: ` +
+    `on a slower machine it may not form, and the table above then shows little learned (see "The demo" in the README).`
+  );
+}
+
 function pct(e: SuiteEval): string {
   return `${(100 * e.rate).toFixed(1)}%`;
 }
@@ -248,6 +265,8 @@ export function formatDemoTable(r: DemoResult): string {
   lines.push(
     `model tokens processed: ${r.totals.modelTokens.toLocaleString("en-US")} (GRPO rollouts + updates + evaluations); wall time ${r.totals.wallSeconds.toFixed(0)}s (SFT ${r.totals.sftSeconds.toFixed(0)}s, GRPO ${r.totals.grpoSeconds.toFixed(0)}s)`,
   );
+  const shortSft = sftCutShort(r.totals);
+  if (shortSft) lines.push(shortSft);
   if (r.naive) {
     const n = r.naive;
     lines.push("");

@@ -88,6 +88,8 @@ export interface TrainResult {
   /** Mean training reward per GRPO step, in order. */
   rewardCurve: number[];
   sftMs: number;
+  /** SFT's optimizer steps taken, of every epoch's (fewer where a time budget ended it). */
+  sft?: { steps: number; allSteps: number };
   totalMs: number;
   checkpoint?: string;
 }
@@ -101,6 +103,8 @@ interface TrainerState {
   sftMs: number;
   /** The SFT steps the schedule is planned over, when a time budget cut them below every epoch's. */
   sftPlanned?: number;
+  /** The SFT steps taken (set when SFT ends). */
+  sftDone?: number;
 }
 
 function mixSeed(a: number, b: number): number {
@@ -352,6 +356,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       if (outOfTime) log(`SFT reached its time budget after step ${state.step} of ${state.sftPlanned ?? totalSft}; going on to RL`);
     }
     state.sftSteps = totalSft;
+    if (state.stage === "sft") state.sftDone = state.step;
 
     // The frozen reference policy: the policy as it enters RL (saved once, so a resume finds it).
     const referenceDir = join(run.path, "checkpoints", "reference");
@@ -548,6 +553,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       grpo: state.grpo,
       rewardCurve: state.rewardCurve,
       sftMs: state.sftMs,
+      sft: { steps: state.sftDone ?? 0, allSteps: state.sftSteps },
       totalMs: performance.now() - t0,
       checkpoint: finalDir,
     };

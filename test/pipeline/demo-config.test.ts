@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { amxAvailable } from "../../src/kernels/index.js";
-import { demoConfig, demoSuiteRow, formatDemoTable } from "../../src/pipeline/demo.js";
+import { demoConfig, demoSuiteRow, formatDemoTable, sftCutShort } from "../../src/pipeline/demo.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
 import { wilsonInterval } from "../../src/pipeline/stats.js";
 import { planSuites } from "../../src/pipeline/tasks.js";
@@ -47,7 +47,7 @@ describe("the demo's results table", () => {
   it("gives every suite's own number of held-out tasks and whether it moved beyond the intervals", () => {
     const text = formatDemoTable({
       rows: [demoSuiteRow("arith", suiteEval(1440, 2000), suiteEval(1540, 2000)), demoSuiteRow("sql", suiteEval(0, 80), suiteEval(1, 80))],
-      totals: { modelTokens: 100, wallSeconds: 60, sftSeconds: 20, grpoSeconds: 30 },
+      totals: { modelTokens: 100, wallSeconds: 60, sftSeconds: 20, grpoSeconds: 30, sftSteps: 200, sftAllSteps: 200 },
       runDir: "runs/demo",
       config: demoConfig({ runsDir: "runs", quick: true }),
     });
@@ -55,5 +55,15 @@ describe("the demo's results table", () => {
     expect(lines.find((l) => l.startsWith("arith"))).toMatch(/^arith\s+2000\s+72\.0%\s+77\.0%\s+\+5\.0\s+75-79%\s+yes/);
     expect(lines.find((l) => l.startsWith("sql"))).toMatch(/^sql\s+80\s+0\.0%\s+1\.3%\s+\+1\.3\s+\S+\s+no/);
     expect(text).toContain("improved beyond the 95% intervals on 1 of 2 suites");
+    expect(text).not.toContain("note: SFT ran");
+  });
+
+  it("warns when the time budget ended SFT well before its planned steps", () => {
+    expect(sftCutShort({ sftSteps: 4455, sftAllSteps: 4455, sftSeconds: 483 })).toBeUndefined();
+    expect(sftCutShort({ sftSteps: 4100, sftAllSteps: 4455, sftSeconds: 483 })).toBeUndefined(); // 92%: the last, smallest learning rates
+    expect(sftCutShort({ sftSteps: 0, sftAllSteps: 0, sftSeconds: 0 })).toBeUndefined(); // no SFT
+    const table = formatDemoTable({ rows: [], totals: { modelTokens: 1, wallSeconds: 60, sftSeconds: 10, grpoSeconds: 30, sftSteps: 100, sftAllSteps: 200 }, runDir: "runs/demo", config: demoConfig({ runsDir: "runs", quick: true }) });
+    expect(table).toContain("note: SFT ran 100 of its 200 steps in its share of the time (0.10s a step)");
+    expect(sftCutShort({ sftSteps: 2444, sftAllSteps: 4455, sftSeconds: 438 })).toMatch(/^note: SFT ran 2,444 of its 4,455 steps in its share of the time \(0\.18s a step\)\. .*may not form/);
   });
 });

@@ -41,6 +41,8 @@ describe("the training pipeline", () => {
     // Every SFT batch comes from the one suite: its loss is reported under the suite's name.
     expect(fullMetrics.filter((r) => r.stage === "sft").every((r) => r.source === "parity")).toBe(true);
     expect(meta.optimizerStep).toBe(meta.policyVersion - sftSteps);
+    // Every SFT step ran (no time budget), and the result says so.
+    expect(full.sft).toEqual({ steps: sftSteps, allSteps: sftSteps });
     expect(meta.optimizerStep).toBeGreaterThan(0);
     // The policy learned from something: some group had mixed rewards and the weights moved.
     expect(grpo.some((r) => r.degenerateGroups < 2 && r.gradNorm > 0)).toBe(true);
@@ -77,6 +79,7 @@ describe("the training pipeline", () => {
     const resumed = await train(config(runsDir2, "resumed"), { quiet: true, resume: true });
     expect(resumed.stopped).toBe(false);
     expect(learning(join(resumed.runDir, "metrics.jsonl"))).toEqual(fullMetrics);
+    expect(resumed.sft).toEqual(full.sft);
   }, 300_000);
 
   it("learns from the suite's reward rubric while success stays the verifier's", async () => {
