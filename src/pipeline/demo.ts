@@ -40,6 +40,7 @@ export interface DemoSuiteRow {
 
 export interface DemoResult {
   rows: DemoSuiteRow[];
+  /** sftSteps of sftAllSteps: SFT's steps taken of every epoch's (both 0 where unknown). */
   totals: { modelTokens: number; wallSeconds: number; sftSeconds: number; grpoSeconds: number; sftSteps: number; sftAllSteps: number };
   naive?: {
     steps: number;

@@ -553,7 +553,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       grpo: state.grpo,
       rewardCurve: state.rewardCurve,
       sftMs: state.sftMs,
-      sft: { steps: state.sftDone ?? 0, allSteps: state.sftSteps },
+      // Unknown for a run resumed from a checkpoint written before SFT's steps were recorded.
+      ...(state.sftDone !== undefined ? { sft: { steps: state.sftDone, allSteps: state.sftSteps } } : {}),
       totalMs: performance.now() - t0,
       checkpoint: finalDir,
     };
