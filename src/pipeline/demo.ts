@@ -84,8 +84,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // these; with 7,000 it ends SFT near 96%, with no room left for RL) and sql its 640 (160 tasks, 4 each).
       // GRPO's reward and share of each step per suite. Arith and restapi get three shares, household two
       // (scored on success alone), and sql, whose groups almost never differ, a quarter. Restapi learns
-      // from its env's partial progress as well as success. Restapi has 2,000 held-out tasks (an interval
-      // of about +-2 points where 450 gave +-4.5; 34 s to evaluate), which changes its training split.
+      // from its env's partial progress as well as success.
       suites: [
         { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 3, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(3000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
@@ -120,8 +119,8 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
       // of its 5,672 distinct problems given (95% intervals of about +-2 points), for household 1,600 asked and
       // a third of its 4,384 distinct games given, 1,461 (+-2.4; with 800, +-3.3, its typical gain of 4-7
-      // points stayed inside its interval), 2,000 for restapi (of its 11,958 distinct unit conversions) and 80 for
-      // sql (a third of its 240). The split decides which tasks SFT sees, so changing it draws another SFT policy.
+      // points stayed inside its interval), 2,000 for restapi (of its 11,958 distinct unit conversions: +-2 where 450
+      // gave +-4.5; about 34 s an evaluation) and 80 for sql (a third of its 240). The split decides which tasks SFT sees, so changing it draws another SFT policy.
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
