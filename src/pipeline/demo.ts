@@ -19,7 +19,7 @@ export interface DemoOptions {
   runsDir: string;
   /** A much smaller run (a minute or two) for smoke tests; its numbers mean nothing. */
   quick?: boolean;
-  /** GRPO steps replayed with the naive pipeline (default 2; 0 skips the comparison). */
+  /** GRPO steps replayed with the naive pipeline (default 1, 256 episodes; 0 skips the comparison). */
   naiveSteps?: number;
   quiet?: boolean;
   shouldStop?: () => boolean;
@@ -82,14 +82,14 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // most (it learns from 12,000 in the mix, not from 7,000), restapi 10,000 (its answers are results of up
       // to ten digits, copied from the API's JSON), arith 3,000 (at SFT's learning rate its copying forms from
       // these; with 7,000 it ends SFT near 96%, with no room left for RL) and sql its 640 (160 tasks, 4 each).
-      // GRPO's reward and share of each step per suite. Arith and restapi get three shares, household two
-      // (scored on success alone), and sql, whose groups almost never differ, a quarter. Restapi learns
-      // from its env's partial progress as well as success.
+      // GRPO's reward and share of each step per suite. Household (scored on success alone) and restapi get
+      // three shares, arith two, and sql, whose groups almost never differ, a quarter. Restapi learns from
+      // its env's partial progress as well as success.
       suites: [
-        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 3, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(3000) }) },
+        { env: "sinkflex/arith-v0", options: { difficulty: 1, count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(3000) }) },
         // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
         { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 2, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 1600, sftEpisodes: episodesFor(12000) }) },
+        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0 }, ...(quick ? {} : { evalTasks: 1600, sftEpisodes: episodesFor(12000) }) },
         // Restapi's unit conversions over its HTTP API, with values from 1 to 9,999 (so no answer can be
         // memorized): the value and the result are digits, written the same in the question, the call and the
         // JSON, where its other kinds need a word copied between a sentence and JSON (" EUR" against "EUR"),
@@ -107,7 +107,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
         : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 1.5e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
-      // GRPO: 16 tasks x 8 samples a step, a fresh AdamW warmed up over 5 steps, and 12 turns: the household expert needs
+      // GRPO: 32 tasks x 8 samples a step (with 16, household's success on its training rollouts did not rise and the
+      // sampled tokens' entropy drifted up: too few episodes a step for the policy gradient to stand out of its noise),
+      // a fresh AdamW warmed up over 5 steps, and 12 turns: the household expert needs
       // up to 11 on 99% of its tasks. Each suite's tasks are drawn uniformly over its distinct training contents, as the
       // held-out ones are (drawn by task, restapi's steps go mostly to the few questions SFT already memorized). One
       // epoch a step: the update is most of a step's time. Negative advantages count a quarter: at full weight the
@@ -115,7 +117,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // and at a twentieth the digit or unit arith and restapi miscopy in an otherwise right episode is hardly pushed down.
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 200, batchTasks: 16, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.25, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 128, temperature: 1 },
+        : { steps: 200, batchTasks: 32, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.25, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 256, temperature: 1 },
       // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
       // of its 5,672 distinct problems given (95% intervals of about +-2 points), for household 1,600 asked and
       // a third of its 4,384 distinct games given, 1,461 (+-2.4; with 800, +-3.3, its typical gain of 4-7
@@ -145,8 +147,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const start = performance.now();
   // Deadlines from the demo's start, so that however long the data takes to prepare or the machine is
   // loaded, the demo ends on time: SFT until 52% of the budget; the evaluation after RL done by 92%, so
-  // GRPO ends early enough for it (as long as the evaluation before RL took); the naive replay of two
-  // steps takes the rest (about 40 s on the 2-core machine).
+  // GRPO ends early enough for it (as long as the evaluation before RL took); the naive replay of one
+  // step takes the rest (about 40 s on the 2-core machine).
   const main = await train(config, {
     quiet: options.quiet,
     shouldStop: options.shouldStop,
@@ -169,7 +171,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     config,
   };
 
-  const naiveSteps = Math.min(options.naiveSteps ?? 2, main.rewardCurve.length);
+  const naiveSteps = Math.min(options.naiveSteps ?? 1, main.rewardCurve.length);
   if (naiveSteps > 0 && !options.shouldStop?.()) {
     result.naive = await naiveComparison(config, main, naiveSteps, options);
   }
