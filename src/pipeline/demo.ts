@@ -109,11 +109,12 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
         : { expertEpisodes: episodes, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 1.5e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
       // GRPO: 32 tasks x 8 samples a step (with 16, about four of them household's, its success on its training
       // rollouts did not rise in 110 steps; with 32 it rose from 44% to 53% in 50), a fresh AdamW warmed up over 5
-      // steps, and 12 turns: the household expert needs up to 11 on 99% of its tasks. Each suite's tasks are drawn uniformly over its distinct training contents, as the
-      // held-out ones are (drawn by task, restapi's steps go mostly to the few questions SFT already memorized). One
-      // epoch a step: the update is most of a step's time. Negative advantages count a quarter: at full weight the
-      // many failed household episodes (most cut off at 12 turns) raise the policy's entropy and lower its success,
-      // and at a twentieth the digit or unit arith and restapi miscopy in an otherwise right episode is hardly pushed down.
+      // steps, and 12 turns: the household expert needs up to 11 on 99% of its tasks. Each suite's tasks are drawn
+      // uniformly over its distinct training contents, as the held-out ones are (drawn by task, restapi's steps go
+      // mostly to the few questions SFT already memorized). One epoch a step: the update is most of a step's time.
+      // Negative advantages count a quarter: at full weight the many failed household episodes (most cut off at 12
+      // turns) raise the policy's entropy and lower its success, and at a twentieth the digit or unit arith and
+      // restapi miscopy in an otherwise right episode is hardly pushed down.
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
         : { steps: 200, batchTasks: 32, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, negativeAdvantageScale: 0.25, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 256, temperature: 1 },
