@@ -19,7 +19,7 @@ export interface DemoOptions {
   runsDir: string;
   /** A much smaller run (a minute or two) for smoke tests; its numbers mean nothing. */
   quick?: boolean;
-  /** GRPO steps replayed with the naive pipeline (default 1, 256 episodes; 0 skips the comparison). */
+  /** GRPO steps replayed with the naive pipeline (default DEMO_NAIVE_STEPS; 0 skips the comparison). */
   naiveSteps?: number;
   quiet?: boolean;
   shouldStop?: () => boolean;
@@ -29,6 +29,9 @@ export interface DemoOptions {
   /** Matrix products in "bf16" or "fp32" (default: bf16 where the CPU has AMX, see demoConfig). */
   matmul?: MatmulPrecision;
 }
+
+/** GRPO steps the naive pipeline replays by default: one step of the demo's is 256 episodes. */
+export const DEMO_NAIVE_STEPS = 1;
 
 export interface DemoSuiteRow {
   suite: string;
@@ -121,8 +124,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
       // of its 5,672 distinct problems given (95% intervals of about +-2 points), for household 1,600 asked and
       // a third of its 4,384 distinct games given, 1,461 (+-2.4; with 800, +-3.3, its typical gain of 4-7
-      // points stayed inside its interval), 2,000 for restapi (of its 11,958 distinct unit conversions: +-2 where 450
-      // gave +-4.5; about 34 s an evaluation) and 80 for sql (a third of its 240). The split decides which tasks SFT sees, so changing it draws another SFT policy.
+      // points stayed inside its interval), 2,000 for restapi (of its 11,958 distinct unit conversions: +-2 where
+      // 450 gave +-4.5; about 34 s an evaluation) and 80 for sql (a third of its 240). The split decides which
+      // tasks SFT sees, so changing it draws another SFT policy.
       eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
       checkpointEvery: 4,
     },
@@ -171,7 +175,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     config,
   };
 
-  const naiveSteps = Math.min(options.naiveSteps ?? 1, main.rewardCurve.length);
+  const naiveSteps = Math.min(options.naiveSteps ?? DEMO_NAIVE_STEPS, main.rewardCurve.length);
   if (naiveSteps > 0 && !options.shouldStop?.()) {
     result.naive = await naiveComparison(config, main, naiveSteps, options);
   }

@@ -4,7 +4,7 @@
  */
 import type { Command } from "commander";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../../kernels/native.js";
-import { formatDemoTable, runDemo } from "../../pipeline/demo.js";
+import { DEMO_NAIVE_STEPS, formatDemoTable, runDemo } from "../../pipeline/demo.js";
 import { writeJsonAtomic } from "../../pipeline/run-dir.js";
 import { UsageError } from "../main.js";
 import { dashboardForRun, installStopHandler } from "./train.js";
@@ -16,7 +16,7 @@ export function registerDemoCommands(program: Command): void {
     .option("--runs <dir>", "folder for the run (metrics, checkpoints, trajectories)", "runs")
     .option("--json <file>", "also write the tables as JSON")
     .option("--quick", "a tiny smoke-test run (about a minute); its numbers mean nothing")
-    .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", "1")
+    .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", String(DEMO_NAIVE_STEPS))
     .option("--seed <n>", "seed of everything", "0")
     .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 92%, then the naive replay", "20")
     .option("--matmul <precision>", "matrix products in bf16 (on CPUs with Intel's AMX tile unit) or fp32 (default: bf16 where the CPU has AMX)")
