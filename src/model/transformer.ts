@@ -566,13 +566,15 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   const bs = kv.blockSize;
   const scale = 1 / Math.sqrt(D);
   const x = ws.x;
-  // y [rows, out] = x W^T (+ bias): one row is a matrix-vector product; several rows use the packed W when
-  // the model keeps packed copies.
+  // y [rows, out] = x W^T (+ bias): the packed W when the model keeps packed copies, for one row as for
+  // several (so a sequence's logits, and its samples, do not depend on what else decodes with it: the
+  // packed product may round its inputs to bf16, a matrix-vector product does not); else one row is a
+  // matrix-vector product.
   const pk = m.packed;
   const proj = (rows: number, outDim: number, inDim: number, xin: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array, beta: 0 | 1) => {
     if (rows === 0) return;
-    if (rows === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
-    else if (pk) k.sgemmPacked(rows, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
+    if (pk) k.sgemmPacked(rows, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
+    else if (rows === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
     else k.sgemm(false, true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
     if (bias) k.addBias(rows, outDim, y, bias);
   };
@@ -664,8 +666,8 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   }
   const h = lastRows ? x : ws.rows; // [R, C] the logit rows' hidden states
   k.rmsnormForward(R, C, cfg.rmsNormEps, h, P.finalNorm, ws.ln, ws.rstd);
-  if (R === 1) k.sgemv(false, V, C, 1, P.lmHead, C, ws.ln, 0, step.logits);
-  else if (pk) k.sgemmPacked(R, 1, ws.ln, C, pk.get(P.lmHead, V, C), 0, step.logits, V);
+  if (pk) k.sgemmPacked(R, 1, ws.ln, C, pk.get(P.lmHead, V, C), 0, step.logits, V);
+  else if (R === 1) k.sgemv(false, V, C, 1, P.lmHead, C, ws.ln, 0, step.logits);
   else k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
 }
 

@@ -8,7 +8,7 @@ import { RolloutScheduler } from "../rollout/scheduler.js";
 import type { Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { mean, passAtK, wilsonInterval } from "./stats.js";
-import { makeChatEnv, type SuitePlan } from "./tasks.js";
+import { chatEnvKey, makeChatEnv, type SuitePlan } from "./tasks.js";
 
 export interface SuiteEval {
   successes: number;
@@ -56,6 +56,7 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
     const tasks: GroupTask[] = plan.evalTasks.map((taskIndex) => ({
       envId: plan.envId,
       makeEnv: () => makeChatEnv(plan.envId, plan.evalOptions),
+      envKey: chatEnvKey(plan.envId, plan.evalOptions),
       reset: { seed: opts.seed + taskIndex, options: { taskIndex } },
       groupSize: opts.samples,
     }));

@@ -45,6 +45,11 @@ export function makeChatEnv(envId: string, options: Record<string, unknown>): Pr
   return make(envId, options) as Promise<Env<ChatObservation, AgentTurn>>;
 }
 
+/** The rollout's key for envs made by `makeChatEnv(envId, options)`: envs of one key are reset and reused. */
+export function chatEnvKey(envId: string, options: Record<string, unknown>): string {
+  return `${envId} ${JSON.stringify(options)}`;
+}
+
 /** Short, unique names for the configured suites (the registry's suite name, or the env id's name). */
 function suiteNames(cfg: TrainConfig): string[] {
   const names = cfg.suites.map((s) => {

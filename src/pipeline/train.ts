@@ -29,7 +29,7 @@ import { Progress } from "./progress.js";
 import { RunDir, writeJsonAtomic, type RunStatus } from "./run-dir.js";
 import { readChatJsonl, type Conversation } from "./sft-data.js";
 import { mean } from "./stats.js";
-import { expertEpisodeCount, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
+import { expertEpisodeCount, chatEnvKey, makeChatEnv, planSuites, type SuitePlan } from "./tasks.js";
 import { PrepPool } from "./prep-pool.js";
 import { scoreTrajectory, suiteRubric, trajectoryMessages, type ScoredTrajectory } from "./suite-reward.js";
 import { learningRateAt } from "../rl/lr-schedule.js";
@@ -412,6 +412,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
             yield {
               envId: t.plan.envId,
               makeEnv: () => makeChatEnv(t.plan.envId, t.plan.options),
+              envKey: chatEnvKey(t.plan.envId, t.plan.options),
               reset: { seed: t.seed, options: { taskIndex: t.taskIndex } },
               groupSize: cfg.grpo.groupSize,
             };

@@ -54,6 +54,13 @@ export interface GroupTask {
   makeEnv: () => Env<ChatObservation, AgentTurn> | Promise<Env<ChatObservation, AgentTurn>>;
   reset: ResetArgs;
   groupSize: number;
+  /**
+   * Tasks with the same key make interchangeable envs (the same env id and options): the rollout keeps
+   * such an env when its episode ends and resets it for a later one, as Gymnasium's `reset` contract
+   * allows, instead of making a new env (a world, a server, compiled tool schemas) per episode. Unset:
+   * every episode gets a new env, closed when it ends.
+   */
+  envKey?: string;
 }
 
 export interface RolloutStats {
@@ -86,6 +93,8 @@ export class Rollout {
   readonly decoder: BatchDecoder;
   readonly stats: RolloutStats = { prefillTokens: 0, sampledTokens: 0, systemPrefills: 0, systemReuses: 0, groupPrefills: 0, trajectories: 0 };
   private readonly systemSessions = new Map<string, { ids: number[]; session: Promise<EngineSession>; version: number }>();
+  /** Envs whose episode ended, by GroupTask.envKey, waiting to be reset for another. */
+  private readonly idleEnvs = new Map<string, Env<ChatObservation, AgentTurn>[]>();
   private readonly parser: ToolCallParser;
   private readonly opts: Required<Omit<RolloutOptions, "parser" | "templateVars" | "topK" | "topP" | "temperature">> & RolloutOptions;
 
@@ -118,10 +127,18 @@ export class Rollout {
     this.decoder = decoder ?? new BatchDecoder(sampler);
   }
 
-  /** Releases the shared system-prompt sessions. */
+  /** Releases the shared system-prompt sessions and closes the idle envs. */
   async close(): Promise<void> {
     for (const s of this.systemSessions.values()) (await s.session.catch(() => undefined))?.close();
     this.systemSessions.clear();
+    const idle = [...this.idleEnvs.values()].flat();
+    this.idleEnvs.clear();
+    await Promise.all(idle.map((e) => e.close().catch(() => undefined)));
+  }
+
+  /** An idle env of the task's key, or a new one. */
+  private takeEnv(task: GroupTask): Env<ChatObservation, AgentTurn> | Promise<Env<ChatObservation, AgentTurn>> {
+    return (task.envKey !== undefined ? this.idleEnvs.get(task.envKey)?.pop() : undefined) ?? task.makeEnv();
   }
 
   private newRenderer(): IncrementalRenderer {
@@ -175,7 +192,8 @@ export class Rollout {
   async runGroup(task: GroupTask): Promise<Trajectory[]> {
     const G = task.groupSize;
     if (!Number.isInteger(G) || G < 1) throw new RangeError(`groupSize must be a positive integer, got ${G}`);
-    const envs = await Promise.all(Array.from({ length: G }, () => task.makeEnv()));
+    const envs = await Promise.all(Array.from({ length: G }, () => this.takeEnv(task)));
+    let out: Trajectory[] | undefined;
     try {
       const resets = await Promise.all(envs.map((env) => env.reset(task.reset)));
       const shared = this.opts.mode === "incremental" && resets.every(([o]) => sameMessages(o, resets[0]![0]));
@@ -188,11 +206,19 @@ export class Rollout {
         const start = root ? { session: root.session.fork(), ids: root.ids } : undefined;
         return this.play(task, env, g, obs, info, start);
       });
-      const out = await Promise.all(runs);
+      out = await Promise.all(runs);
       root?.session.close();
       return out;
     } finally {
-      await Promise.all(envs.map((e) => e.close().catch(() => undefined)));
+      // Kept for a later episode: the envs of a keyed task whose episode ended without an error (an env
+      // that failed may be in any state). The rest are closed.
+      const keep = (g: number) => task.envKey !== undefined && out !== undefined && out[g]!.endReason !== "error";
+      if (envs.some((_, g) => keep(g))) {
+        const idle = this.idleEnvs.get(task.envKey!) ?? [];
+        this.idleEnvs.set(task.envKey!, idle);
+        envs.forEach((e, g) => keep(g) && idle.push(e));
+      }
+      await Promise.all(envs.filter((_, g) => !keep(g)).map((e) => e.close().catch(() => undefined)));
     }
   }
 

@@ -1,7 +1,8 @@
 /**
  * Argument validation against a tool's JSON Schema, with messages an agent can act on, and a short
  * call signature (`listPets({status: "available" | "sold", limit?: integer})`) to say what is expected.
- * Validators are compiled once per schema and cached. A schema the validator cannot compile (an odd
+ * Validators are compiled once per schema and cached, by object and by content (envs made per episode
+ * build equal schemas as new objects). A schema the validator cannot compile (an odd
  * keyword from a foreign source) is not checked here: the tool itself still rejects bad arguments.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
@@ -19,16 +20,25 @@ const ajv = new Ajv({
 // ajv-formats is CommonJS: under NodeNext its callable export is the module itself.
 (formatsPlugin as unknown as (a: Ajv) => void)(ajv);
 const cache = new WeakMap<JsonSchema, ValidateFunction | "unchecked">();
+// By the schema's JSON text; emptied when it reaches BY_TEXT_MAX entries (a process that keeps making new schemas).
+const byText = new Map<string, ValidateFunction | "unchecked">();
+const BY_TEXT_MAX = 2_000;
 
 export type ValidationResult = { ok: true } | { ok: false; message: string };
 
 export function validateArguments(schema: JsonSchema, args: unknown): ValidationResult {
   let validate = cache.get(schema);
   if (!validate) {
-    try {
-      validate = ajv.compile(schema);
-    } catch {
-      validate = "unchecked";
+    const text = JSON.stringify(schema);
+    validate = byText.get(text);
+    if (!validate) {
+      try {
+        validate = ajv.compile(schema);
+      } catch {
+        validate = "unchecked";
+      }
+      if (byText.size >= BY_TEXT_MAX) byText.clear();
+      byText.set(text, validate);
     }
     cache.set(schema, validate);
   }

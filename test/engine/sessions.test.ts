@@ -1,7 +1,7 @@
 // The embedded engine's sessions on every kernel set, beyond the shared contract (contract.ts):
 // incremental KV-cache appends equal the full forward, forks share prefix blocks (copy on write),
 // truncate releases blocks, lazy computation of sampled tokens, save/load with optimizer state,
-// continuous batching of concurrent callers.
+// continuous batching of concurrent callers, samples independent of the batch.
 import { describe, expect, it } from "vitest";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { createRandomModel, EmbeddedSession, EngineError, loadEngine } from "../../src/engine/embedded.js";
 import type { SampleResult } from "../../src/engine/types.js";
 import { packSequences, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
+import { amxAvailable, setMatmulPrecision } from "../../src/kernels/index.js";
 import { kernelSets } from "../model/fixtures.js";
 import { randomTokens, tinyConfig } from "./helpers.js";
 
@@ -194,6 +195,27 @@ describe("continuous batching", () => {
     expect(steps).toBeLessThanOrEqual(12); // not 6 x 10
     const sync = engine.sampleBatchSync(prompts.map((p) => engine.sessionSync(p)), prompts.map((_, i) => ({ maxTokens: 10, seed: i })));
     results.forEach((r, i) => expect(r.tokens).toEqual(sync[i]!.tokens));
+  });
+
+  it.each(["fp32", "bf16"] as const)("a sequence samples the same tokens and log-probs alone as in a batch (%s products)", (precision) => {
+    // With bf16 products (where the CPU has AMX) a one-row product must round as the batched one does.
+    const native = kernels.find((k) => k.name === "native");
+    if (!native) return;
+    const used = setMatmulPrecision(precision);
+    try {
+      const engine = createRandomModel(tinyConfig(), 13, { kernels: native, std: 0.15 });
+      const prompts = Array.from({ length: 6 }, (_, i) => randomTokens(40 + i, 5 + 2 * i, V));
+      const params = prompts.map((_, i) => ({ maxTokens: 12 + i, seed: 100 + i }));
+      const batch = engine.sampleBatchSync(prompts.map((p) => engine.sessionSync(p)), params);
+      prompts.forEach((p, i) => {
+        const [alone] = engine.sampleBatchSync([engine.sessionSync(p)], [params[i]!]);
+        expect(alone!.tokens).toEqual(batch[i]!.tokens);
+        expect(alone!.logprobs).toEqual(batch[i]!.logprobs);
+      });
+      expect(used).toBe(precision === "bf16" && !amxAvailable() ? "fp32" : precision);
+    } finally {
+      setMatmulPrecision("fp32");
+    }
   });
 
   it("a session that is sampling refuses other work until it is done", async () => {

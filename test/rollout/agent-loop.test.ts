@@ -1,10 +1,12 @@
 /**
  * The agent loop on the embedded engine (a tiny random Qwen2-shaped model over a trimmed Qwen3
  * vocabulary) against a real ToolEnv: masks, behaviour log-probs, incremental = recompute, shared
- * prefills, limits, malformed tool calls, the scheduler's batching and staleness bound.
+ * prefills, limits, malformed tool calls, env reuse, the scheduler's batching and staleness bound.
  */
 import { describe, expect, it } from "vitest";
-import { Rollout, type RolloutOptions } from "../../src/rollout/agent-loop.js";
+import { Rollout, type GroupTask, type RolloutOptions } from "../../src/rollout/agent-loop.js";
+import type { ToolEnv } from "../../src/tools/tool-env.js";
+import { BatchDecoder } from "../../src/rollout/batch-decoder.js";
 import { RolloutScheduler } from "../../src/rollout/scheduler.js";
 import { qwenToolParser } from "../../src/rollout/tool-parser.js";
 import { checkTrajectory, trajectoryToJSON, type Trajectory } from "../../src/rollout/trajectory.js";
@@ -134,6 +136,64 @@ describe("Rollout on the embedded engine", () => {
     expect((info.toolErrors as { kind: string }[])[0]!.kind).toBe("malformed_json");
     await env.close();
   });
+
+  it("resets the envs of keyed tasks for later groups (the same trajectories as new envs), keeps none that failed, and closes them at close()", async () => {
+    const made: ToolEnv<unknown, unknown>[] = [];
+    const closed = new Set<unknown>();
+    let failNext = false;
+    const counted = (i: number, envKey?: string): GroupTask => {
+      const t = groupTask(i, 2, 3);
+      return {
+        ...t,
+        envKey,
+        makeEnv: async () => {
+          const env = (await t.makeEnv()) as ToolEnv<unknown, unknown>;
+          const step = env.step.bind(env);
+          env.step = async (a) => {
+            if (failNext) throw new Error("the env broke");
+            return step(a);
+          };
+          const close = env.close.bind(env);
+          env.close = async () => {
+            closed.add(env);
+            await close();
+          };
+          made.push(env);
+          return env;
+        },
+      };
+    };
+    // The helper's env holds one question: the key names it. Groups of questions 0, 1, 0, 1.
+    const play = async (keyed: boolean) => {
+      const rollout = new Rollout(tinyEngine(codec), codec, template, base);
+      const out: Trajectory[][] = [];
+      for (const i of [0, 1, 0, 1]) out.push(await rollout.runGroup(counted(i, keyed ? `stock ${i}` : undefined)));
+      return { rollout, out };
+    };
+    const fresh = await play(false);
+    expect(made).toHaveLength(8);
+    expect(closed.size).toBe(8);
+    await fresh.rollout.close();
+    made.length = 0;
+    closed.clear();
+
+    const pooled = await play(true);
+    expect(made).toHaveLength(4);
+    expect(closed.size).toBe(0);
+    expect(pooled.out.map((g) => g.map((t) => t.segments.map((s) => s.tokens)))).toEqual(fresh.out.map((g) => g.map((t) => t.segments.map((s) => s.tokens))));
+    expect(pooled.out.flat().map((t) => t.reward)).toEqual(fresh.out.flat().map((t) => t.reward));
+
+    // Episodes that end in an env error: their envs are closed, not kept; the next group makes new ones.
+    failNext = true;
+    const failed = await pooled.rollout.runGroup(counted(0, "stock 0"));
+    expect(failed.map((t) => t.endReason)).toEqual(["error", "error"]);
+    expect(closed.size).toBe(2);
+    failNext = false;
+    await pooled.rollout.runGroup(counted(0, "stock 0"));
+    expect(made).toHaveLength(6);
+    await pooled.rollout.close();
+    expect(closed.size).toBe(6);
+  });
 });
 
 describe("RolloutScheduler", () => {
@@ -145,6 +205,25 @@ describe("RolloutScheduler", () => {
     expect(groups.every((g) => g.length === 4 && g.every((t) => t.endReason === "terminated"))).toBe(true);
     expect(rollout.decoder.stats.maxBatch).toBeGreaterThan(4);
     await rollout.close();
+  });
+
+  it("a turn that is ready starts decoding while an earlier, longer one goes on; weights change only when no call is in progress", async () => {
+    const engine = tinyEngine(codec);
+    const decoder = new BatchDecoder(engine);
+    const [long, short] = await Promise.all([engine.session(codec.encode("a long turn")), engine.session(codec.encode("a short one"))]);
+    const order: string[] = [];
+    const tick = () => new Promise((r) => setImmediate(r));
+    const first = decoder.sample(long, { maxTokens: 200, seed: 1, stopTokens: [] }).then(() => order.push("long"));
+    await tick();
+    await tick();
+    const second = decoder.sample(short, { maxTokens: 1, seed: 2, stopTokens: [] }).then(() => order.push("short"));
+    await tick();
+    await tick();
+    // Both calls are in progress: the update waits for both, and neither waited for the other.
+    expect(decoder.stats.steps).toBe(2);
+    const swapped = decoder.swapWeights(() => order.push("update"));
+    await Promise.all([first, second, swapped]);
+    expect(order).toEqual(["short", "long", "update"]);
   });
 
   const versionsOf = async (maxStaleness: number) => {
