@@ -18,7 +18,7 @@ export function registerDemoCommands(program: Command): void {
     .option("--quick", "a tiny smoke-test run (about a minute); its numbers mean nothing")
     .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", String(DEMO_NAIVE_STEPS))
     .option("--seed <n>", "seed of everything", "0")
-    .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 92%, then the naive replay", "20")
+    .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 94%, then the naive replay", "20")
     .option("--matmul <precision>", "matrix products in bf16 (on CPUs with Intel's AMX tile unit) or fp32 (default: bf16 where the CPU has AMX)")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
