@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { amxAvailable } from "../../src/kernels/index.js";
-import { demoConfig, demoSuiteRow, formatDemoTable, sftCutShort } from "../../src/pipeline/demo.js";
+import { demoConfig, demoSuiteRow, formatDemoTable, grpoCutShort, sftCutShort } from "../../src/pipeline/demo.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
 import { wilsonInterval } from "../../src/pipeline/stats.js";
 import { planSuites } from "../../src/pipeline/tasks.js";
@@ -47,7 +47,7 @@ describe("the demo's results table", () => {
   it("gives every suite's own number of held-out tasks and whether it moved beyond the intervals", () => {
     const text = formatDemoTable({
       rows: [demoSuiteRow("arith", suiteEval(1440, 2000), suiteEval(1540, 2000)), demoSuiteRow("sql", suiteEval(0, 80), suiteEval(1, 80))],
-      totals: { modelTokens: 100, wallSeconds: 60, sftSeconds: 20, grpoSeconds: 30, sftSteps: 200, sftAllSteps: 200 },
+      totals: { modelTokens: 100, wallSeconds: 60, sftSeconds: 20, grpoSeconds: 30, sftSteps: 200, sftAllSteps: 200, grpoSteps: 52, grpoAllSteps: 52 },
       runDir: "runs/demo",
       config: demoConfig({ runsDir: "runs", quick: true }),
     });
@@ -62,8 +62,16 @@ describe("the demo's results table", () => {
     expect(sftCutShort({ sftSteps: 4455, sftAllSteps: 4455, sftSeconds: 483 })).toBeUndefined();
     expect(sftCutShort({ sftSteps: 4100, sftAllSteps: 4455, sftSeconds: 483 })).toBeUndefined(); // 92%: the last, smallest learning rates
     expect(sftCutShort({ sftSteps: 0, sftAllSteps: 0, sftSeconds: 0 })).toBeUndefined(); // no SFT
-    const table = formatDemoTable({ rows: [], totals: { modelTokens: 1, wallSeconds: 60, sftSeconds: 10, grpoSeconds: 30, sftSteps: 100, sftAllSteps: 200 }, runDir: "runs/demo", config: demoConfig({ runsDir: "runs", quick: true }) });
+    const table = formatDemoTable({ rows: [], totals: { modelTokens: 1, wallSeconds: 60, sftSeconds: 10, grpoSeconds: 30, sftSteps: 100, sftAllSteps: 200, grpoSteps: 2, grpoAllSteps: 2 }, runDir: "runs/demo", config: demoConfig({ runsDir: "runs", quick: true }) });
     expect(table).toContain("note: SFT ran 100 of its 200 steps in its share of the time (0.10s a step)");
     expect(sftCutShort({ sftSteps: 2444, sftAllSteps: 4455, sftSeconds: 438 })).toMatch(/^note: SFT ran 2,444 of its 4,455 steps in its share of the time \(0\.18s a step\)\. .*may not form/);
+  });
+
+  it("says when the time budget ended GRPO before the recipe's steps", () => {
+    expect(grpoCutShort({ grpoSteps: 52, grpoAllSteps: 52, grpoSeconds: 330 })).toBeUndefined();
+    expect(grpoCutShort({ grpoSteps: 0, grpoAllSteps: 0, grpoSeconds: 0 })).toBeUndefined(); // no GRPO
+    const table = formatDemoTable({ rows: [], totals: { modelTokens: 1, wallSeconds: 60, sftSeconds: 10, grpoSeconds: 280, sftSteps: 200, sftAllSteps: 200, grpoSteps: 40, grpoAllSteps: 52 }, runDir: "runs/demo", config: demoConfig({ runsDir: "runs", quick: true }) });
+    expect(table).toContain("note: GRPO ran 40 of its 52 steps in its share of the time (7.0s a step).");
+    expect(table).not.toContain("note: SFT ran");
   });
 });
