@@ -4,10 +4,10 @@
  *
  *   machine  the measured peak GFLOP/s (a tight FMA loop), so every figure reads as a fraction of it
  *   gemm     fp32 GEMM at 1024^3 and at the model's own shapes: native kernels vs numpy (OpenBLAS) vs
- *            PyTorch (measured in alternating rounds, best of each); on a CPU with AMX, also the native
+ *            PyTorch (measured in alternating rounds, best of each); on a CPU with a bf16 unit (AMX or AVX512-BF16), also the native
  *            kernels with bf16 products (setMatmulPrecision) and their speed-up over fp32
  *   train    one training step (forward + backward + AdamW) of a ~20M-parameter Qwen2-shaped model,
- *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with AMX,
+ *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with a bf16 unit,
  *            also the same step with bf16 products
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
  *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024 (child process)
@@ -25,7 +25,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { createRandomModel } from "../src/engine/embedded.js";
 import type { TokenLoss } from "../src/engine/types.js";
-import { amxAvailable, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
+import { bf16Unit, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
 import type { Kernels } from "../src/kernels/kernels.js";
 import { parseHfConfig } from "../src/model/config.js";
 
@@ -293,7 +293,8 @@ async function gemmSection(o: Options, k: Kernels, peak: number, peers: Map<stri
   const rounds = o.quick ? 1 : 2;
   const seconds = o.quick ? 0.2 : 0.4;
   const rows: Record<string, unknown>[] = [];
-  const amx = amxAvailable();
+  const unit = bf16Unit();
+  const hasBf16 = unit !== "none";
   for (const s of gemmShapes(o.quick)) {
     const flops = 2 * s.M * s.N * s.K;
     let nat = Infinity;
@@ -302,7 +303,7 @@ async function gemmSection(o: Options, k: Kernels, peak: number, peers: Map<stri
     // alternate rounds so a burst of other load on the machine hits every contender alike
     for (let r = 0; r < rounds; r++) {
       nat = Math.min(nat, nativeGemmSeconds(k, s, seconds));
-      if (amx) {
+      if (hasBf16) {
         setMatmulPrecision("bf16");
         bf16 = Math.min(bf16, nativeGemmSeconds(k, s, seconds));
         setMatmulPrecision("fp32");
@@ -313,16 +314,16 @@ async function gemmSection(o: Options, k: Kernels, peak: number, peers: Map<stri
       }
     }
     const gf = (t: number | undefined) => (t === undefined ? null : flops / t / 1e9);
-    rows.push({ ...s, native: gf(nat), numpy: gf(peerBest.numpy), torch: gf(peerBest.torch), nativeBf16: amx ? gf(bf16) : null });
+    rows.push({ ...s, native: gf(nat), numpy: gf(peerBest.numpy), torch: gf(peerBest.torch), nativeBf16: hasBf16 ? gf(bf16) : null });
   }
   printTable(
     `fp32 GEMM, GFLOP/s (best of ${rounds} alternating rounds; peak ${fmt(peak)} GFLOP/s on ${o.threads} threads)`,
-    ["shape", "M x N x K", "op", "sinkflex", "% peak", "numpy", "torch", "sinkflex / numpy", "sinkflex bf16 (AMX)", "bf16 / fp32"],
+    ["shape", "M x N x K", "op", "sinkflex", "% peak", "numpy", "torch", "sinkflex / numpy", `sinkflex bf16 (${unit})`, "bf16 / fp32"],
     rows.map((r: any) => [
       r.name, `${r.M} x ${r.N} x ${r.K}`, `${r.ta ? "T" : "N"}${r.tb ? "T" : "N"}`, fmt(r.native),
       fmt((100 * r.native) / peak, 0), r.numpy === null ? "peer unavailable" : fmt(r.numpy),
       r.torch === null ? "peer unavailable" : fmt(r.torch), r.numpy === null ? "-" : fmt(r.native / r.numpy, 2),
-      r.nativeBf16 === null ? "no AMX" : fmt(r.nativeBf16), r.nativeBf16 === null ? "-" : fmt(r.nativeBf16 / r.native, 2),
+      r.nativeBf16 === null ? "no bf16 unit" : fmt(r.nativeBf16), r.nativeBf16 === null ? "-" : fmt(r.nativeBf16 / r.native, 2),
     ]),
   );
   out.gemm = rows.map((r: any) => ({ ...r, ratioVsNumpy: r.numpy ? r.native / r.numpy : null, ratioVsTorch: r.torch ? r.native / r.torch : null }));
@@ -353,7 +354,7 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   const times = stepTimes();
   const ours = (B * T) / Math.min(...times);
   let bf16: number | null = null;
-  if (amxAvailable()) {
+  if (bf16Unit() !== "none") {
     setMatmulPrecision("bf16");
     bf16 = (B * T) / Math.min(...stepTimes());
     setMatmulPrecision("fp32");
@@ -368,7 +369,7 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
     ["", "sinkflex", "PyTorch eager", "sinkflex / PyTorch"],
     [
       ["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"],
-      ...(bf16 === null ? [] : [[`tokens/s, bf16 products on AMX (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
+      ...(bf16 === null ? [] : [[`tokens/s, bf16 products on ${bf16Unit()} (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
     ],
   );
   out.train = { batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null };

@@ -395,11 +395,12 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(info.Env());
   o.Set("simd", sfx::simdName(sfx::simdLevel()));
   o.Set("threads", sfx::poolThreads());
-  o.Set("amx", sfx::amxAvailable());
+  o.Set("amx", sfx::bf16Unit() == sfx::Bf16Unit::Amx);
+  o.Set("bf16Unit", sfx::bf16UnitName(sfx::bf16Unit()));
   o.Set("matmul", sfx::matmulPrecision() == sfx::MatmulPrecision::Bf16 ? "bf16" : "fp32");
   return o;
 }
-// setMatmulPrecision("fp32" | "bf16"): returns the precision in effect ("fp32" where the CPU has no AMX).
+// setMatmulPrecision("fp32" | "bf16"): returns the precision in effect ("fp32" where the CPU has no bf16 unit).
 Napi::Value SetMatmulPrecision(const Napi::CallbackInfo& info) {
   Args a{info, "setMatmulPrecision"};
   if (!info[0].IsString()) a.fail("argument precision must be \"fp32\" or \"bf16\"");

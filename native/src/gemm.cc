@@ -561,7 +561,7 @@ static void scaleC(const GemmArgs& g) {
   }
 }
 
-// Products of more than 4 rows go to the AMX kernels (gemm_amx.cc) when the precision is bf16; they take beta
+// Products of more than 4 rows go to the bf16 kernels (gemm_bf16.cc) when the precision is bf16; they take beta
 // 0 or 1, so a general beta is applied to C here first. Returns whether the product was done.
 static bool bf16Product(GemmArgs g, bool parallel) {
   if (g.M <= 4 || matmulPrecision() != MatmulPrecision::Bf16) return false;
@@ -569,7 +569,7 @@ static bool bf16Product(GemmArgs g, bool parallel) {
     scaleC(g);
     g.beta = 1.f;
   }
-  sgemmAmx(g, parallel);
+  sgemmBf16(g, parallel);
   return true;
 }
 

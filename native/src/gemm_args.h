@@ -1,4 +1,4 @@
-// The operands of one product C = alpha op(A) op(B) + beta C, as the GEMM files (gemm.cc, gemm_amx.cc)
+// The operands of one product C = alpha op(A) op(B) + beta C, as the GEMM files (gemm.cc, gemm_bf16.cc)
 // pass them between their packing and compute steps. Row-major; lda, ldb, ldc are row strides.
 #pragma once
 

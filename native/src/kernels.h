@@ -13,16 +13,19 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
 // The same product on the calling thread only (for kernels that already run inside a parallel task).
 void sgemmSerial(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc);
-// bf16 products on AMX (gemm_amx.cc). With the precision at Bf16, sgemm and sgemmSerial round op(A) and op(B)
-// to bfloat16 and accumulate in fp32 on the CPU's tile unit (products of at most 4 rows, sgemv and the packed
-// weights of decoding stay fp32). The precision starts as SINKFLEX_MATMUL says (bf16 or fp32, the default);
-// asking for Bf16 where amxAvailable() is false leaves Fp32, and both setters return what is in effect.
+// bf16 products (gemm_bf16.cc). With the precision at Bf16, sgemm and sgemmSerial round op(A) and op(B) to
+// bfloat16 and accumulate in fp32, on the CPU's AMX tile unit or with its AVX512-BF16 dot products (products
+// of at most 4 rows, sgemv and the packed weights of decoding stay fp32). The precision starts as
+// SINKFLEX_MATMUL says (bf16 or fp32, the default); asking for Bf16 where bf16Unit() is None leaves Fp32, and
+// both setters return what is in effect.
 enum class MatmulPrecision { Fp32 = 0, Bf16 = 1 };
-bool amxAvailable();
+enum class Bf16Unit { None = 0, Avx512Bf16 = 1, Amx = 2 };
+Bf16Unit bf16Unit();
+const char* bf16UnitName(Bf16Unit u);
 MatmulPrecision matmulPrecision();
 MatmulPrecision setMatmulPrecision(MatmulPrecision p);
 // C = alpha op(A) op(B) + beta C for beta 0 or 1 (sgemm applies any other beta first); parallel: over the pool.
-void sgemmAmx(const GemmArgs& g, bool parallel);
+void sgemmBf16(const GemmArgs& g, bool parallel);
 // Pre-packed weights for repeated products y = x W^T with W [N, K] (row stride ldw): packWeight writes W in
 // the layout the micro-kernel reads (packedWeightSize(N, K) floats; fixed for the process, it depends on the
 // SIMD level and the cache-block sizes), and sgemmPacked computes C = alpha * A W^T + beta * C from it,

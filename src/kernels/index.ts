@@ -10,7 +10,7 @@ import { referenceKernels } from "./reference.js";
 export type { AttentionMask, AttentionShape, CachedAttentionShape, Kernels, PackedWeight, Trans } from "./kernels.js";
 export { SHARED_DOC } from "./kernels.js";
 export { referenceKernels } from "./reference.js";
-export { amxAvailable, loadNativeKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "./native.js";
+export { bf16Available, bf16Unit, loadNativeKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "./native.js";
 export type { MatmulPrecision } from "./native.js";
 
 let chosen: Kernels | null = null;

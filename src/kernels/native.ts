@@ -12,6 +12,8 @@ import type { Kernels, PackedWeight } from "./kernels.js";
 /** How the native matrix products compute (setMatmulPrecision). */
 export const MATMUL_PRECISIONS = ["fp32", "bf16"] as const;
 export type MatmulPrecision = (typeof MATMUL_PRECISIONS)[number];
+/** The unit that computes bf16 products (see `bf16Unit`). */
+export type Bf16Unit = "amx" | "avx512-bf16" | "none";
 
 /** The raw functions the addon exports (positional arguments; see native/src/addon.cc). */
 export interface NativeAddon {
@@ -40,7 +42,7 @@ export interface NativeAddon {
   attentionForward(...args: unknown[]): void;
   attentionBackward(...args: unknown[]): void;
   attentionCached(...args: unknown[]): void;
-  info(): { simd: "avx512" | "avx2" | "portable"; threads: number; amx: boolean; matmul: MatmulPrecision };
+  info(): { simd: "avx512" | "avx2" | "portable"; threads: number; amx: boolean; bf16Unit: Bf16Unit; matmul: MatmulPrecision };
   setThreads(n: number): void;
   setMatmulPrecision(p: MatmulPrecision): MatmulPrecision;
   peakGflops(seconds: number, threads: number): number;
@@ -88,10 +90,11 @@ export function setNativeThreads(n: number): void {
 
 /**
  * How the native matrix products compute: "fp32" (the default), or "bf16": operands rounded to bfloat16,
- * products accumulated in fp32 on the CPU's AMX tile unit (Intel Xeon 4th generation and later). Applies
- * process-wide to sgemm (every product of more than 4 rows, attention's included); decoding's products of a
- * few rows and packed weights stay fp32. Returns the precision in effect: "fp32" where the CPU or OS has no
- * AMX, whatever was asked. The environment variable SINKFLEX_MATMUL sets the starting value.
+ * products accumulated in fp32, on the CPU's AMX tile unit (Intel Xeon 4th generation and later) or with its
+ * AVX512-BF16 dot products (AMD Zen 4 and later): see `bf16Unit`. Applies process-wide to sgemm (every product
+ * of more than 4 rows, attention's included); decoding's products of a few rows and packed weights stay
+ * fp32. Returns the precision in effect: "fp32" where the CPU or OS has neither unit, whatever was asked. The
+ * environment variable SINKFLEX_MATMUL sets the starting value.
  */
 export function setMatmulPrecision(p: MatmulPrecision): MatmulPrecision {
   const addon = loadNativeAddon();
@@ -99,9 +102,19 @@ export function setMatmulPrecision(p: MatmulPrecision): MatmulPrecision {
   return addon.setMatmulPrecision(p);
 }
 
-/** Whether the native kernels can compute in bf16 here (the addon is loaded and the CPU and OS run AMX). */
-export function amxAvailable(): boolean {
-  return loadNativeAddon()?.info().amx ?? false;
+/**
+ * What computes bf16 products here: "amx" (Intel's tile unit), "avx512-bf16" (the dot-product instruction),
+ * or "none" (no such unit, or no native addon). The two units give the same values up to fp32 rounding
+ * (each accumulates the exact products in fp32, in its own order). SINKFLEX_BF16_UNIT=avx512-bf16 makes
+ * an AMX CPU use the dot products.
+ */
+export function bf16Unit(): Bf16Unit {
+  return loadNativeAddon()?.info().bf16Unit ?? "none";
+}
+
+/** Whether the native kernels can compute in bf16 here (the addon is loaded and the CPU and OS run AMX or AVX512-BF16). */
+export function bf16Available(): boolean {
+  return bf16Unit() !== "none";
 }
 
 /** GFLOP/s of a tight FMA loop on `threads` threads (0 = all): the machine's compute limit. */
@@ -117,7 +130,7 @@ export function nativeKernelsFrom(a: NativeAddon): Kernels {
     name: "native",
     describe() {
       const i = a.info();
-      return `native (${i.simd}${i.matmul === "bf16" ? ", bf16 products on AMX" : ""}, ${i.threads} thread${i.threads === 1 ? "" : "s"})`;
+      return `native (${i.simd}${i.matmul === "bf16" ? `, bf16 products on ${i.bf16Unit === "amx" ? "AMX" : "AVX512-BF16"}` : ""}, ${i.threads} thread${i.threads === 1 ? "" : "s"})`;
     },
     sgemm: (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) =>
       a.sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),

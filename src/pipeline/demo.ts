@@ -7,7 +7,7 @@
  * per step. The naive pipeline attends to the whole context and the demo to a window, so once a
  * context outgrows the window their samples (and rewards) differ: the ratios are then per step.
  */
-import { amxAvailable, type MatmulPrecision } from "../kernels/index.js";
+import { bf16Available, type MatmulPrecision } from "../kernels/index.js";
 import type { TrainConfig } from "../rl/config.js";
 import { validateConfig } from "../rl/config.js";
 import { improvedBeyondInterval } from "./stats.js";
@@ -26,7 +26,7 @@ export interface DemoOptions {
   seed?: number;
   /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 94%. */
   minutes?: number;
-  /** Matrix products in "bf16" or "fp32" (default: bf16 where the CPU has AMX, see demoConfig). */
+  /** Matrix products in "bf16" or "fp32" (default: bf16 where the CPU has a bf16 unit, AMX or AVX512-BF16; see demoConfig). */
   matmul?: MatmulPrecision;
 }
 
@@ -69,7 +69,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
   const quick = options.quick ?? false;
   // Matrix products in bf16 on CPUs with Intel's AMX tile unit (fp32 accumulation; an SFT step in about 0.6
   // of fp32's time on the 2-core Xeon), in fp32 elsewhere.
-  const matmul = options.matmul ?? (amxAvailable() ? "bf16" : "fp32");
+  const matmul = options.matmul ?? (bf16Available() ? "bf16" : "fp32");
   // A suite's expert episodes for a 20-minute run in fp32, 1.4 times as many with bf16 products (they fit
   // the same SFT time), and scaled up for a longer run: more distinct episodes (one pass over them), not
   // more passes over the same.

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { createRandomModel, EmbeddedSession, EngineError, loadEngine } from "../../src/engine/embedded.js";
 import type { SampleResult } from "../../src/engine/types.js";
 import { packSequences, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
-import { amxAvailable, setMatmulPrecision } from "../../src/kernels/index.js";
+import { bf16Available, setMatmulPrecision } from "../../src/kernels/index.js";
 import { kernelSets } from "../model/fixtures.js";
 import { randomTokens, tinyConfig } from "./helpers.js";
 
@@ -212,7 +212,7 @@ describe("continuous batching", () => {
         expect(alone!.tokens).toEqual(batch[i]!.tokens);
         expect(alone!.logprobs).toEqual(batch[i]!.logprobs);
       });
-      expect(used).toBe(precision === "bf16" && !amxAvailable() ? "fp32" : precision);
+      expect(used).toBe(precision === "bf16" && !bf16Available() ? "fp32" : precision);
     } finally {
       setMatmulPrecision("fp32");
     }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { amxAvailable } from "../../src/kernels/index.js";
+import { bf16Available } from "../../src/kernels/index.js";
 import { demoConfig, demoSuiteRow, formatDemoTable, grpoCutShort, sftCutShort } from "../../src/pipeline/demo.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
 import { wilsonInterval } from "../../src/pipeline/stats.js";
@@ -28,14 +28,14 @@ describe("the demo's config", () => {
     }
   }, 60_000);
 
-  it("gives SFT 1.4 times the expert episodes with bf16 products, and picks bf16 by itself only where the CPU has AMX", () => {
+  it("gives SFT 1.4 times the expert episodes with bf16 products, and picks bf16 by itself only where the CPU has a bf16 unit (AMX or AVX512-BF16)", () => {
     const fp32 = demoConfig({ runsDir: "unused", matmul: "fp32" });
     const bf16 = demoConfig({ runsDir: "unused", matmul: "bf16" });
     expect(bf16.sft.expertEpisodes).toBe(Math.round(fp32.sft.expertEpisodes * 1.4));
     bf16.suites.forEach((s, i) => {
       if (s.sftEpisodes !== undefined) expect(s.sftEpisodes).toBe(Math.round(fp32.suites[i]!.sftEpisodes! * 1.4));
     });
-    expect(demoConfig({ runsDir: "unused" }).model.matmul).toBe(amxAvailable() ? "bf16" : "fp32");
+    expect(demoConfig({ runsDir: "unused" }).model.matmul).toBe(bf16Available() ? "bf16" : "fp32");
   });
 });
 

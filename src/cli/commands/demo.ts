@@ -19,7 +19,7 @@ export function registerDemoCommands(program: Command): void {
     .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", String(DEMO_NAIVE_STEPS))
     .option("--seed <n>", "seed of everything", "0")
     .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 94%, then the naive replay", "20")
-    .option("--matmul <precision>", "matrix products in bf16 (on CPUs with Intel's AMX tile unit) or fp32 (default: bf16 where the CPU has AMX)")
+    .option("--matmul <precision>", "matrix products in bf16 (on CPUs with AMX or AVX512-BF16) or fp32 (default: bf16 where the CPU has either)")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
     .option("--no-open", "serve the dashboard but do not open a browser")

@@ -1,23 +1,24 @@
 /**
- * bf16 matrix products on AMX (native/src/gemm_amx.cc): where the CPU has the tile unit, sgemm with the
- * precision at bf16 equals the product of the bfloat16-rounded operands (computed here in float64) across
+ * bf16 matrix products (native/src/gemm_bf16.cc): where the CPU has a bf16 unit (AMX's tiles or AVX512-BF16's
+ * dot products; the one in use is named in the test titles), sgemm with the precision at bf16 equals the product of the bfloat16-rounded operands (computed here in float64) across
  * shapes, transposes, strides, alpha/beta and depth chunks; attention computed through it stays within
  * bf16's error of the reference; products of a few rows stay fp32. On any CPU: the precision switch reports
  * what is in effect and rejects unknown names, and the config names them.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { amxAvailable, loadNativeKernels, setMatmulPrecision } from "../../src/kernels/native.js";
+import { bf16Unit, loadNativeKernels, setMatmulPrecision } from "../../src/kernels/native.js";
 import type { AttentionMask, AttentionShape } from "../../src/kernels/kernels.js";
 import { referenceKernels as ref } from "../../src/kernels/reference.js";
 import { validateConfig } from "../../src/rl/config.js";
 import { expectClose, randn, rng } from "./helpers.js";
 
 const native = loadNativeKernels();
-const amx = native !== null && amxAvailable();
+const unit = native === null ? "none" : bf16Unit();
+const bf16Here = unit !== "none";
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
-/** x rounded to bfloat16 (to nearest, ties to even), as the AMX packing rounds. */
+/** x rounded to bfloat16 (to nearest, ties to even), as the packing rounds. */
 function bf16(x: number): number {
   f32[0] = x;
   const b = u32[0]!;
@@ -47,8 +48,8 @@ afterEach(() => {
 });
 
 describe("matmul precision switch", () => {
-  it("reports the precision in effect: bf16 only where the CPU has AMX, fp32 always", () => {
-    expect(setMatmulPrecision("bf16")).toBe(amx ? "bf16" : "fp32");
+  it("reports the precision in effect: bf16 only where the CPU has a bf16 unit, fp32 always", () => {
+    expect(setMatmulPrecision("bf16")).toBe(bf16Here ? "bf16" : "fp32");
     expect(setMatmulPrecision("fp32")).toBe("fp32");
   });
 
@@ -64,7 +65,7 @@ describe("matmul precision switch", () => {
   });
 });
 
-describe.skipIf(!amx)("bf16 sgemm on AMX", () => {
+describe.skipIf(!bf16Here)(`bf16 sgemm (${unit})`, () => {
   const k = native!;
   // odd sizes (edge tiles), exact multiples of the 32 x 32 blocks, one row block with many columns, and a
   // depth over 1,536 (two chunks, C loaded back between them)
@@ -98,15 +99,15 @@ describe.skipIf(!amx)("bf16 sgemm on AMX", () => {
     }
   }
 
-  it("differs from the fp32 product (the tile unit is in use), and products of up to 4 rows stay fp32", () => {
+  it("differs from the fp32 product (the bf16 unit is in use), and products of up to 4 rows stay fp32", () => {
     const r = rng(99);
     const A = randn(r, 40 * 50), B = randn(r, 50 * 30);
-    const fp32 = new Float32Array(40 * 30), viaAmx = new Float32Array(40 * 30);
+    const fp32 = new Float32Array(40 * 30), viaBf16 = new Float32Array(40 * 30);
     k.sgemm(false, false, 40, 30, 50, 1, A, 50, B, 30, 0, fp32, 30);
     setMatmulPrecision("bf16");
-    k.sgemm(false, false, 40, 30, 50, 1, A, 50, B, 30, 0, viaAmx, 30);
-    expect(viaAmx.some((v, i) => v !== fp32[i])).toBe(true);
-    expectClose(viaAmx, fp32, "bf16 vs fp32", 0.05, 0.05);
+    k.sgemm(false, false, 40, 30, 50, 1, A, 50, B, 30, 0, viaBf16, 30);
+    expect(viaBf16.some((v, i) => v !== fp32[i])).toBe(true);
+    expectClose(viaBf16, fp32, "bf16 vs fp32", 0.05, 0.05);
     // 4 rows: the fp32 matrix-vector path, bit for bit
     const few = new Float32Array(4 * 30), fewFp32 = new Float32Array(4 * 30);
     k.sgemm(false, false, 4, 30, 50, 1, A, 50, B, 30, 0, few, 30);
@@ -115,7 +116,7 @@ describe.skipIf(!amx)("bf16 sgemm on AMX", () => {
     expect(Array.from(few)).toEqual(Array.from(fewFp32));
   });
 
-  it("attention forward and backward (its block products through AMX) stay within bf16's error of the reference", () => {
+  it("attention forward and backward (its block products in bf16) stay within bf16's error of the reference", () => {
     const s: AttentionShape = { B: 2, T: 150, H: 4, KVH: 2, D: 32, scale: 1 / Math.sqrt(32) };
     const docIds = new Int32Array(s.B * s.T);
     for (let t = 0; t < s.T; t++) {

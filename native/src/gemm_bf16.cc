@@ -1,12 +1,16 @@
-// Matrix products in bfloat16 on AMX (Intel's tile matrix unit): C = alpha op(A) op(B) + beta C with fp32
-// inputs and outputs, op(A) and op(B) rounded to bfloat16 (to nearest even) as they are packed, products
-// accumulated in fp32. sgemm and sgemmSerial (gemm.cc) come here when the matmul precision is bf16.
+// Matrix products in bfloat16: C = alpha op(A) op(B) + beta C with fp32 inputs and outputs, op(A) and op(B)
+// rounded to bfloat16 (to nearest even) as they are packed, products accumulated in fp32. sgemm and
+// sgemmSerial (gemm.cc) come here when the matmul precision is bf16. Two units compute them, whichever the
+// CPU has: AMX (Intel's tile matrix unit, Xeon 4th generation and later) or AVX512-BF16's dot-product
+// instruction (AMD Zen 4 and later, Intel Cooper Lake). Both read the same packed operands.
 //
 // Layout: op(B) is packed into 16-column strips of VNNI tiles (16 rows of 16 column pairs (k, k+1), 1 KiB
-// each, one per 32 of depth); op(A), one 32-row block at a time, into pairs of 16 x 32 tiles. Each 32 x 32
-// block of C is four accumulator tiles (tmm0-3) fed by two A tiles (tmm4-5) and two B tiles (tmm6-7).
-// Depth is split in chunks of 1,024 so that the packed B of a chunk stays in L2; C is loaded back between
-// chunks. Rows (or, with few rows, columns) are split over the thread pool.
+// each, one per 32 of depth); op(A), one 32-row block at a time, into pairs of 16 x 32 tiles. On AMX each
+// 32 x 32 block of C is four accumulator tiles (tmm0-3) fed by two A tiles (tmm4-5) and two B tiles
+// (tmm6-7). With AVX512-BF16 the block is computed 8 rows at a time in 16 vector accumulators: a tile row
+// of B (16 columns, one pair of depth each) times a broadcast pair of A, one instruction per row, strip and
+// pair. Depth is split in chunks of 1,024 so that the packed B of a chunk stays in L2; C is loaded back
+// between chunks. Rows (or, with few rows, columns) are split over the thread pool.
 // Not here: the fp32 kernels (gemm.cc), the choice of precision's callers (addon.cc).
 #include <algorithm>
 #include <cstdint>
@@ -19,7 +23,7 @@
 #include "threadpool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define SFX_AMX 1
+#define SFX_BF16 1
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -28,46 +32,77 @@
 
 namespace sfx {
 
-#ifdef SFX_AMX
+#ifdef SFX_BF16
+// The packing and the AVX512-BF16 kernel; the AMX kernel adds the tile instructions.
+#define SFX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define SFX_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 
-// cpuid reports AMX-BF16, AMX-TILE and AVX512-BF16, the OS saves the tile state (XCR0 bits 17 and 18), and
-// the kernel grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 and later).
-static bool detectAmx() {
+// cpuid reports AVX512-F, -BW and -BF16, and the OS saves the 512-bit registers (XCR0 bits 1, 2, 5-7).
+static bool detectAvx512Bf16() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool tile = d & (1u << 24), bf16 = d & (1u << 22), avx512f = b & (1u << 16), avx512bw = b & (1u << 30);
-  if (!tile || !bf16 || !avx512f || !avx512bw) return false;
+  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30);
+  if (!avx512f || !avx512bw) return false;
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512-BF16
   unsigned xlo, xhi;
   __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 0x600e6) != 0x600e6) return false;
+  return (xlo & 0xe6) == 0xe6;
+}
+
+// Besides AVX512-BF16: cpuid reports AMX-BF16 and AMX-TILE, the OS saves the tile state (XCR0 bits 17 and
+// 18), and the kernel grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 and later).
+static bool detectAmx() {
+  if (!detectAvx512Bf16()) return false;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = d & (1u << 24), bf16 = d & (1u << 22);
+  if (!tile || !bf16) return false;
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0x60000) != 0x60000) return false;
   constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
 }
+
+// The unit the CPU has; SINKFLEX_BF16_UNIT=avx512-bf16 chooses the dot-product kernel on an AMX CPU (to
+// compare the two), never a unit the CPU lacks.
+static Bf16Unit detectBf16Unit() {
+  const char* env = std::getenv("SINKFLEX_BF16_UNIT");
+  const bool wantDot = env && !std::strcmp(env, "avx512-bf16");
+  if (!wantDot && detectAmx()) return Bf16Unit::Amx;
+  return detectAvx512Bf16() ? Bf16Unit::Avx512Bf16 : Bf16Unit::None;
+}
 #else
-static bool detectAmx() { return false; }
+static Bf16Unit detectBf16Unit() { return Bf16Unit::None; }
 #endif
 
-bool amxAvailable() {
-  static const bool ok = detectAmx();
-  return ok;
+Bf16Unit bf16Unit() {
+  static const Bf16Unit unit = detectBf16Unit();
+  return unit;
+}
+
+const char* bf16UnitName(Bf16Unit u) {
+  switch (u) {
+    case Bf16Unit::Amx: return "amx";
+    case Bf16Unit::Avx512Bf16: return "avx512-bf16";
+    default: return "none";
+  }
 }
 
 static MatmulPrecision initialPrecision() {
   const char* env = std::getenv("SINKFLEX_MATMUL");
-  return env && !std::strcmp(env, "bf16") && amxAvailable() ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
+  return env && !std::strcmp(env, "bf16") && bf16Unit() != Bf16Unit::None ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
 }
 static MatmulPrecision gPrecision = initialPrecision();
 
 MatmulPrecision matmulPrecision() { return gPrecision; }
 
 MatmulPrecision setMatmulPrecision(MatmulPrecision p) {
-  gPrecision = p == MatmulPrecision::Bf16 && amxAvailable() ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
+  gPrecision = p == MatmulPrecision::Bf16 && bf16Unit() != Bf16Unit::None ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
   return gPrecision;
 }
 
-#ifdef SFX_AMX
+#ifdef SFX_BF16
 namespace {
 
 constexpr int kTileWords = 512;   // one tile: 16 rows of 64 bytes, in bf16 words
@@ -92,24 +127,24 @@ SFX_AMX_TARGET inline void configureTiles() {
 }
 
 // n (0..16) floats from p, zero past them, times alpha.
-SFX_AMX_TARGET inline __m512 load16(const float* p, int n, float alpha) {
+SFX_BF16_TARGET inline __m512 load16(const float* p, int n, float alpha) {
   const __mmask16 m = n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
   const __m512 v = _mm512_maskz_loadu_ps(m, p);
   return alpha == 1.f ? v : _mm512_mul_ps(v, _mm512_set1_ps(alpha));
 }
 
 // 32 bf16: lo's 16 then hi's 16.
-SFX_AMX_TARGET inline __m512i toBf16(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
+SFX_BF16_TARGET inline __m512i toBf16(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
 
 // From [a0..a15, b0..b15] to the pairs [a0 b0 a1 b1 ...].
-SFX_AMX_TARGET inline __m512i interleavePairs(__m512i v) {
+SFX_BF16_TARGET inline __m512i interleavePairs(__m512i v) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
                                        20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutexvar_epi16(idx, v);
 }
 
 // Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows.
-SFX_AMX_TARGET void transpose16(__m512i r[16]) {
+SFX_BF16_TARGET void transpose16(__m512i r[16]) {
   __m512i t[16];
   for (int i = 0; i < 8; i++) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -134,20 +169,20 @@ SFX_AMX_TARGET void transpose16(__m512i r[16]) {
 
 // The 16 column pairs of rows k and k + 1 of a row-major matrix X (columns c0 .. c0 + nv), as one tile row;
 // rows at or past K are zero.
-SFX_AMX_TARGET inline __m512i pairRow(const float* X, int ld, int K, int k, int c0, int nv, float alpha) {
+SFX_BF16_TARGET inline __m512i pairRow(const float* X, int ld, int K, int k, int c0, int nv, float alpha) {
   const __m512 lo = k < K ? load16(X + static_cast<size_t>(k) * ld + c0, nv, alpha) : _mm512_setzero_ps();
   const __m512 hi = k + 1 < K ? load16(X + static_cast<size_t>(k + 1) * ld + c0, nv, alpha) : _mm512_setzero_ps();
   return interleavePairs(toBf16(lo, hi));
 }
 
 // 32 consecutive values of row r of a row-major matrix X from column k0 (kv of them valid), as bf16.
-SFX_AMX_TARGET inline __m512i row32(const float* X, int ld, int r, int k0, int kv, float alpha) {
+SFX_BF16_TARGET inline __m512i row32(const float* X, int ld, int r, int k0, int kv, float alpha) {
   const float* p = X + static_cast<size_t>(r) * ld + k0;
   return toBf16(load16(p, kv, alpha), load16(p + 16, kv - 16, alpha));
 }
 
 // Depth blocks [kb0, kb1) of the 16-column strip of op(B) at column n0, as VNNI tiles at dst (one per block).
-SFX_AMX_TARGET void packBStrip(const GemmArgs& g, int n0, int kb0, int kb1, uint16_t* dst) {
+SFX_BF16_TARGET void packBStrip(const GemmArgs& g, int n0, int kb0, int kb1, uint16_t* dst) {
   const int nv = std::min(16, g.N - n0);
   for (int kb = kb0; kb < kb1; kb++) {
     const int k0 = kb * 32;
@@ -164,7 +199,7 @@ SFX_AMX_TARGET void packBStrip(const GemmArgs& g, int n0, int kb0, int kb1, uint
 }
 
 // Depth blocks [kb0, kb1) of the 16 rows of alpha op(A) from row m0, as tiles at dst, one every `stride` words.
-SFX_AMX_TARGET void packARows(const GemmArgs& g, int m0, int kb0, int kb1, uint16_t* dst, size_t stride) {
+SFX_BF16_TARGET void packARows(const GemmArgs& g, int m0, int kb0, int kb1, uint16_t* dst, size_t stride) {
   const int mv = std::min(16, g.M - m0);
   for (int kb = kb0; kb < kb1; kb++) {
     const int k0 = kb * 32;
@@ -237,21 +272,29 @@ SFX_AMX_TARGET void moveBlock(const GemmArgs& g, int m0, int n0, bool zero, floa
   }
 }
 
-// Rows blocks [mb0, mb1) x strip pairs [np0, np1) of C over depth blocks [kb0, kb1), from the packed B of that
-// chunk (strip s at Bp + s * nkb * kTileWords). zero: the chunk is the first and beta is 0.
-SFX_AMX_TARGET void computeRect(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
-                                int mb0, int mb1, int np0, int np1) {
-  const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
+// The 32-row block of alpha op(A) at row m0, depth blocks [kb0, kb1), into the thread's panel: two tiles per
+// depth block (rows m0..m0+15, then m0+16..m0+31; zero past M).
+SFX_BF16_TARGET const uint16_t* packABlock(const GemmArgs& g, int m0, int kb0, int kb1) {
+  const int nkb = kb1 - kb0;
   static thread_local std::vector<uint16_t> apanel;
   apanel.resize(static_cast<size_t>(nkb) * 2 * kTileWords);
+  uint16_t* Ap = apanel.data();
+  packARows(g, m0, kb0, kb1, Ap, 2 * kTileWords);
+  if (m0 + 16 < g.M) packARows(g, m0 + 16, kb0, kb1, Ap + kTileWords, 2 * kTileWords);
+  else for (int kb = 0; kb < nkb; kb++) std::memset(Ap + (2 * kb + 1) * kTileWords, 0, kTileWords * sizeof(uint16_t));
+  return Ap;
+}
+
+// Row blocks [mb0, mb1) x strip pairs [np0, np1) of C over depth blocks [kb0, kb1), from the packed B of that
+// chunk (strip s at Bp + s * nkb * kTileWords), on the tile unit. zero: the chunk is the first and beta is 0.
+SFX_AMX_TARGET void computeRectAmx(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
+                                int mb0, int mb1, int np0, int np1) {
+  const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
   alignas(64) float edge[4 * 256];
   configureTiles();
   for (int mb = mb0; mb < mb1; mb++) {
     const int m0 = mb * 32;
-    uint16_t* Ap = apanel.data();
-    packARows(g, m0, kb0, kb1, Ap, 2 * kTileWords);
-    if (m0 + 16 < g.M) packARows(g, m0 + 16, kb0, kb1, Ap + kTileWords, 2 * kTileWords);
-    else for (int kb = 0; kb < nkb; kb++) std::memset(Ap + (2 * kb + 1) * kTileWords, 0, kTileWords * sizeof(uint16_t));
+    const uint16_t* Ap = packABlock(g, m0, kb0, kb1);
     for (int np = np0; np < np1; np++) {
       const int s0 = 2 * np, n0 = s0 * 16;
       const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
@@ -273,9 +316,67 @@ SFX_AMX_TARGET void computeRect(const GemmArgs& g, const uint16_t* Bp, int kb0, 
   _tile_release();
 }
 
+// The columns of C's row r in [n0, n0 + 16) that lie inside C.
+inline __mmask16 columnMask(const GemmArgs& g, int n0) {
+  const int n = g.N - n0;
+  return n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
+}
+
+// The same rectangle as computeRectAmx, with AVX512-BF16 dot products: each 32 x 32 block of C in four groups
+// of 8 rows, a group's 8 x 32 values in 16 accumulators. For each pair of depth, the B tile row of each of
+// the two strips (16 columns, one (k, k+1) pair each) is multiplied by the row's (k, k+1) pair of A,
+// broadcast: one vdpbf16ps per row and strip. Products are accumulated in depth order, as on the tiles.
+SFX_BF16_TARGET void computeRectDot(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
+                                    int mb0, int mb1, int np0, int np1) {
+  constexpr int kRows = 8;
+  const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
+  for (int mb = mb0; mb < mb1; mb++) {
+    const int m0 = mb * 32;
+    const uint16_t* Ap = packABlock(g, m0, kb0, kb1);
+    for (int np = np0; np < np1; np++) {
+      const int s0 = 2 * np, n0 = s0 * 16;
+      const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
+      const uint16_t* b1 = s0 + 1 < nStrips ? b0 + static_cast<size_t>(nkb) * kTileWords : b0;  // past N: unused columns
+      const __mmask16 mask0 = columnMask(g, n0), mask1 = columnMask(g, n0 + 16);
+      for (int r0 = 0; r0 < 32 && m0 + r0 < g.M; r0 += kRows) {
+        const int rows = std::min(kRows, g.M - m0 - r0);
+        float* c = g.C + static_cast<size_t>(m0 + r0) * g.ldc + n0;
+        __m512 acc0[kRows], acc1[kRows];
+        for (int r = 0; r < kRows; r++) {
+          const bool load = !zero && r < rows;
+          acc0[r] = load ? _mm512_maskz_loadu_ps(mask0, c + static_cast<size_t>(r) * g.ldc) : _mm512_setzero_ps();
+          acc1[r] = load ? _mm512_maskz_loadu_ps(mask1, c + static_cast<size_t>(r) * g.ldc + 16) : _mm512_setzero_ps();
+        }
+        // rows r0 .. r0 + 7 lie in one A tile of the block (tile r0 / 16, from its row r0 % 16)
+        const uint16_t* a = Ap + (r0 / 16) * kTileWords + (r0 % 16) * 32;
+        for (int kb = 0; kb < nkb; kb++) {
+          const uint16_t* at = a + static_cast<size_t>(2 * kb) * kTileWords;
+          const uint16_t* bt0 = b0 + static_cast<size_t>(kb) * kTileWords;
+          const uint16_t* bt1 = b1 + static_cast<size_t>(kb) * kTileWords;
+          for (int p = 0; p < 16; p++) {
+            const __m512bh v0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bt0 + p * 32));
+            const __m512bh v1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bt1 + p * 32));
+            for (int r = 0; r < kRows; r++) {
+              int32_t pair;
+              std::memcpy(&pair, at + r * 32 + 2 * p, sizeof pair);
+              const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+              acc0[r] = _mm512_dpbf16_ps(acc0[r], x, v0);
+              acc1[r] = _mm512_dpbf16_ps(acc1[r], x, v1);
+            }
+          }
+        }
+        for (int r = 0; r < rows; r++) {
+          _mm512_mask_storeu_ps(c + static_cast<size_t>(r) * g.ldc, mask0, acc0[r]);
+          _mm512_mask_storeu_ps(c + static_cast<size_t>(r) * g.ldc + 16, mask1, acc1[r]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
-void sgemmAmx(const GemmArgs& g, bool parallel) {
+void sgemmBf16(const GemmArgs& g, bool parallel) {
   const int M = g.M, N = g.N, K = g.K;
   if (M <= 0 || N <= 0) return;
   const int kBlocks = (K + 31) / 32, nStrips = (N + 15) / 16, nPairs = (nStrips + 1) / 2, mBlocks = (M + 31) / 32;
@@ -283,6 +384,7 @@ void sgemmAmx(const GemmArgs& g, bool parallel) {
   // tasks: tm row ranges x tn column ranges; columns are split only when there are fewer row blocks than threads
   const int tm = std::min(mBlocks, threads);
   const int tn = tm < threads ? std::min(nPairs, (threads + tm - 1) / tm) : 1;
+  const auto computeRect = bf16Unit() == Bf16Unit::Amx ? computeRectAmx : computeRectDot;
   static thread_local std::vector<uint16_t> bpanel;
   const int chunk = kBlocks <= kChunkBlocks * 3 / 2 ? kBlocks : kChunkBlocks;
   for (int kb0 = 0; kb0 < kBlocks; kb0 += chunk) {
@@ -307,8 +409,8 @@ void sgemmAmx(const GemmArgs& g, bool parallel) {
   }
 }
 #else
-void sgemmAmx(const GemmArgs&, bool) {
-  std::abort();  // never called: amxAvailable() is false
+void sgemmBf16(const GemmArgs&, bool) {
+  std::abort();  // never called: bf16Unit() is None
 }
 #endif
 
