@@ -17,10 +17,13 @@ export interface Conversation {
   tools: ToolSpec[];
 }
 
-/** The text the model writes for an assistant turn (its content, tool calls and end-of-turn token). */
-function assistantText(policy: PolicyText, before: ChatMessage[], assistant: AssistantMessage, tools: ToolSpec[]): string {
+/**
+ * The text the model writes for an assistant turn (its content, tool calls and end-of-turn token).
+ * `prompt`, when given, is `before` already rendered with the generation prompt.
+ */
+function assistantText(policy: PolicyText, before: readonly ChatMessage[], assistant: AssistantMessage, tools: ToolSpec[], prompt?: string): string {
   const opts = { tools, extra: policy.templateVars };
-  const prompt = policy.template.render(before, { ...opts, addGenerationPrompt: true });
+  prompt ??= policy.template.render(before, { ...opts, addGenerationPrompt: true });
   const full = policy.template.render([...before, assistant], { ...opts, addGenerationPrompt: false });
   if (!full.startsWith(prompt)) throw new Error("the chat template renders the conversation differently once an assistant turn is added");
   const eos = policy.tokenizer.eosToken!;
@@ -51,7 +54,8 @@ export function conversationToExample(policy: PolicyText, conv: Conversation): S
     if (assistant.role !== "assistant") throw new Error(`message ${i} should be an assistant turn, found ${assistant.role}`);
     let j = i + 1;
     while (j < conv.messages.length && conv.messages[j]!.role !== "assistant") j++;
-    const sampled = policy.codec.encode(assistantText(policy, [...renderer.conversation], assistant, conv.tools));
+    // Until a drift, the renderer holds the conversation so far rendered with the generation prompt: the prompt of this turn.
+    const sampled = policy.codec.encode(assistantText(policy, renderer.conversation, assistant, conv.tools, drifted ? undefined : renderer.renderedText));
     if (assistant.weight === 0) untrained.push(tokens.length, tokens.length + sampled.length);
     push(sampled, assistant.weight === 0 ? 0 : 1);
     const observation = conv.messages.slice(i + 1, j);
@@ -74,12 +78,15 @@ function systemPromptLength(policy: PolicyText, conv: Conversation, tokens: numb
   let n = 0;
   while (n < conv.messages.length && conv.messages[n]!.role === "system") n++;
   if (n === 0) return 1;
-  // A suite's system prompt is the same in every conversation: encoded once per policy.
-  const text = policy.template.render(conv.messages.slice(0, n), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false });
+  // A suite's system prompt is the same in every conversation: rendered and encoded once per policy.
+  const key = JSON.stringify([conv.messages.slice(0, n), conv.tools]);
   let cache = systemPromptIds.get(policy);
   if (!cache) systemPromptIds.set(policy, (cache = new Map()));
-  let system = cache.get(text);
-  if (!system) cache.set(text, (system = policy.codec.encode(text)));
+  let system = cache.get(key);
+  if (!system) {
+    const text = policy.template.render(conv.messages.slice(0, n), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false });
+    cache.set(key, (system = policy.codec.encode(text)));
+  }
   let k = 0;
   while (k < system.length && k < tokens.length && system[k] === tokens[k]) k++;
   return Math.max(1, k);

@@ -110,6 +110,14 @@ export class IncrementalRenderer {
     return this.codec.tokenId(this.eosToken);
   }
 
+  /**
+   * The text held so far. Until the trajectory drifts it is exactly the template's rendering of
+   * `conversation` with the generation prompt, so a caller can use it instead of rendering again.
+   */
+  get renderedText(): string {
+    return this.text;
+  }
+
   /** The conversation so far (opening messages, parsed assistant turns, observations). */
   get conversation(): readonly ChatMessage[] {
     return this.messages;
