@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "gemm_args.h"
@@ -286,27 +285,20 @@ SFX_BF16_TARGET const uint16_t* packABlock(const GemmArgs& g, int m0, int kb0, i
   return Ap;
 }
 
-// The packed B of strip pair np (strips 2np and 2np + 1, at Bp + s * nkb * kTileWords each); past N the
-// second is the first again, and its columns are not stored.
-inline std::pair<const uint16_t*, const uint16_t*> stripPair(const GemmArgs& g, const uint16_t* Bp, int np, int nkb) {
-  const int s0 = 2 * np, nStrips = (g.N + 15) / 16;
-  const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
-  return {b0, s0 + 1 < nStrips ? b0 + static_cast<size_t>(nkb) * kTileWords : b0};
-}
-
 // Row blocks [mb0, mb1) x strip pairs [np0, np1) of C over depth blocks [kb0, kb1), from the packed B of that
 // chunk (strip s at Bp + s * nkb * kTileWords), on the tile unit. zero: the chunk is the first and beta is 0.
 SFX_AMX_TARGET void computeRectAmx(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
                                 int mb0, int mb1, int np0, int np1) {
-  const int nkb = kb1 - kb0;
+  const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
   alignas(64) float edge[4 * 256];
   configureTiles();
   for (int mb = mb0; mb < mb1; mb++) {
     const int m0 = mb * 32;
     const uint16_t* Ap = packABlock(g, m0, kb0, kb1);
     for (int np = np0; np < np1; np++) {
-      const int n0 = np * 32;
-      const auto [b0, b1] = stripPair(g, Bp, np, nkb);
+      const int s0 = 2 * np, n0 = s0 * 16;
+      const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
+      const uint16_t* b1 = s0 + 1 < nStrips ? b0 + static_cast<size_t>(nkb) * kTileWords : b0;  // past N: unused columns
       moveBlock<false>(g, m0, n0, zero, edge);
       for (int kb = 0; kb < nkb; kb++) {
         _tile_loadd(4, Ap + static_cast<size_t>(2 * kb) * kTileWords, 64);
@@ -337,13 +329,14 @@ inline __mmask16 columnMask(const GemmArgs& g, int n0) {
 SFX_BF16_TARGET void computeRectDot(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
                                     int mb0, int mb1, int np0, int np1) {
   constexpr int kRows = 8;
-  const int nkb = kb1 - kb0;
+  const int nkb = kb1 - kb0, nStrips = (g.N + 15) / 16;
   for (int mb = mb0; mb < mb1; mb++) {
     const int m0 = mb * 32;
     const uint16_t* Ap = packABlock(g, m0, kb0, kb1);
     for (int np = np0; np < np1; np++) {
-      const int n0 = np * 32;
-      const auto [b0, b1] = stripPair(g, Bp, np, nkb);
+      const int s0 = 2 * np, n0 = s0 * 16;
+      const uint16_t* b0 = Bp + static_cast<size_t>(s0) * nkb * kTileWords;
+      const uint16_t* b1 = s0 + 1 < nStrips ? b0 + static_cast<size_t>(nkb) * kTileWords : b0;  // past N: unused columns
       const __mmask16 mask0 = columnMask(g, n0), mask1 = columnMask(g, n0 + 16);
       for (int r0 = 0; r0 < 32 && m0 + r0 < g.M; r0 += kRows) {
         const int rows = std::min(kRows, g.M - m0 - r0);
