@@ -5,8 +5,9 @@
  * bf16's error of the reference; products of a few rows stay fp32. On any CPU: the precision switch reports
  * what is in effect and rejects unknown names, and the config names them.
  */
+import { spawnSync } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { bf16Unit, loadNativeKernels, setMatmulPrecision } from "../../src/kernels/native.js";
+import { bf16Unit, loadNativeKernels, nativeAddonPath, setMatmulPrecision } from "../../src/kernels/native.js";
 import type { AttentionMask, AttentionShape } from "../../src/kernels/kernels.js";
 import { referenceKernels as ref } from "../../src/kernels/reference.js";
 import { validateConfig } from "../../src/rl/config.js";
@@ -98,6 +99,33 @@ describe.skipIf(!bf16Here)(`bf16 sgemm (${unit})`, () => {
       }
     }
   }
+
+  it("SINKFLEX_BF16_UNIT=avx512-bf16 runs the dot-product kernel, which agrees with this process's unit up to fp32 rounding", () => {
+    // The unit is fixed per process, so the other one runs in a child process (on an AMX CPU this compares
+    // the two units; on an AVX512-BF16 CPU both are the dot products, bit for bit).
+    const script = `
+      const m = require(${JSON.stringify(nativeAddonPath)});
+      let s = 11; const r = () => ((s = (s * 1103515245 + 12345) % 2147483648) / 2147483648) - 0.5;
+      const [M, N, K] = [70, 45, 1100];
+      const A = Float32Array.from({ length: M * K }, r), B = Float32Array.from({ length: K * N }, r);
+      const C = new Float32Array(M * N);
+      m.setMatmulPrecision("bf16");
+      m.sgemm(false, false, M, N, K, 1, A, K, B, N, 0, C, N);
+      console.log(JSON.stringify({ unit: m.info().bf16Unit, C: Array.from(C) }));`;
+    const res = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, SINKFLEX_BF16_UNIT: "avx512-bf16" }, encoding: "utf8" });
+    expect(res.status, res.stderr).toBe(0);
+    const child = JSON.parse(res.stdout) as { unit: string; C: number[] };
+    expect(child.unit).toBe("avx512-bf16");
+    let s = 11;
+    const r = () => (s = (s * 1103515245 + 12345) % 2147483648) / 2147483648 - 0.5;
+    const [M, N, K] = [70, 45, 1100];
+    const A = Float32Array.from({ length: M * K }, r), B = Float32Array.from({ length: K * N }, r);
+    const C = new Float32Array(M * N);
+    setMatmulPrecision("bf16");
+    k.sgemm(false, false, M, N, K, 1, A, K, B, N, 0, C, N);
+    if (unit === "avx512-bf16") expect(child.C).toEqual(Array.from(C));
+    else expectClose(Float32Array.from(child.C), C, "dot products vs tiles", 1e-5, 2e-6 * K);
+  });
 
   it("differs from the fp32 product (the bf16 unit is in use), and products of up to 4 rows stay fp32", () => {
     const r = rng(99);
