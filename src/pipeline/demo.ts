@@ -71,8 +71,8 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
   // time with AMX on the 2-core Xeon, 0.67 with AVX512-BF16 on the 2-core AMD EPYC), in fp32 elsewhere.
   const matmul = options.matmul ?? (bf16Available() ? "bf16" : "fp32");
   // A suite's expert episodes for a 20-minute run in fp32, 1.4 times as many with bf16 products (on AMX they
-  // fit the same SFT time; on AVX512-BF16 about 80% of their steps fit), and scaled up for a longer run: more distinct episodes (one pass over them), not
-  // more passes over the same.
+  // fit the same SFT time; on AVX512-BF16 about 80% of their steps fit), and scaled up for a longer run: more
+  // distinct episodes (one pass over them), not more passes over the same.
   const episodesFor = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20) * (matmul === "bf16" ? 1.4 : 1));
   const episodes = episodesFor(7000);
   const generated = quick ? 300 : 12_000;
