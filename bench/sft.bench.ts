@@ -9,6 +9,8 @@
  * 2. The training step: `--steps` SFT steps (batches of 8 examples of one suite behind one copy of its
  *    system prompt, loss on the assistant turns), with the LM head on every row and on the scored rows
  *    only (`masks.scored`), alternating step by step on the same batches; medians of the step times.
+ * 3. Where the CPU has a bf16 unit (AMX or AVX512-BF16): the same steps with fp32 and with bf16 matrix
+ *    products, alternating; medians.
  *
  * The model is the demo's (its Qwen2 shape, window 512 + 4 sink slots).
  */
@@ -25,6 +27,7 @@ import { makeChatEnv, planSuites } from "../src/pipeline/tasks.js";
 import { packSharedPrefixes } from "../src/rl/prefix-packing.js";
 import { sftLoss } from "../src/rl/policy-loss.js";
 import { promptGroups } from "../src/rl/sft.js";
+import { bf16Unit, setMatmulPrecision } from "../src/kernels/index.js";
 
 const args = process.argv.slice(2);
 const option = (name: string): string | undefined => {
@@ -100,7 +103,8 @@ const batches = Array.from({ length: steps }, (_, s) => groups[s % groups.length
 const times = { all: [] as number[], scored: [] as number[] };
 let lossAll = 0;
 let lossScored = 0;
-for (const batch of batches) {
+/** A batch as SFT trains on it: packed behind one copy of its prompt, with the SFT loss on the assistant turns. */
+function prepared(batch: typeof batches[number]) {
   const seqs = batch.map((e) => e.tokens);
   const masks = batch.map((e) => e.lossMask.subarray(1));
   const packing = packSharedPrefixes(seqs, masks);
@@ -108,6 +112,10 @@ for (const batch of batches) {
     const out = sftLoss(packing.unpack(lps), masks);
     return { ...out, dLogprobs: packing.pack(out.dLogprobs) };
   };
+  return { packing, loss };
+}
+for (const batch of batches) {
+  const { packing, loss } = prepared(batch);
   for (const mode of ["all", "scored"] as const) {
     const m = mode === "all" ? { docIds: packing.masks.docIds } : packing.masks;
     const t0 = performance.now();
@@ -117,6 +125,23 @@ for (const batch of batches) {
     else lossScored += r.loss;
     engine.zeroGrad();
   }
+}
+// 3. The same steps (LM head on scored rows) with fp32 and bf16 matrix products, alternating, where the CPU
+// has a bf16 unit.
+const unit = bf16Unit();
+const byPrecision = { fp32: [] as number[], bf16: [] as number[] };
+if (unit !== "none") {
+  for (const batch of batches) {
+    const { packing, loss } = prepared(batch);
+    for (const precision of ["fp32", "bf16"] as const) {
+      setMatmulPrecision(precision);
+      const t0 = performance.now();
+      await engine.forwardBackward(packing.sequences, loss, packing.masks);
+      byPrecision[precision].push(performance.now() - t0);
+      engine.zeroGrad();
+    }
+  }
+  setMatmulPrecision("fp32");
 }
 if (Math.abs(lossAll - lossScored) > 1e-4 * Math.max(1, Math.abs(lossAll))) throw new Error(`the losses differ: every row ${lossAll}, scored rows ${lossScored}`);
 const scoredRows = batches.reduce((n, b) => n + b.reduce((a, e) => a + e.lossMask.reduce((x, y) => x + y, 0), 0), 0);
@@ -152,7 +177,16 @@ console.log(`\nsinkflex SFT benchmark (commit ${commit}; ${availableParallelism(
 print(rows);
 console.log(`same task contents and SFT examples on both: yes (sha256 ${pool.hash.slice(0, 16)})\n`);
 print(stepRows);
+if (unit !== "none") {
+  console.log("");
+  print([
+    ["SFT step (forward + backward)", "fp32 products", `bf16 products (${unit})`, "ratio"],
+    [`median ms per step (${steps} steps)`, median(byPrecision.fp32).toFixed(1), median(byPrecision.bf16).toFixed(1), `${(median(byPrecision.fp32) / median(byPrecision.bf16)).toFixed(2)}x`],
+  ]);
+} else {
+  console.log("\nno bf16 unit (AMX or AVX512-BF16) on this CPU: the fp32 / bf16 comparison is skipped");
+}
 if (jsonFile) {
-  writeFileSync(jsonFile, JSON.stringify({ commit, cores: availableParallelism(), episodes, examples: pool.examples.length, prep: { oneThread: one.ms, workers, pool: pool.ms }, step: { steps, msAll: times.all, msScored: times.scored, rowsAll: allRows, rowsScored: scoredRows } }, null, 2));
+  writeFileSync(jsonFile, JSON.stringify({ commit, cores: availableParallelism(), episodes, examples: pool.examples.length, prep: { oneThread: one.ms, workers, pool: pool.ms }, step: { steps, msAll: times.all, msScored: times.scored, rowsAll: allRows, rowsScored: scoredRows }, precision: { bf16Unit: unit, msFp32: byPrecision.fp32, msBf16: byPrecision.bf16 } }, null, 2));
   console.log(`\nwrote ${jsonFile}`);
 }
