@@ -4,11 +4,12 @@
  *
  *   machine  the measured peak GFLOP/s (a tight FMA loop), so every figure reads as a fraction of it
  *   gemm     fp32 GEMM at 1024^3 and at the model's own shapes: native kernels vs numpy (OpenBLAS) vs
- *            PyTorch (measured in alternating rounds, best of each); on a CPU with a bf16 unit (AMX or AVX512-BF16), also the native
- *            kernels with bf16 products (setMatmulPrecision) and their speed-up over fp32
+ *            PyTorch (measured in alternating rounds, best of each); on a CPU with a bf16 unit (AMX or
+ *            AVX512-BF16), also the native kernels with bf16 products (setMatmulPrecision) and their
+ *            speed-up over fp32
  *   train    one training step (forward + backward + AdamW) of a ~20M-parameter Qwen2-shaped model,
- *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with a bf16 unit,
- *            also the same step with bf16 products
+ *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with a
+ *            bf16 unit, also the same step with bf16 products
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
  *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024 (child process)
  *
@@ -354,7 +355,8 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   const times = stepTimes();
   const ours = (B * T) / Math.min(...times);
   let bf16: number | null = null;
-  if (bf16Unit() !== "none") {
+  const unit = bf16Unit();
+  if (unit !== "none") {
     setMatmulPrecision("bf16");
     bf16 = (B * T) / Math.min(...stepTimes());
     setMatmulPrecision("fp32");
@@ -369,7 +371,7 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
     ["", "sinkflex", "PyTorch eager", "sinkflex / PyTorch"],
     [
       ["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"],
-      ...(bf16 === null ? [] : [[`tokens/s, bf16 products on ${bf16Unit()} (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
+      ...(bf16 === null ? [] : [[`tokens/s, bf16 products on ${unit} (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
     ],
   );
   out.train = { batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null };

@@ -395,7 +395,6 @@ Napi::Value Info(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(info.Env());
   o.Set("simd", sfx::simdName(sfx::simdLevel()));
   o.Set("threads", sfx::poolThreads());
-  o.Set("amx", sfx::bf16Unit() == sfx::Bf16Unit::Amx);
   o.Set("bf16Unit", sfx::bf16UnitName(sfx::bf16Unit()));
   o.Set("matmul", sfx::matmulPrecision() == sfx::MatmulPrecision::Bf16 ? "bf16" : "fp32");
   return o;

@@ -326,6 +326,8 @@ inline __mmask16 columnMask(const GemmArgs& g, int n0) {
 // of 8 rows, a group's 8 x 32 values in 16 accumulators. For each pair of depth, the B tile row of each of
 // the two strips (16 columns, one (k, k+1) pair each) is multiplied by the row's (k, k+1) pair of A,
 // broadcast: one vdpbf16ps per row and strip. Products are accumulated in depth order, as on the tiles.
+// Its loops over blocks repeat computeRectAmx's on purpose: with the strip pointers from a shared helper
+// (returning a pair) GCC compiled this kernel 2x slower.
 SFX_BF16_TARGET void computeRectDot(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
                                     int mb0, int mb1, int np0, int np1) {
   constexpr int kRows = 8;

@@ -248,8 +248,8 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       }
     }
 
-    // Matrix products in bf16 where the config asks and the CPU has a bf16 unit (AMX or AVX512-BF16); a process-wide setting, so it is set
-    // (to fp32 as well) at every start.
+    // Matrix products in bf16 where the config asks and the CPU has a bf16 unit (AMX or AVX512-BF16); a
+    // process-wide setting, so it is set (to fp32 as well) at every start.
     const matmul = setMatmulPrecision(cfg.model.matmul);
     if (matmul !== cfg.model.matmul) log(`model.matmul is "${cfg.model.matmul}", but this CPU (or OS) has no bf16 unit for it (AMX or AVX512-BF16): matrix products stay ${matmul}`);
 

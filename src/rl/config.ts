@@ -105,7 +105,8 @@ const ModelSection = z
     /**
      * How matrix products compute: "fp32", or "bf16" (operands rounded to bfloat16, fp32 accumulation, on
      * the CPU's AMX tile unit, 2.5-2.8x the training speed, or with its AVX512-BF16 dot products, about 1.5x;
-     * elsewhere the products stay fp32 and the log says so). Weights, gradients, optimizer state and every other operation stay fp32.
+     * elsewhere the products stay fp32 and the log says so). Weights, gradients, optimizer state and every
+     * other operation stay fp32.
      */
     matmul: z.enum(MATMUL_PRECISIONS).default("fp32"),
   })
