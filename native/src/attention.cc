@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attention_mask.h"
 #include "cpu.h"
 #include "kernels.h"
 #include "simd_math.h"
@@ -15,13 +16,7 @@
 
 namespace sfx {
 
-// Document id of a shared prefix: positions with it (at the start of a batch row) are kept by every later
-// query of the row, as if each document after them were the prefix followed by that document.
-constexpr int32_t kSharedDoc = -1;
-
-// For each position, its index within its document, counting a shared prefix: a prefix position keeps its
-// own index t; a document position is P + (t - start of its run of equal ids), P = the row's prefix length.
-static std::vector<int32_t> docPositions(int B, int T, const int32_t* docIds) {
+std::vector<int32_t> docPositions(int B, int T, const int32_t* docIds) {
   std::vector<int32_t> vp(static_cast<size_t>(B) * T);
   for (int b = 0; b < B; b++) {
     const int32_t* d = docIds ? docIds + static_cast<size_t>(b) * T : nullptr;
@@ -43,27 +38,9 @@ static inline float dotD(const float* a, const float* b, int D) {
   return s;
 }
 
-// The canonical mask for batch row b.
-struct MaskCtx {
-  const AttnMask& m;
-  int T;
-  const int32_t* docPos;  // docPositions()
-  int b;
-  bool keep(int q, int j) const {
-    if (j > q) return false;
-    const size_t row = static_cast<size_t>(b) * T;
-    if (m.docIds && m.docIds[row + q] != m.docIds[row + j] && m.docIds[row + j] != kSharedDoc) return false;
-    if (m.window <= 0 || docPos[row + q] - docPos[row + j] < m.window) return true;
-    if (docPos[row + j] < m.sinks) return true;
-    return m.pinned && m.pinned[row + j];
-  }
-};
-
-constexpr int kQBlockMax = 64;  // the most queries a block holds (kQBlock below)
-
 // The kv positions that at least one query of [t0, t1) keeps, ascending. Only the row's shared prefix and
 // the positions from the start of t0's document on can be kept.
-static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols) {
+void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols) {
   cols.clear();
   if (!c.m.docIds && !c.m.pinned) {
     int lo = c.m.window > 0 ? std::max(0, t0 - c.m.window + 1) : 0;
@@ -83,7 +60,7 @@ static void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& col
     int s, e;
     int32_t doc;
   };
-  Run runs[kQBlockMax];
+  Run runs[kQBlock];
   int nRuns = 0;
   for (int t = t0; t < t1; t++) {
     if (nRuns == 0 || (ids && ids[t] != ids[t - 1])) runs[nRuns++] = {t, t + 1, ids ? ids[t] : 0};
@@ -141,8 +118,6 @@ SFX_CLONES static void backwardRow(float* s, float* dp, int n, float lse, float 
   }
 }
 
-constexpr int kQBlock = kQBlockMax;
-
 // The additive mask of one query block: bias[r * n + c] = 0 where query t0 + r keeps kv position cols[c],
 // -inf where it does not (MaskCtx::keep, evaluated a row at a time over per-column arrays so it vectorizes).
 SFX_CLONES static void blockMask(const MaskCtx& mc, int t0, int R, const std::vector<int>& cols, std::vector<float>& bias) {
@@ -187,6 +162,7 @@ static void blockScores(int R, int n, const float* bias, const float* Q, int ldq
 
 void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
                       const float* sinkLogit, float* out, float* lse) {
+  if (attentionForwardBf16(sh, m, q, k, v, sinkLogit, out, lse)) return;
   const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   std::vector<int32_t> ds = docPositions(B, T, m.docIds);
   const int nBlocks = (T + kQBlock - 1) / kQBlock;
@@ -222,6 +198,7 @@ void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, co
 void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
                        const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
                        float* dK, float* dV, float* dSinkLogit) {
+  if (attentionBackwardBf16(sh, m, q, k, v, sinkLogit, out, lse, dOut, dQ, dK, dV, dSinkLogit)) return;
   const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   std::vector<int32_t> ds = docPositions(B, T, m.docIds);
   const size_t kvRow = static_cast<size_t>(KVH) * D;

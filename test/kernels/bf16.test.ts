@@ -144,31 +144,52 @@ describe.skipIf(!bf16Here)(`bf16 sgemm (${unit})`, () => {
     expect(Array.from(few)).toEqual(Array.from(fewFp32));
   });
 
-  it("attention forward and backward (its block products in bf16) stay within bf16's error of the reference", () => {
-    const s: AttentionShape = { B: 2, T: 150, H: 4, KVH: 2, D: 32, scale: 1 / Math.sqrt(32) };
-    const docIds = new Int32Array(s.B * s.T);
-    for (let t = 0; t < s.T; t++) {
-      docIds[t] = t < 40 ? -1 : t < 100 ? 0 : 1;
-      docIds[s.T + t] = t < 70 ? 3 : 4;
-    }
-    const mask: AttentionMask = { window: 48, sinks: 2, docIds, pinned: null };
-    const r = rng(5);
-    const qn = s.B * s.T * s.H * s.D, kn = s.B * s.T * s.KVH * s.D;
-    const q = randn(r, qn), kk = randn(r, kn), v = randn(r, kn), dOut = randn(r, qn);
-    const run = (kern: typeof ref) => {
-      const out = new Float32Array(qn), lse = new Float32Array(s.B * s.T * s.H);
-      kern.attentionForward(s, mask, q, kk, v, null, out, lse);
-      const dQ = new Float32Array(qn), dK = new Float32Array(kn), dV = new Float32Array(kn);
-      kern.attentionBackward(s, mask, q, kk, v, null, out, lse, dOut, dQ, dK, dV, null);
-      return { out, lse, dQ, dK, dV };
-    };
-    setMatmulPrecision("bf16");
-    const a = run(k);
-    const b = run(ref);
-    expectClose(a.out, b.out, "out", 2e-2, 1e-2);
-    expectClose(a.lse, b.lse, "lse", 1e-2, 1e-2);
-    expectClose(a.dQ, b.dQ, "dQ", 3e-2, 2e-2);
-    expectClose(a.dK, b.dK, "dK", 3e-2, 2e-2);
-    expectClose(a.dV, b.dV, "dV", 3e-2, 2e-2);
-  });
+  // The fused bf16 attention (attention_bf16.cc) runs for head sizes that are multiples of 32 up to 128; other
+  // sizes take the block-GEMM path through bf16 products. Cases: documents with a shared prefix, windows with
+  // sink slots, pinned positions, a sink logit, one batch row (its query blocks split over threads), rows
+  // past a 64-query block and kept columns past a multiple of 32.
+  const attentionCases: { name: string; s: AttentionShape; window: number; sinks: number; pinned: boolean; sink: boolean; docs: boolean }[] = [
+    { name: "D 32, documents and a shared prefix, window 48", s: { B: 2, T: 150, H: 4, KVH: 2, D: 32, scale: 1 / Math.sqrt(32) }, window: 48, sinks: 2, pinned: false, sink: false, docs: true },
+    { name: "D 64, one row, pinned positions and a sink logit", s: { B: 1, T: 203, H: 4, KVH: 1, D: 64, scale: 0.125 }, window: 70, sinks: 3, pinned: true, sink: true, docs: false },
+    { name: "D 128, full causal attention, a sink logit", s: { B: 2, T: 97, H: 2, KVH: 2, D: 128, scale: 0.09 }, window: 0, sinks: 0, pinned: false, sink: true, docs: true },
+    { name: "D 96, one kv head for 3 query heads", s: { B: 1, T: 130, H: 3, KVH: 1, D: 96, scale: 0.1 }, window: 33, sinks: 1, pinned: false, sink: false, docs: false },
+    { name: "D 48 (the block-GEMM path)", s: { B: 1, T: 90, H: 2, KVH: 1, D: 48, scale: 0.15 }, window: 40, sinks: 2, pinned: true, sink: true, docs: true },
+  ];
+  for (const c of attentionCases) {
+    it(`attention forward and backward in bf16 stay within bf16's error of the reference: ${c.name}`, () => {
+      const s = c.s;
+      const docIds = new Int32Array(s.B * s.T);
+      for (let t = 0; t < s.T; t++) {
+        docIds[t] = t < 40 ? -1 : t < 100 ? 0 : 1;
+        if (s.B > 1) docIds[s.T + t] = t < 70 ? 3 : 4;
+      }
+      const r = rng(5 + s.D);
+      const pinned = new Uint8Array(s.B * s.T).map(() => (r() < 0.05 ? 1 : 0));
+      const mask: AttentionMask = { window: c.window, sinks: c.sinks, docIds: c.docs ? docIds : null, pinned: c.pinned ? pinned : null };
+      const qn = s.B * s.T * s.H * s.D, kn = s.B * s.T * s.KVH * s.D;
+      const q = randn(r, qn), kk = randn(r, kn), v = randn(r, kn), dOut = randn(r, qn);
+      const sink = c.sink ? randn(r, s.H) : null;
+      const run = (kern: typeof ref) => {
+        const out = new Float32Array(qn), lse = new Float32Array(s.B * s.T * s.H);
+        kern.attentionForward(s, mask, q, kk, v, sink, out, lse);
+        const dQ = new Float32Array(qn), dK = new Float32Array(kn), dV = new Float32Array(kn);
+        const dSink = sink ? new Float32Array(s.H) : null;
+        kern.attentionBackward(s, mask, q, kk, v, sink, out, lse, dOut, dQ, dK, dV, dSink);
+        return { out, lse, dQ, dK, dV, dSink };
+      };
+      setMatmulPrecision("bf16");
+      const a = run(k);
+      const b = run(ref);
+      expectClose(a.out, b.out, "out", 2e-2, 1e-2);
+      expectClose(a.lse, b.lse, "lse", 1e-2, 1e-2);
+      expectClose(a.dQ, b.dQ, "dQ", 3e-2, 2e-2);
+      expectClose(a.dK, b.dK, "dK", 3e-2, 2e-2);
+      expectClose(a.dV, b.dV, "dV", 3e-2, 2e-2);
+      if (sink) expectClose(a.dSink!, b.dSink!, "dSinkLogit", 3e-2, 2e-2);
+      // and it is not the fp32 path
+      setMatmulPrecision("fp32");
+      const f = run(k);
+      expect(a.out.some((x, i) => x !== f.out[i])).toBe(true);
+    });
+  }
 });

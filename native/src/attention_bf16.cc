@@ -1,0 +1,538 @@
+// The training attention kernels (forward and backward) with bf16 products on AVX512-BF16, fused: for each
+// block of up to 64 queries of one kv head, the kept kv rows are gathered once, straight into the packed
+// bf16 layouts the dot-product instruction reads, and shared by the kv head's query heads; the mask is
+// evaluated once per block as bit masks; the scores, softmax and gradients are computed in those layouts
+// with no intermediate fp32 product through a general GEMM. attentionForward and attentionBackward
+// (attention.cc) come here when the matmul precision is bf16 and the head size is a multiple of 32 (up to
+// 128); the results are those of attention.cc's bf16 path (the same operands rounded to bf16, the same fp32
+// accumulation) up to the order of the sums and the softmax's normalization, which is applied to the output
+// instead of the probabilities.
+//
+// Layouts (bf16 words; a "pair" is two bf16 values read together by vdpbf16ps and multiplied with the pair
+// at the same place of the other operand):
+//   rows by d pairs   X[r][d]: a row-major bf16 matrix; pairs run along d. Queries and output gradients
+//                     when d is contracted (scores, dP).
+//   key tiles         [tile of 16 keys][d pair][16 keys x 2]: lanes over keys, pairs along d. Keys and
+//                     values when d is contracted.
+//   rows in pairs     [row pair][d][2]: lanes over d, pairs along rows. Keys and values when keys are
+//                     contracted (O = P V, dQ = dS K); queries and output gradients when queries are (dK,
+//                     dV).
+//   pairs of rows     [row pair][key][2]: P and dS transposed for dK = dS^T Q and dV = P^T dO.
+// Not here: the mask's meaning (src/kernels/kernels.ts), the fp32 kernels and the block's columns
+// (attention.cc), bf16 GEMM (gemm_bf16.cc).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "attention_mask.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define SFX_ATTN_BF16 1
+#include <immintrin.h>
+#endif
+
+namespace sfx {
+
+#ifdef SFX_ATTN_BF16
+// Everything up to the entry points is compiled for AVX512-BF16 (lambdas included); the entry points check
+// the unit before calling into it.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512bf16")
+namespace {
+
+#define SFX_BF16_TARGET
+
+// n (0..16) floats from p, zero past them, times alpha.
+SFX_BF16_TARGET inline __m512 load16(const float* p, int n, float alpha) {
+  const __mmask16 m = n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
+  const __m512 v = _mm512_maskz_loadu_ps(m, p);
+  return alpha == 1.f ? v : _mm512_mul_ps(v, _mm512_set1_ps(alpha));
+}
+
+// 32 bf16: lo's 16 then hi's 16.
+SFX_BF16_TARGET inline __m512i toBf16(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
+
+// 16 pairs (lo[i], hi[i]) as 32-bit words.
+SFX_BF16_TARGET inline __m512i pairUp(__m512 lo, __m512 hi) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, toBf16(lo, hi));
+}
+
+// Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows.
+SFX_BF16_TARGET void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; j++) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+// exp(x) on 16 lanes for x <= 88: simd_math.h's expApprox (the same range reduction and polynomial), its
+// power of two applied by vscalefps.
+SFX_BF16_TARGET inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-87.33f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// The one product of this file: acc[r][c] += sum over pairs p of a's pair (row r, p) times b's pair (p, lane
+// of chunk c), for RG rows and NC chunks of 16 lanes. a's pair of row r is the 32-bit word a[r * aRow + p *
+// aPair]; b's chunk c at pair p is the 32 words from b + p * bPair + c * bChunk.
+template <int NC, int RG>
+SFX_BF16_TARGET inline void pairProduct(const uint32_t* a, size_t aRow, size_t aPair, int nPairs, const uint16_t* b,
+                                        size_t bPair, size_t bChunk, __m512 (&acc)[RG][NC]) {
+  for (int p = 0; p < nPairs; p++) {
+    __m512bh v[NC];
+    for (int c = 0; c < NC; c++) v[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * bPair + c * bChunk));
+    for (int r = 0; r < RG; r++) {
+      const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[r * aRow + p * aPair])));
+      for (int c = 0; c < NC; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], x, v[c]);
+    }
+  }
+}
+
+// Row i of a [rows, D] matrix: base + idx[i] * stride (idx null: i * stride).
+struct Rows {
+  const float* base;
+  const int* idx;
+  size_t stride;
+  const float* operator[](int i) const { return base + static_cast<size_t>(idx ? idx[i] : i) * stride; }
+};
+
+// Rows by d pairs: rowsPad rows of D bf16 (alpha X), zero past `rows`.
+SFX_BF16_TARGET void packRowsByD(const Rows& x, int rows, int rowsPad, int D, float alpha, uint16_t* dst) {
+  for (int r = 0; r < rowsPad; r++)
+    for (int d = 0; d < D; d += 32) {
+      const __m512i v = r < rows ? toBf16(load16(x[r] + d, 16, alpha), load16(x[r] + d + 16, 16, alpha)) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + static_cast<size_t>(r) * D + d, v);
+    }
+}
+
+// Key tiles: the rows as tiles of 16 (zero past `rows`), each [D / 2 pairs][16 rows x 2].
+SFX_BF16_TARGET void packKeyTiles(const Rows& x, int rows, int nTiles, int D, uint16_t* dst) {
+  for (int t = 0; t < nTiles; t++)
+    for (int d = 0; d < D; d += 32) {
+      __m512i v[16];
+      for (int j = 0; j < 16; j++) {
+        const int r = 16 * t + j;
+        v[j] = r < rows ? toBf16(load16(x[r] + d, 16, 1.f), load16(x[r] + d + 16, 16, 1.f)) : _mm512_setzero_si512();
+      }
+      transpose16(v);  // v[p] holds pair d / 2 + p of the 16 rows
+      uint16_t* tile = dst + static_cast<size_t>(t) * D * 16;
+      for (int p = 0; p < 16; p++) _mm512_storeu_si512(tile + static_cast<size_t>(d / 2 + p) * 32, v[p]);
+    }
+}
+
+// Rows in pairs: [rowsPad / 2][D][2], zero past `rows` (rowsPad even).
+SFX_BF16_TARGET void packRowPairs(const Rows& x, int rows, int rowsPad, int D, uint16_t* dst) {
+  for (int i = 0; i < rowsPad / 2; i++)
+    for (int d = 0; d < D; d += 16) {
+      const __m512 lo = 2 * i < rows ? load16(x[2 * i] + d, 16, 1.f) : _mm512_setzero_ps();
+      const __m512 hi = 2 * i + 1 < rows ? load16(x[2 * i + 1] + d, 16, 1.f) : _mm512_setzero_ps();
+      _mm512_storeu_si512(dst + (static_cast<size_t>(i) * D + d) * 2, pairUp(lo, hi));
+    }
+}
+
+// One query block's mask as bits: bit c of bits[r * nTiles + t] is set where query t0 + r keeps cols[16 t + c]
+// (MaskCtx::keep over per-column arrays); rows at or past R and columns past cols keep nothing.
+SFX_BF16_TARGET void maskBits(const MaskCtx& mc, int t0, int R, int rowsPad, const std::vector<int>& cols, int nTiles,
+                              uint16_t* bits) {
+  const int n = static_cast<int>(cols.size()), nP = 16 * nTiles;
+  static thread_local std::vector<int32_t> cj, cDoc, cPos, cFar;
+  cj.assign(nP, INT32_MAX);
+  cDoc.resize(nP);
+  cPos.resize(nP);
+  cFar.resize(nP);
+  const size_t row = static_cast<size_t>(mc.b) * mc.T;
+  const AttnMask& m = mc.m;
+  for (int c = 0; c < n; c++) {
+    const size_t j = row + cols[c];
+    cj[c] = cols[c];
+    cDoc[c] = m.docIds ? m.docIds[j] : 0;
+    cPos[c] = mc.docPos[j];
+    cFar[c] = m.window <= 0 || mc.docPos[j] < m.sinks || (m.pinned && m.pinned[j]);
+  }
+  const __m512i shared = _mm512_set1_epi32(kSharedDoc), window = _mm512_set1_epi32(m.window);
+  for (int r = 0; r < rowsPad; r++) {
+    uint16_t* br = bits + static_cast<size_t>(r) * nTiles;
+    if (r >= R) {
+      std::fill(br, br + nTiles, 0);
+      continue;
+    }
+    const int q = t0 + r;
+    const __m512i vq = _mm512_set1_epi32(q), dq = _mm512_set1_epi32(m.docIds ? m.docIds[row + q] : 0),
+                  pq = _mm512_set1_epi32(mc.docPos[row + q]);
+    for (int t = 0; t < nTiles; t++) {
+      const int c = 16 * t;
+      const __m512i d = _mm512_loadu_si512(cDoc.data() + c);
+      const __mmask16 causal = _mm512_cmple_epi32_mask(_mm512_loadu_si512(cj.data() + c), vq);
+      const __mmask16 doc = _mm512_cmpeq_epi32_mask(d, dq) | _mm512_cmpeq_epi32_mask(d, shared);
+      const __mmask16 near = _mm512_cmplt_epi32_mask(_mm512_sub_epi32(pq, _mm512_loadu_si512(cPos.data() + c)), window);
+      const __mmask16 far = _mm512_test_epi32_mask(_mm512_loadu_si512(cFar.data() + c), _mm512_set1_epi32(-1));
+      br[t] = causal & doc & (near | far);
+    }
+  }
+}
+
+// Scores of rows [0, rowsPad) against the key tiles, 8 rows and 2 tiles at a time: epi(row, tile, acc of
+// tile, acc of tile + 1) with acc[r] the row's 16 scores.
+template <class Epi>
+SFX_BF16_TARGET inline void scoreBlocks(const uint16_t* rowsByD, int rowsPad, const uint16_t* tiles, int nTiles, int D,
+                                        Epi epi) {
+  const int DP = D / 2;
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(rowsByD);
+  for (int r0 = 0; r0 < rowsPad; r0 += 8)
+    for (int t = 0; t < nTiles; t += 2) {
+      __m512 acc[8][2];
+      for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+      pairProduct<2, 8>(a + static_cast<size_t>(r0) * DP, DP, 1, DP, tiles + static_cast<size_t>(t) * DP * 32, 32,
+                        static_cast<size_t>(DP) * 32, acc);
+      for (int r = 0; r < 8; r++) epi(r0 + r, t, acc[r][0], acc[r][1]);
+    }
+}
+
+// Rows of a product whose lanes run over d (DV chunks of 16): rows [0, rows) of y = a b, with a's row i as
+// pairs a[i * aRow + p * aPair] (nPairs of them) and b in rows in pairs ([nPairs][D][2]). With accumulate,
+// y is added to; else written. RG rows at a time (rows a multiple of RG).
+template <int DV, bool kAccumulate>
+SFX_BF16_TARGET inline void dRows(const uint32_t* a, size_t aRow, size_t aPair, int nPairs, const uint16_t* b, int rows,
+                                  float* y, size_t ldy, const float* rowScale) {
+  constexpr int RG = DV <= 2 ? 8 : (DV <= 4 ? 4 : 2);
+  const int D = 16 * DV;
+  for (int r0 = 0; r0 < rows; r0 += RG) {
+    __m512 acc[RG][DV];
+    for (int r = 0; r < RG; r++)
+      for (int c = 0; c < DV; c++)
+        acc[r][c] = kAccumulate ? _mm512_loadu_ps(y + static_cast<size_t>(r0 + r) * ldy + 16 * c) : _mm512_setzero_ps();
+    pairProduct<DV, RG>(a + static_cast<size_t>(r0) * aRow, aRow, aPair, nPairs, b, static_cast<size_t>(2) * D, 32, acc);
+    for (int r = 0; r < RG; r++) {
+      const __m512 s = _mm512_set1_ps(rowScale ? rowScale[r0 + r] : 1.f);
+      for (int c = 0; c < DV; c++) _mm512_storeu_ps(y + static_cast<size_t>(r0 + r) * ldy + 16 * c, _mm512_mul_ps(acc[r][c], s));
+    }
+  }
+}
+
+// The scratch of one thread.
+struct Scratch {
+  std::vector<int> cols;
+  std::vector<uint16_t> bits, kTiles, vTiles, kPairs, vPairs, qByD, dOByD, qPairs, dOPairs, p16;
+  std::vector<float> s, rowOut, inv, lseRow, delta, dKc, dVc;
+  std::vector<uint32_t> pT, dsT;
+};
+thread_local Scratch tScratch;
+
+template <class T>
+T* sized(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+inline int roundUp(int x, int m) { return (x + m - 1) / m * m; }
+
+template <int DV>
+SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
+                                 const float* k, const float* v, const float* sinkLogit, float* out, float* lse) {
+  constexpr int D = 16 * DV;
+  const int T = sh.T, H = sh.H, KVH = sh.KVH, G = H / KVH, b = mc.b, R = t1 - t0, rowsPad = roundUp(R, 16);
+  Scratch& sc = tScratch;
+  blockColumns(mc, t0, t1, sc.cols);
+  const int n = static_cast<int>(sc.cols.size()), nP = roundUp(std::max(n, 1), 32), nTiles = nP / 16;
+  const size_t kvRow = static_cast<size_t>(KVH) * D, ld = static_cast<size_t>(H) * D;
+  const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+  const Rows kRows{k + base, sc.cols.data(), kvRow}, vRows{v + base, sc.cols.data(), kvRow};
+  uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
+  maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
+  uint16_t* kTiles = sized(sc.kTiles, static_cast<size_t>(nP) * D);
+  uint16_t* vPairs = sized(sc.vPairs, static_cast<size_t>(nP) * D);
+  packKeyTiles(kRows, n, nTiles, D, kTiles);
+  packRowPairs(vRows, n, nP, D, vPairs);
+  uint16_t* qByD = sized(sc.qByD, static_cast<size_t>(rowsPad) * D);
+  float* s = sized(sc.s, static_cast<size_t>(rowsPad) * nP);
+  uint16_t* p16 = sized(sc.p16, static_cast<size_t>(rowsPad) * nP);
+  float* rowOut = sized(sc.rowOut, static_cast<size_t>(rowsPad) * D);
+  float* inv = sized(sc.inv, static_cast<size_t>(rowsPad));
+  const __m512 minusInf = _mm512_set1_ps(-INFINITY);
+  for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+    const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
+    packRowsByD(Rows{q + qo, nullptr, ld}, R, rowsPad, D, sh.scale, qByD);
+    scoreBlocks(qByD, rowsPad, kTiles, nTiles, D, [&](int r, int t, __m512 a0, __m512 a1) {
+      float* row = s + static_cast<size_t>(r) * nP + 16 * t;
+      const uint16_t* br = bits + static_cast<size_t>(r) * nTiles + t;
+      _mm512_storeu_ps(row, _mm512_mask_mov_ps(minusInf, br[0], a0));
+      _mm512_storeu_ps(row + 16, _mm512_mask_mov_ps(minusInf, br[1], a1));
+    });
+    // softmax: p = exp(s - max) as bf16 (0 where masked), lse, and 1 / sum for the output
+    const bool hasSink = sinkLogit != nullptr;
+    const float sink = hasSink ? sinkLogit[h] : 0.f;
+    for (int r = 0; r < rowsPad; r++) {
+      const float* sr = s + static_cast<size_t>(r) * nP;
+      uint16_t* pr = p16 + static_cast<size_t>(r) * nP;
+      __m512 mx = _mm512_set1_ps(hasSink ? sink : -INFINITY);
+      for (int j = 0; j < nP; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sr + j));
+      const float m = _mm512_reduce_max_ps(mx);
+      if (m == -INFINITY) {
+        std::fill(pr, pr + nP, 0);
+        inv[r] = 0.f;
+        if (r < R) lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] = -INFINITY;
+        continue;
+      }
+      const __m512 vm = _mm512_set1_ps(m);
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < nP; j += 32) {
+        const __m512 x0 = _mm512_loadu_ps(sr + j), x1 = _mm512_loadu_ps(sr + j + 16);
+        const __m512 p0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, minusInf, _CMP_NEQ_OQ), exp16(_mm512_sub_ps(x0, vm)));
+        const __m512 p1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, minusInf, _CMP_NEQ_OQ), exp16(_mm512_sub_ps(x1, vm)));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+        _mm512_storeu_si512(pr + j, toBf16(p0, p1));
+      }
+      const float total = _mm512_reduce_add_ps(sum) + (hasSink ? std::exp(sink - m) : 0.f);
+      inv[r] = 1.f / total;
+      if (r < R) lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] = m + std::log(total);
+    }
+    // O = P V / sum
+    dRows<DV, false>(reinterpret_cast<const uint32_t*>(p16), nP / 2, 1, nP / 2, vPairs, rowsPad, rowOut, D, inv);
+    for (int r = 0; r < R; r++) std::copy(rowOut + static_cast<size_t>(r) * D, rowOut + static_cast<size_t>(r + 1) * D, out + qo + r * ld);
+  }
+}
+
+template <int DV>
+SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
+                                   const float* k, const float* v, const float* sinkLogit, const float* out,
+                                   const float* lse, const float* dOut, float* dQ, float* dKb, float* dVb,
+                                   size_t dStride, float* sinkPart) {
+  constexpr int D = 16 * DV;
+  const int T = sh.T, H = sh.H, KVH = sh.KVH, G = H / KVH, b = mc.b, R = t1 - t0, rowsPad = roundUp(R, 16);
+  Scratch& sc = tScratch;
+  blockColumns(mc, t0, t1, sc.cols);
+  const int n = static_cast<int>(sc.cols.size());
+  const size_t ld = static_cast<size_t>(H) * D;
+  if (n == 0) {
+    for (int h = kvh * G; h < (kvh + 1) * G; h++)
+      for (int r = 0; r < R; r++) {
+        float* row = dQ + ((static_cast<size_t>(b) * T + t0 + r) * H + h) * D;
+        std::fill(row, row + D, 0.f);
+      }
+    return;
+  }
+  const int nP = roundUp(n, 32), nTiles = nP / 16, DP = D / 2;
+  const size_t kvRow = static_cast<size_t>(KVH) * D;
+  const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+  const Rows kRows{k + base, sc.cols.data(), kvRow}, vRows{v + base, sc.cols.data(), kvRow};
+  uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
+  maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
+  uint16_t* kTiles = sized(sc.kTiles, static_cast<size_t>(nP) * D);
+  uint16_t* vTiles = sized(sc.vTiles, static_cast<size_t>(nP) * D);
+  uint16_t* kPairs = sized(sc.kPairs, static_cast<size_t>(nP) * D);
+  packKeyTiles(kRows, n, nTiles, D, kTiles);
+  packKeyTiles(vRows, n, nTiles, D, vTiles);
+  packRowPairs(kRows, n, nP, D, kPairs);
+  uint16_t* qByD = sized(sc.qByD, static_cast<size_t>(rowsPad) * D);
+  uint16_t* dOByD = sized(sc.dOByD, static_cast<size_t>(rowsPad) * D);
+  uint16_t* qPairs = sized(sc.qPairs, static_cast<size_t>(rowsPad) * D);
+  uint16_t* dOPairs = sized(sc.dOPairs, static_cast<size_t>(rowsPad) * D);
+  uint16_t* ds16 = sized(sc.p16, static_cast<size_t>(rowsPad) * nP);
+  uint32_t* pT = sized(sc.pT, static_cast<size_t>(rowsPad / 2) * nP);
+  uint32_t* dsT = sized(sc.dsT, static_cast<size_t>(rowsPad / 2) * nP);
+  float* lseRow = sized(sc.lseRow, static_cast<size_t>(rowsPad));
+  float* delta = sized(sc.delta, static_cast<size_t>(rowsPad));
+  float* rowOut = sized(sc.rowOut, static_cast<size_t>(rowsPad) * D);
+  float* dKc = sized(sc.dKc, static_cast<size_t>(nP) * D);
+  float* dVc = sized(sc.dVc, static_cast<size_t>(nP) * D);
+  std::fill(dKc, dKc + static_cast<size_t>(nP) * D, 0.f);
+  std::fill(dVc, dVc + static_cast<size_t>(nP) * D, 0.f);
+  const __m512 scale = _mm512_set1_ps(sh.scale);
+  for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+    const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
+    const Rows qR{q + qo, nullptr, ld}, dOR{dOut + qo, nullptr, ld};
+    packRowsByD(qR, R, rowsPad, D, sh.scale, qByD);
+    packRowsByD(dOR, R, rowsPad, D, 1.f, dOByD);
+    packRowPairs(qR, R, rowsPad, D, qPairs);
+    packRowPairs(dOR, R, rowsPad, D, dOPairs);
+    for (int r = 0; r < rowsPad; r++) {
+      const size_t ro = (static_cast<size_t>(b) * T + t0 + r) * H + h;
+      lseRow[r] = r < R ? lse[ro] : -INFINITY;
+      delta[r] = 0.f;
+      if (r >= R || lseRow[r] == -INFINITY) continue;
+      const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(dOut + ro * D), _mm512_loadu_ps(out + ro * D));
+      __m512 acc = d;
+      for (int c = 1; c < DV; c++)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(dOut + ro * D + 16 * c), _mm512_loadu_ps(out + ro * D + 16 * c), acc);
+      delta[r] = _mm512_reduce_add_ps(acc);
+      if (sinkLogit) sinkPart[h] -= std::exp(sinkLogit[h] - lseRow[r]) * delta[r];
+    }
+    // P = exp(s - lse) (0 where masked or the row keeps nothing) and dS = P (dP - delta) scale, dP = dO V^T, 4
+    // rows and 32 columns at a time, written as bf16: dS by rows (for dQ), dS and P in pairs of rows (dK, dV)
+    const uint32_t* qA = reinterpret_cast<const uint32_t*>(qByD);
+    const uint32_t* dOA = reinterpret_cast<const uint32_t*>(dOByD);
+    for (int r0 = 0; r0 < rowsPad; r0 += 4)
+      for (int t = 0; t < nTiles; t += 2) {
+        __m512 s[4][2], dp[4][2];
+        for (int r = 0; r < 4; r++) s[r][0] = s[r][1] = dp[r][0] = dp[r][1] = _mm512_setzero_ps();
+        pairProduct<2, 4>(qA + static_cast<size_t>(r0) * DP, DP, 1, DP, kTiles + static_cast<size_t>(t) * DP * 32, 32,
+                          static_cast<size_t>(DP) * 32, s);
+        pairProduct<2, 4>(dOA + static_cast<size_t>(r0) * DP, DP, 1, DP, vTiles + static_cast<size_t>(t) * DP * 32, 32,
+                          static_cast<size_t>(DP) * 32, dp);
+        for (int r = 0; r < 4; r++) {
+          const uint16_t* br = bits + static_cast<size_t>(r0 + r) * nTiles + t;
+          const bool live = lseRow[r0 + r] != -INFINITY;
+          const __m512 l = _mm512_set1_ps(lseRow[r0 + r]), dl = _mm512_set1_ps(delta[r0 + r]);
+          for (int c = 0; c < 2; c++) {
+            s[r][c] = _mm512_maskz_mov_ps(live ? br[c] : 0, exp16(_mm512_sub_ps(s[r][c], l)));
+            dp[r][c] = _mm512_mul_ps(_mm512_mul_ps(s[r][c], _mm512_sub_ps(dp[r][c], dl)), scale);
+          }
+          _mm512_storeu_si512(ds16 + static_cast<size_t>(r0 + r) * nP + 16 * t, toBf16(dp[r][0], dp[r][1]));
+        }
+        for (int i = 0; i < 2; i++) {
+          const size_t o = static_cast<size_t>(r0 / 2 + i) * nP + 16 * t;
+          for (int c = 0; c < 2; c++) {
+            _mm512_storeu_si512(dsT + o + 16 * c, pairUp(dp[2 * i][c], dp[2 * i + 1][c]));
+            _mm512_storeu_si512(pT + o + 16 * c, pairUp(s[2 * i][c], s[2 * i + 1][c]));
+          }
+        }
+      }
+    // dQ = dS K
+    dRows<DV, false>(reinterpret_cast<const uint32_t*>(ds16), nP / 2, 1, nP / 2, kPairs, rowsPad, rowOut, D, nullptr);
+    for (int r = 0; r < R; r++) std::copy(rowOut + static_cast<size_t>(r) * D, rowOut + static_cast<size_t>(r + 1) * D, dQ + qo + r * ld);
+    // dK += dS^T Q, dV += P^T dO (rows: the block's kv columns; pairs: its query rows)
+    dRows<DV, true>(dsT, 1, nP, rowsPad / 2, qPairs, nP, dKc, D, nullptr);
+    dRows<DV, true>(pT, 1, nP, rowsPad / 2, dOPairs, nP, dVc, D, nullptr);
+  }
+  for (int c = 0; c < n; c++) {
+    float* dk = dKb + sc.cols[c] * dStride;
+    float* dv = dVb + sc.cols[c] * dStride;
+    const float* sk = dKc + static_cast<size_t>(c) * D;
+    const float* sv = dVc + static_cast<size_t>(c) * D;
+    for (int d = 0; d < D; d += 16) {
+      _mm512_storeu_ps(dk + d, _mm512_add_ps(_mm512_loadu_ps(dk + d), _mm512_loadu_ps(sk + d)));
+      _mm512_storeu_ps(dv + d, _mm512_add_ps(_mm512_loadu_ps(dv + d), _mm512_loadu_ps(sv + d)));
+    }
+  }
+}
+
+using ForwardTaskFn = void (*)(const AttnShape&, const MaskCtx&, int, int, int, const float*, const float*,
+                               const float*, const float*, float*, float*);
+using BackwardBlockFn = void (*)(const AttnShape&, const MaskCtx&, int, int, int, const float*, const float*,
+                                 const float*, const float*, const float*, const float*, const float*, float*, float*,
+                                 float*, size_t, float*);
+constexpr ForwardTaskFn kForward[4] = {forwardTask<2>, forwardTask<4>, forwardTask<6>, forwardTask<8>};
+constexpr BackwardBlockFn kBackward[4] = {backwardBlock<2>, backwardBlock<4>, backwardBlock<6>, backwardBlock<8>};
+
+}  // namespace
+#pragma GCC pop_options
+
+static bool applies(const AttnShape& s) {
+  return matmulPrecision() == MatmulPrecision::Bf16 && bf16Unit() != Bf16Unit::None && s.D % 32 == 0 && s.D <= 128;
+}
+
+bool attentionForwardBf16(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
+                          const float* sinkLogit, float* out, float* lse) {
+  if (!applies(sh)) return false;
+  const int B = sh.B, T = sh.T, KVH = sh.KVH;
+  std::vector<int32_t> ds = docPositions(B, T, m.docIds);
+  const int nBlocks = (T + kQBlock - 1) / kQBlock;
+  const ForwardTaskFn task = kForward[sh.D / 32 - 1];
+  parallelFor(B * KVH * nBlocks, [&](int i) {
+    const int qb = i % nBlocks, bk = i / nBlocks, b = bk / KVH, kvh = bk % KVH;
+    const MaskCtx mc{m, T, ds.data(), b};
+    task(sh, mc, kvh, qb * kQBlock, std::min(T, (qb + 1) * kQBlock), q, k, v, sinkLogit, out, lse);
+  });
+  return true;
+}
+
+bool attentionBackwardBf16(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
+                           const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
+                           float* dK, float* dV, float* dSinkLogit) {
+  if (!applies(sh)) return false;
+  const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D;
+  std::vector<int32_t> ds = docPositions(B, T, m.docIds);
+  const size_t kvRow = static_cast<size_t>(KVH) * D, kvSize = static_cast<size_t>(B) * T * kvRow;
+  std::fill(dK, dK + kvSize, 0.f);
+  std::fill(dV, dV + kvSize, 0.f);
+  const int nBlocks = (T + kQBlock - 1) / kQBlock;
+  // tasks: (b, kv head, share of the query blocks), as in attention.cc: with several shares per (b, kv head),
+  // each accumulates dK / dV in a private [T, D] buffer added afterwards
+  const int threads = poolThreads();
+  const int chunks = B * KVH >= threads ? 1 : std::max(1, std::min(nBlocks, (threads + B * KVH - 1) / (B * KVH)));
+  const int tasks = B * KVH * chunks;
+  std::vector<std::vector<float>> privK(chunks > 1 ? tasks : 0), privV(chunks > 1 ? tasks : 0);
+  std::vector<float> sinkPart(static_cast<size_t>(tasks) * H, 0.f);
+  const BackwardBlockFn block = kBackward[D / 32 - 1];
+  parallelFor(tasks, [&](int task) {
+    const int c = task % chunks, bk = task / chunks, b = bk / KVH, kvh = bk % KVH;
+    float* dKb = dK + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+    float* dVb = dV + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+    size_t stride = kvRow;
+    if (chunks > 1) {
+      privK[task].assign(static_cast<size_t>(T) * D, 0.f);
+      privV[task].assign(static_cast<size_t>(T) * D, 0.f);
+      dKb = privK[task].data();
+      dVb = privV[task].data();
+      stride = D;
+    }
+    const MaskCtx mc{m, T, ds.data(), b};
+    for (int qb = c; qb < nBlocks; qb += chunks)
+      block(sh, mc, kvh, qb * kQBlock, std::min(T, (qb + 1) * kQBlock), q, k, v, sinkLogit, out, lse, dOut, dQ, dKb,
+            dVb, stride, sinkPart.data() + static_cast<size_t>(task) * H);
+  });
+  if (chunks > 1) {
+    parallelFor(B * KVH, [&](int bk) {
+      const int b = bk / KVH, kvh = bk % KVH;
+      for (int c = 0; c < chunks; c++) {
+        const float* pk = privK[static_cast<size_t>(bk) * chunks + c].data();
+        const float* pv = privV[static_cast<size_t>(bk) * chunks + c].data();
+        for (int t = 0; t < T; t++) {
+          const size_t o = (static_cast<size_t>(b) * T + t) * kvRow + static_cast<size_t>(kvh) * D;
+          for (int d = 0; d < D; d++) {
+            dK[o + d] += pk[static_cast<size_t>(t) * D + d];
+            dV[o + d] += pv[static_cast<size_t>(t) * D + d];
+          }
+        }
+      }
+    });
+  }
+  if (sinkLogit && dSinkLogit)
+    for (int t = 0; t < tasks; t++)
+      for (int h = 0; h < H; h++) dSinkLogit[h] += sinkPart[static_cast<size_t>(t) * H + h];
+  return true;
+}
+#else
+bool attentionForwardBf16(const AttnShape&, const AttnMask&, const float*, const float*, const float*, const float*,
+                          float*, float*) {
+  return false;
+}
+bool attentionBackwardBf16(const AttnShape&, const AttnMask&, const float*, const float*, const float*, const float*,
+                           const float*, const float*, const float*, float*, float*, float*, float*) {
+  return false;
+}
+#endif
+
+}  // namespace sfx
