@@ -10,7 +10,7 @@
  *    system prompt, loss on the assistant turns), with the LM head on every row and on the scored rows
  *    only (`masks.scored`), alternating step by step on the same batches; medians of the step times.
  * 3. Where the CPU has a bf16 unit (AMX or AVX512-BF16): the same steps with fp32 and with bf16 matrix
- *    products, alternating; medians.
+ *    products, alternating; medians, and the attention kernels' share of them (in bf16, the fused kernels).
  *
  * The model is the demo's (its Qwen2 shape, window 512 + 4 sink slots).
  */
@@ -128,19 +128,36 @@ for (const batch of batches) {
 }
 // 3. The same steps (LM head on scored rows) with fp32 and bf16 matrix products, alternating, where the CPU
 // has a bf16 unit.
+// The attention kernels' share of each step is timed by wrapping them (in bf16 they are the fused kernels of
+// native/src/attention_bf16.cc, in fp32 block products through sgemm).
 const unit = bf16Unit();
 const byPrecision = { fp32: [] as number[], bf16: [] as number[] };
+const attentionMs = { fp32: [] as number[], bf16: [] as number[] };
 if (unit !== "none") {
+  const kernels = engine.kernels as unknown as Record<string, (...a: unknown[]) => unknown>;
+  const originals = { attentionForward: kernels.attentionForward!, attentionBackward: kernels.attentionBackward! };
+  let inAttention = 0;
+  for (const [name, f] of Object.entries(originals)) {
+    kernels[name] = (...a: unknown[]) => {
+      const t0 = performance.now();
+      const r = f(...a);
+      inAttention += performance.now() - t0;
+      return r;
+    };
+  }
   for (const batch of batches) {
     const { packing, loss } = prepared(batch);
     for (const precision of ["fp32", "bf16"] as const) {
       setMatmulPrecision(precision);
+      inAttention = 0;
       const t0 = performance.now();
       await engine.forwardBackward(packing.sequences, loss, packing.masks);
       byPrecision[precision].push(performance.now() - t0);
+      attentionMs[precision].push(inAttention);
       engine.zeroGrad();
     }
   }
+  Object.assign(kernels, originals);
   setMatmulPrecision("fp32");
 }
 if (Math.abs(lossAll - lossScored) > 1e-4 * Math.max(1, Math.abs(lossAll))) throw new Error(`the losses differ: every row ${lossAll}, scored rows ${lossScored}`);
@@ -182,11 +199,12 @@ if (unit !== "none") {
   print([
     ["SFT step (forward + backward)", "fp32 products", `bf16 products (${unit})`, "ratio"],
     [`median ms per step (${steps} steps)`, median(byPrecision.fp32).toFixed(1), median(byPrecision.bf16).toFixed(1), `${(median(byPrecision.fp32) / median(byPrecision.bf16)).toFixed(2)}x`],
+    ["of which attention (median ms)", median(attentionMs.fp32).toFixed(1), median(attentionMs.bf16).toFixed(1), `${(median(attentionMs.fp32) / median(attentionMs.bf16)).toFixed(2)}x`],
   ]);
 } else {
   console.log("\nno bf16 unit (AMX or AVX512-BF16) on this CPU: the fp32 / bf16 comparison is skipped");
 }
 if (jsonFile) {
-  writeFileSync(jsonFile, JSON.stringify({ commit, cores: availableParallelism(), episodes, examples: pool.examples.length, prep: { oneThread: one.ms, workers, pool: pool.ms }, step: { steps, msAll: times.all, msScored: times.scored, rowsAll: allRows, rowsScored: scoredRows }, precision: { bf16Unit: unit, msFp32: byPrecision.fp32, msBf16: byPrecision.bf16 } }, null, 2));
+  writeFileSync(jsonFile, JSON.stringify({ commit, cores: availableParallelism(), episodes, examples: pool.examples.length, prep: { oneThread: one.ms, workers, pool: pool.ms }, step: { steps, msAll: times.all, msScored: times.scored, rowsAll: allRows, rowsScored: scoredRows }, precision: { bf16Unit: unit, msFp32: byPrecision.fp32, msBf16: byPrecision.bf16, attentionMsFp32: attentionMs.fp32, attentionMsBf16: attentionMs.bf16 } }, null, 2));
   console.log(`\nwrote ${jsonFile}`);
 }

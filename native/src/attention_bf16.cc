@@ -87,20 +87,18 @@ SFX_BF16_TARGET void transpose16(__m512i r[16]) {
   }
 }
 
-// exp(x) on 16 lanes for x <= 88: simd_math.h's expApprox (the same range reduction and polynomial), its
-// power of two applied by vscalefps.
+// exp(x) on 16 lanes for x <= 88, 0 far below -87: 2^n 2^f with x log2(e) = n + f, n an integer and |f| <=
+// 1/2, 2^f by a degree-4 polynomial (least squares in relative error: at most 3.1e-6, far below the 2^-9 of
+// the bf16 rounding every probability gets here), 2^n by vscalefps.
 SFX_BF16_TARGET inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.33f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.f));
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33f)), _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(9.600395517e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591689383e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402371846e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931219948e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -203,37 +201,74 @@ SFX_BF16_TARGET void maskBits(const MaskCtx& mc, int t0, int R, int rowsPad, con
   }
 }
 
+// Whether any of rows [r0, r0 + rows) keeps a column of tiles t and t + 1.
+inline bool anyKept(const uint16_t* bits, int nTiles, int r0, int rows, int t) {
+  unsigned any = 0;
+  for (int r = r0; r < r0 + rows; r++) any |= bits[static_cast<size_t>(r) * nTiles + t] | bits[static_cast<size_t>(r) * nTiles + t + 1];
+  return any != 0;
+}
+
 // Scores of rows [0, rowsPad) against the key tiles, 8 rows and 2 tiles at a time: epi(row, tile, acc of
-// tile, acc of tile + 1) with acc[r] the row's 16 scores.
+// tile, acc of tile + 1) with acc[r] the row's 16 scores (left at 0 where the 8 rows keep none of the 32).
 template <class Epi>
 SFX_BF16_TARGET inline void scoreBlocks(const uint16_t* rowsByD, int rowsPad, const uint16_t* tiles, int nTiles, int D,
-                                        Epi epi) {
+                                        const uint16_t* bits, Epi epi) {
   const int DP = D / 2;
   const uint32_t* a = reinterpret_cast<const uint32_t*>(rowsByD);
   for (int r0 = 0; r0 < rowsPad; r0 += 8)
     for (int t = 0; t < nTiles; t += 2) {
       __m512 acc[8][2];
       for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-      pairProduct<2, 8>(a + static_cast<size_t>(r0) * DP, DP, 1, DP, tiles + static_cast<size_t>(t) * DP * 32, 32,
-                        static_cast<size_t>(DP) * 32, acc);
+      if (anyKept(bits, nTiles, r0, 8, t))
+        pairProduct<2, 8>(a + static_cast<size_t>(r0) * DP, DP, 1, DP, tiles + static_cast<size_t>(t) * DP * 32, 32,
+                          static_cast<size_t>(DP) * 32, acc);
       for (int r = 0; r < 8; r++) epi(r0 + r, t, acc[r][0], acc[r][1]);
     }
 }
 
+// Where a query block's mask keeps anything, from its bits: each row's first and past-last kept tile, and
+// each tile's first and past-last keeping row (empty where first >= past-last).
+struct LiveRanges {
+  std::vector<int> rowT0, rowT1, tileR0, tileR1;
+  void of(const uint16_t* bits, int rows, int nTiles) {
+    rowT0.assign(rows, nTiles);
+    rowT1.assign(rows, 0);
+    tileR0.assign(nTiles, rows);
+    tileR1.assign(nTiles, 0);
+    for (int r = 0; r < rows; r++)
+      for (int t = 0; t < nTiles; t++)
+        if (bits[static_cast<size_t>(r) * nTiles + t]) {
+          rowT0[r] = std::min(rowT0[r], t);
+          rowT1[r] = t + 1;
+          tileR0[t] = std::min(tileR0[t], r);
+          tileR1[t] = r + 1;
+        }
+  }
+};
+
+// A range of pairs [p0, p1) of a product's contraction.
+struct Span {
+  int p0, p1;
+};
+
 // Rows of a product whose lanes run over d (DV chunks of 16): rows [0, rows) of y = a b, with a's row i as
-// pairs a[i * aRow + p * aPair] (nPairs of them) and b in rows in pairs ([nPairs][D][2]). With accumulate,
-// y is added to; else written. RG rows at a time (rows a multiple of RG).
-template <int DV, bool kAccumulate>
-SFX_BF16_TARGET inline void dRows(const uint32_t* a, size_t aRow, size_t aPair, int nPairs, const uint16_t* b, int rows,
-                                  float* y, size_t ldy, const float* rowScale) {
+// pairs a[i * aRow + p * aPair] and b in rows in pairs ([pairs][D][2]); for the RG rows from r0 only the
+// pairs span(r0, RG) are summed (a is zero outside them). With accumulate, y is added to; else written, its
+// rows times rowScale if given. rows is a multiple of RG.
+template <int DV, bool kAccumulate, class SpanOf>
+SFX_BF16_TARGET inline void dRows(const uint32_t* a, size_t aRow, size_t aPair, const uint16_t* b, int rows, float* y,
+                                  size_t ldy, const float* rowScale, SpanOf span) {
   constexpr int RG = DV <= 2 ? 8 : (DV <= 4 ? 4 : 2);
-  const int D = 16 * DV;
+  constexpr size_t bPair = 32 * DV;
   for (int r0 = 0; r0 < rows; r0 += RG) {
     __m512 acc[RG][DV];
     for (int r = 0; r < RG; r++)
       for (int c = 0; c < DV; c++)
         acc[r][c] = kAccumulate ? _mm512_loadu_ps(y + static_cast<size_t>(r0 + r) * ldy + 16 * c) : _mm512_setzero_ps();
-    pairProduct<DV, RG>(a + static_cast<size_t>(r0) * aRow, aRow, aPair, nPairs, b, static_cast<size_t>(2) * D, 32, acc);
+    const Span sp = span(r0, RG);
+    if (sp.p1 > sp.p0)
+      pairProduct<DV, RG>(a + static_cast<size_t>(r0) * aRow + static_cast<size_t>(sp.p0) * aPair, aRow, aPair, sp.p1 - sp.p0,
+                          b + static_cast<size_t>(sp.p0) * bPair, bPair, 32, acc);
     for (int r = 0; r < RG; r++) {
       const __m512 s = _mm512_set1_ps(rowScale ? rowScale[r0 + r] : 1.f);
       for (int c = 0; c < DV; c++) _mm512_storeu_ps(y + static_cast<size_t>(r0 + r) * ldy + 16 * c, _mm512_mul_ps(acc[r][c], s));
@@ -241,9 +276,25 @@ SFX_BF16_TARGET inline void dRows(const uint32_t* a, size_t aRow, size_t aPair, 
   }
 }
 
+// The key pairs that rows [r0, r0 + rows) keep any of, and the query row pairs that keep any of keys [j0, j0
+// + rows) (rows <= 16, so they lie in one tile).
+inline Span keyPairsOfRows(const LiveRanges& lr, int r0, int rows) {
+  int t0 = INT32_MAX, t1 = 0;
+  for (int r = r0; r < r0 + rows; r++) {
+    t0 = std::min(t0, lr.rowT0[r]);
+    t1 = std::max(t1, lr.rowT1[r]);
+  }
+  return {8 * t0, 8 * t1};
+}
+inline Span rowPairsOfKeys(const LiveRanges& lr, int j0) {
+  const int t = j0 / 16;
+  return {lr.tileR0[t] / 2, (lr.tileR1[t] + 1) / 2};
+}
+
 // The scratch of one thread.
 struct Scratch {
   std::vector<int> cols;
+  LiveRanges live;
   std::vector<uint16_t> bits, kTiles, vTiles, kPairs, vPairs, qByD, dOByD, qPairs, dOPairs, p16;
   std::vector<float> s, rowOut, inv, lseRow, delta, dKc, dVc;
   std::vector<uint32_t> pT, dsT;
@@ -271,6 +322,7 @@ SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh
   const Rows kRows{k + base, sc.cols.data(), kvRow}, vRows{v + base, sc.cols.data(), kvRow};
   uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
   maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
+  sc.live.of(bits, rowsPad, nTiles);
   uint16_t* kTiles = sized(sc.kTiles, static_cast<size_t>(nP) * D);
   uint16_t* vPairs = sized(sc.vPairs, static_cast<size_t>(nP) * D);
   packKeyTiles(kRows, n, nTiles, D, kTiles);
@@ -284,7 +336,7 @@ SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh
   for (int h = kvh * G; h < (kvh + 1) * G; h++) {
     const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
     packRowsByD(Rows{q + qo, nullptr, ld}, R, rowsPad, D, sh.scale, qByD);
-    scoreBlocks(qByD, rowsPad, kTiles, nTiles, D, [&](int r, int t, __m512 a0, __m512 a1) {
+    scoreBlocks(qByD, rowsPad, kTiles, nTiles, D, bits, [&](int r, int t, __m512 a0, __m512 a1) {
       float* row = s + static_cast<size_t>(r) * nP + 16 * t;
       const uint16_t* br = bits + static_cast<size_t>(r) * nTiles + t;
       _mm512_storeu_ps(row, _mm512_mask_mov_ps(minusInf, br[0], a0));
@@ -319,7 +371,8 @@ SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh
       if (r < R) lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] = m + std::log(total);
     }
     // O = P V / sum
-    dRows<DV, false>(reinterpret_cast<const uint32_t*>(p16), nP / 2, 1, nP / 2, vPairs, rowsPad, rowOut, D, inv);
+    dRows<DV, false>(reinterpret_cast<const uint32_t*>(p16), nP / 2, 1, vPairs, rowsPad, rowOut, D, inv,
+                     [&](int r0, int rows) { return keyPairsOfRows(sc.live, r0, rows); });
     for (int r = 0; r < R; r++) std::copy(rowOut + static_cast<size_t>(r) * D, rowOut + static_cast<size_t>(r + 1) * D, out + qo + r * ld);
   }
 }
@@ -349,6 +402,7 @@ SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int k
   const Rows kRows{k + base, sc.cols.data(), kvRow}, vRows{v + base, sc.cols.data(), kvRow};
   uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
   maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
+  sc.live.of(bits, rowsPad, nTiles);
   uint16_t* kTiles = sized(sc.kTiles, static_cast<size_t>(nP) * D);
   uint16_t* vTiles = sized(sc.vTiles, static_cast<size_t>(nP) * D);
   uint16_t* kPairs = sized(sc.kPairs, static_cast<size_t>(nP) * D);
@@ -397,20 +451,22 @@ SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int k
       for (int t = 0; t < nTiles; t += 2) {
         __m512 s[4][2], dp[4][2];
         for (int r = 0; r < 4; r++) s[r][0] = s[r][1] = dp[r][0] = dp[r][1] = _mm512_setzero_ps();
-        pairProduct<2, 4>(qA + static_cast<size_t>(r0) * DP, DP, 1, DP, kTiles + static_cast<size_t>(t) * DP * 32, 32,
-                          static_cast<size_t>(DP) * 32, s);
-        pairProduct<2, 4>(dOA + static_cast<size_t>(r0) * DP, DP, 1, DP, vTiles + static_cast<size_t>(t) * DP * 32, 32,
-                          static_cast<size_t>(DP) * 32, dp);
-        for (int r = 0; r < 4; r++) {
-          const uint16_t* br = bits + static_cast<size_t>(r0 + r) * nTiles + t;
-          const bool live = lseRow[r0 + r] != -INFINITY;
-          const __m512 l = _mm512_set1_ps(lseRow[r0 + r]), dl = _mm512_set1_ps(delta[r0 + r]);
-          for (int c = 0; c < 2; c++) {
-            s[r][c] = _mm512_maskz_mov_ps(live ? br[c] : 0, exp16(_mm512_sub_ps(s[r][c], l)));
-            dp[r][c] = _mm512_mul_ps(_mm512_mul_ps(s[r][c], _mm512_sub_ps(dp[r][c], dl)), scale);
+        if (anyKept(bits, nTiles, r0, 4, t)) {
+          pairProduct<2, 4>(qA + static_cast<size_t>(r0) * DP, DP, 1, DP, kTiles + static_cast<size_t>(t) * DP * 32, 32,
+                            static_cast<size_t>(DP) * 32, s);
+          pairProduct<2, 4>(dOA + static_cast<size_t>(r0) * DP, DP, 1, DP, vTiles + static_cast<size_t>(t) * DP * 32, 32,
+                            static_cast<size_t>(DP) * 32, dp);
+          for (int r = 0; r < 4; r++) {
+            const uint16_t* br = bits + static_cast<size_t>(r0 + r) * nTiles + t;
+            const bool live = lseRow[r0 + r] != -INFINITY;
+            const __m512 l = _mm512_set1_ps(lseRow[r0 + r]), dl = _mm512_set1_ps(delta[r0 + r]);
+            for (int c = 0; c < 2; c++) {
+              s[r][c] = _mm512_maskz_mov_ps(live ? br[c] : 0, exp16(_mm512_sub_ps(s[r][c], l)));
+              dp[r][c] = _mm512_mul_ps(_mm512_mul_ps(s[r][c], _mm512_sub_ps(dp[r][c], dl)), scale);
+            }
           }
-          _mm512_storeu_si512(ds16 + static_cast<size_t>(r0 + r) * nP + 16 * t, toBf16(dp[r][0], dp[r][1]));
         }
+        for (int r = 0; r < 4; r++) _mm512_storeu_si512(ds16 + static_cast<size_t>(r0 + r) * nP + 16 * t, toBf16(dp[r][0], dp[r][1]));
         for (int i = 0; i < 2; i++) {
           const size_t o = static_cast<size_t>(r0 / 2 + i) * nP + 16 * t;
           for (int c = 0; c < 2; c++) {
@@ -420,11 +476,13 @@ SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int k
         }
       }
     // dQ = dS K
-    dRows<DV, false>(reinterpret_cast<const uint32_t*>(ds16), nP / 2, 1, nP / 2, kPairs, rowsPad, rowOut, D, nullptr);
+    dRows<DV, false>(reinterpret_cast<const uint32_t*>(ds16), nP / 2, 1, kPairs, rowsPad, rowOut, D, nullptr,
+                     [&](int r0, int rows) { return keyPairsOfRows(sc.live, r0, rows); });
     for (int r = 0; r < R; r++) std::copy(rowOut + static_cast<size_t>(r) * D, rowOut + static_cast<size_t>(r + 1) * D, dQ + qo + r * ld);
     // dK += dS^T Q, dV += P^T dO (rows: the block's kv columns; pairs: its query rows)
-    dRows<DV, true>(dsT, 1, nP, rowsPad / 2, qPairs, nP, dKc, D, nullptr);
-    dRows<DV, true>(pT, 1, nP, rowsPad / 2, dOPairs, nP, dVc, D, nullptr);
+    const auto rowPairs = [&](int j0, int) { return rowPairsOfKeys(sc.live, j0); };
+    dRows<DV, true>(dsT, 1, nP, qPairs, nP, dKc, D, nullptr, rowPairs);
+    dRows<DV, true>(pT, 1, nP, dOPairs, nP, dVc, D, nullptr, rowPairs);
   }
   for (int c = 0; c < n; c++) {
     float* dk = dKb + sc.cols[c] * dStride;
