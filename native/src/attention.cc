@@ -195,11 +195,9 @@ void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, co
   });
 }
 
-void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
-                       const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
-                       float* dK, float* dV, float* dSinkLogit) {
-  if (attentionBackwardBf16(sh, m, q, k, v, sinkLogit, out, lse, dOut, dQ, dK, dV, dSinkLogit)) return;
-  const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
+void backwardTasks(const AttnShape& sh, const AttnMask& m, float* dK, float* dV, float* dSinkLogit,
+                   const BackwardBlock& block) {
+  const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D;
   std::vector<int32_t> ds = docPositions(B, T, m.docIds);
   const size_t kvRow = static_cast<size_t>(KVH) * D;
   const size_t kvSize = static_cast<size_t>(B) * T * kvRow;
@@ -230,62 +228,9 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
       dVb = dV + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
       stride = kvRow;
     }
-    MaskCtx mc{m, T, ds.data(), b};
-    std::vector<int> cols;
-    std::vector<float> Kc, Vc, dKc, dVc, S, dP, bias;
-    const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
-    for (int qb = c; qb < nBlocks; qb += chunks) {
-      int t0 = qb * kQBlock, t1 = std::min(T, t0 + kQBlock), R = t1 - t0;
-      blockColumns(mc, t0, t1, cols);
-      const int n = static_cast<int>(cols.size());
-      Kc.resize(static_cast<size_t>(n) * D);
-      Vc.resize(static_cast<size_t>(n) * D);
-      dKc.assign(static_cast<size_t>(n) * D, 0.f);
-      dVc.assign(static_cast<size_t>(n) * D, 0.f);
-      S.resize(static_cast<size_t>(R) * n);
-      dP.resize(static_cast<size_t>(R) * n);
-      gatherRows(k + base, cols, kvRow, D, Kc.data());
-      gatherRows(v + base, cols, kvRow, D, Vc.data());
-      blockMask(mc, t0, R, cols, bias);
-      for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-        const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
-        const int ld = H * D;
-        if (n == 0) {
-          for (int r = 0; r < R; r++) std::fill(dQ + qo + static_cast<size_t>(r) * ld, dQ + qo + static_cast<size_t>(r) * ld + D, 0.f);
-          continue;
-        }
-        blockScores(R, n, bias.data(), q + qo, ld, Kc.data(), D, sh.scale, S.data());
-        sgemmSerial(false, true, R, n, D, 1.f, dOut + qo, ld, Vc.data(), D, 0.f, dP.data(), n);
-        for (int r = 0; r < R; r++) {
-          const size_t ro = (static_cast<size_t>(b) * T + t0 + r) * H + h;
-          const float l = lse[ro];
-          float* sRow = S.data() + static_cast<size_t>(r) * n;
-          float* dpRow = dP.data() + static_cast<size_t>(r) * n;
-          if (std::isinf(l) && l < 0) {
-            std::fill(sRow, sRow + n, 0.f);
-            std::fill(dpRow, dpRow + n, 0.f);
-            continue;
-          }
-          const float delta = dotD(dOut + ro * D, out + ro * D, D);
-          if (sinkLogit) sinkPart[static_cast<size_t>(task) * H + h] -= std::exp(sinkLogit[h] - l) * delta;
-          backwardRow(sRow, dpRow, n, l, delta, sh.scale);
-        }
-        // dQ = dS K; dK += dS^T Q; dV += P^T dO
-        sgemmSerial(false, false, R, D, n, 1.f, dP.data(), n, Kc.data(), D, 0.f, dQ + qo, ld);
-        sgemmSerial(true, false, n, D, R, 1.f, dP.data(), n, q + qo, ld, 1.f, dKc.data(), D);
-        sgemmSerial(true, false, n, D, R, 1.f, S.data(), n, dOut + qo, ld, 1.f, dVc.data(), D);
-      }
-      for (int ci = 0; ci < n; ci++) {
-        float* dk = dKb + cols[ci] * stride;
-        float* dv = dVb + cols[ci] * stride;
-        const float* sk = dKc.data() + static_cast<size_t>(ci) * D;
-        const float* sv = dVc.data() + static_cast<size_t>(ci) * D;
-        for (int d = 0; d < D; d++) {
-          dk[d] += sk[d];
-          dv[d] += sv[d];
-        }
-      }
-    }
+    const MaskCtx mc{m, T, ds.data(), b};
+    for (int qb = c; qb < nBlocks; qb += chunks)
+      block(mc, kvh, qb * kQBlock, std::min(T, (qb + 1) * kQBlock), dKb, dVb, stride, sinkPart.data() + static_cast<size_t>(task) * H);
   });
   if (chunks > 1) {
     parallelFor(B * KVH, [&](int bk) {
@@ -303,10 +248,80 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
       }
     });
   }
-  if (sinkLogit && dSinkLogit) {
+  if (dSinkLogit) {
     for (int t = 0; t < tasks; t++)
       for (int h = 0; h < H; h++) dSinkLogit[h] += sinkPart[static_cast<size_t>(t) * H + h];
   }
+}
+
+// The scratch of one thread for a backward block.
+struct BackwardScratch {
+  std::vector<int> cols;
+  std::vector<float> Kc, Vc, dKc, dVc, S, dP, bias;
+};
+static thread_local BackwardScratch tBackward;
+
+void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
+                       const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
+                       float* dK, float* dV, float* dSinkLogit) {
+  if (attentionBackwardBf16(sh, m, q, k, v, sinkLogit, out, lse, dOut, dQ, dK, dV, dSinkLogit)) return;
+  const int T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
+  const size_t kvRow = static_cast<size_t>(KVH) * D;
+  backwardTasks(sh, m, dK, dV, sinkLogit ? dSinkLogit : nullptr, [&](const MaskCtx& mc, int kvh, int t0, int t1, float* dKb, float* dVb, size_t stride, float* sinkPart) {
+    const int b = mc.b, R = t1 - t0;
+    BackwardScratch& sc = tBackward;
+    std::vector<int>& cols = sc.cols;
+    const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+    blockColumns(mc, t0, t1, cols);
+    const int n = static_cast<int>(cols.size());
+    sc.Kc.resize(static_cast<size_t>(n) * D);
+    sc.Vc.resize(static_cast<size_t>(n) * D);
+    sc.dKc.assign(static_cast<size_t>(n) * D, 0.f);
+    sc.dVc.assign(static_cast<size_t>(n) * D, 0.f);
+    sc.S.resize(static_cast<size_t>(R) * n);
+    sc.dP.resize(static_cast<size_t>(R) * n);
+    gatherRows(k + base, cols, kvRow, D, sc.Kc.data());
+    gatherRows(v + base, cols, kvRow, D, sc.Vc.data());
+    blockMask(mc, t0, R, cols, sc.bias);
+    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+      const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
+      const int ld = H * D;
+      if (n == 0) {
+        for (int r = 0; r < R; r++) std::fill(dQ + qo + static_cast<size_t>(r) * ld, dQ + qo + static_cast<size_t>(r) * ld + D, 0.f);
+        continue;
+      }
+      blockScores(R, n, sc.bias.data(), q + qo, ld, sc.Kc.data(), D, sh.scale, sc.S.data());
+      sgemmSerial(false, true, R, n, D, 1.f, dOut + qo, ld, sc.Vc.data(), D, 0.f, sc.dP.data(), n);
+      for (int r = 0; r < R; r++) {
+        const size_t ro = (static_cast<size_t>(b) * T + t0 + r) * H + h;
+        const float l = lse[ro];
+        float* sRow = sc.S.data() + static_cast<size_t>(r) * n;
+        float* dpRow = sc.dP.data() + static_cast<size_t>(r) * n;
+        if (std::isinf(l) && l < 0) {
+          std::fill(sRow, sRow + n, 0.f);
+          std::fill(dpRow, dpRow + n, 0.f);
+          continue;
+        }
+        const float delta = dotD(dOut + ro * D, out + ro * D, D);
+        if (sinkLogit) sinkPart[h] -= std::exp(sinkLogit[h] - l) * delta;
+        backwardRow(sRow, dpRow, n, l, delta, sh.scale);
+      }
+      // dQ = dS K; dK += dS^T Q; dV += P^T dO
+      sgemmSerial(false, false, R, D, n, 1.f, sc.dP.data(), n, sc.Kc.data(), D, 0.f, dQ + qo, ld);
+      sgemmSerial(true, false, n, D, R, 1.f, sc.dP.data(), n, q + qo, ld, 1.f, sc.dKc.data(), D);
+      sgemmSerial(true, false, n, D, R, 1.f, sc.S.data(), n, dOut + qo, ld, 1.f, sc.dVc.data(), D);
+    }
+    for (int ci = 0; ci < n; ci++) {
+      float* dk = dKb + cols[ci] * stride;
+      float* dv = dVb + cols[ci] * stride;
+      const float* sk = sc.dKc.data() + static_cast<size_t>(ci) * D;
+      const float* sv = sc.dVc.data() + static_cast<size_t>(ci) * D;
+      for (int d = 0; d < D; d++) {
+        dk[d] += sk[d];
+        dv[d] += sv[d];
+      }
+    }
+  });
 }
 
 // One new token against its kept cache entries for the G query heads of one kv head (decoding): scores

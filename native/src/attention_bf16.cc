@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attention_mask.h"
+#include "bf16_simd.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -44,48 +45,12 @@ namespace sfx {
 #pragma GCC target("avx512f,avx512bw,avx512bf16")
 namespace {
 
+using namespace bf16simd;
+
 #define SFX_BF16_TARGET
 
-// n (0..16) floats from p, zero past them, times alpha.
-SFX_BF16_TARGET inline __m512 load16(const float* p, int n, float alpha) {
-  const __mmask16 m = n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
-  const __m512 v = _mm512_maskz_loadu_ps(m, p);
-  return alpha == 1.f ? v : _mm512_mul_ps(v, _mm512_set1_ps(alpha));
-}
-
-// 32 bf16: lo's 16 then hi's 16.
-SFX_BF16_TARGET inline __m512i toBf16(__m512 lo, __m512 hi) { return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)); }
-
 // 16 pairs (lo[i], hi[i]) as 32-bit words.
-SFX_BF16_TARGET inline __m512i pairUp(__m512 lo, __m512 hi) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(idx, toBf16(lo, hi));
-}
-
-// Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows.
-SFX_BF16_TARGET void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; i++) {
-    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < 4; j++) {
-      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
-      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
-    }
-  for (int j = 0; j < 8; j++) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
-  }
-}
+SFX_BF16_TARGET inline __m512i pairUp(__m512 lo, __m512 hi) { return interleavePairs(toBf16(lo, hi)); }
 
 // exp(x) on 16 lanes for x <= 88, 0 far below -87: 2^n 2^f with x log2(e) = n + f, n an integer and |f| <=
 // 1/2, 2^f by a degree-4 polynomial (least squares in relative error: at most 3.1e-6, far below the 2^-9 of
@@ -309,20 +274,39 @@ T* sized(std::vector<T>& v, size_t n) {
 
 inline int roundUp(int x, int m) { return (x + m - 1) / m * m; }
 
+// A query block [t0, t1) of kv head kvh: its kept columns (in sc.cols; n of them, padded to nP, a multiple
+// of 32 and at least 32), its mask as bits and live ranges (sc.bits, sc.live; rows padded to a multiple of
+// 16), and the kv head's key and value rows at the columns.
+struct Block {
+  int n, nP, nTiles;
+  const uint16_t* bits;
+  Rows kRows, vRows;
+};
+inline Block prepareBlock(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* k, const float* v,
+                          Scratch& sc) {
+  blockColumns(mc, t0, t1, sc.cols);
+  const int n = static_cast<int>(sc.cols.size()), nP = roundUp(std::max(n, 1), 32), nTiles = nP / 16;
+  const int R = t1 - t0, rowsPad = roundUp(R, 16);
+  const size_t kvRow = static_cast<size_t>(sh.KVH) * sh.D;
+  const size_t base = static_cast<size_t>(mc.b) * sh.T * kvRow + static_cast<size_t>(kvh) * sh.D;
+  uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
+  maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
+  sc.live.of(bits, rowsPad, nTiles);
+  return {n, nP, nTiles, bits, Rows{k + base, sc.cols.data(), kvRow}, Rows{v + base, sc.cols.data(), kvRow}};
+}
+
 template <int DV>
 SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
                                  const float* k, const float* v, const float* sinkLogit, float* out, float* lse) {
   constexpr int D = 16 * DV;
   const int T = sh.T, H = sh.H, KVH = sh.KVH, G = H / KVH, b = mc.b, R = t1 - t0, rowsPad = roundUp(R, 16);
   Scratch& sc = tScratch;
-  blockColumns(mc, t0, t1, sc.cols);
-  const int n = static_cast<int>(sc.cols.size()), nP = roundUp(std::max(n, 1), 32), nTiles = nP / 16;
-  const size_t kvRow = static_cast<size_t>(KVH) * D, ld = static_cast<size_t>(H) * D;
-  const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
-  const Rows kRows{k + base, sc.cols.data(), kvRow}, vRows{v + base, sc.cols.data(), kvRow};
-  uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
-  maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
-  sc.live.of(bits, rowsPad, nTiles);
+  const Block blk = prepareBlock(sh, mc, kvh, t0, t1, k, v, sc);
+  const int n = blk.n, nP = blk.nP, nTiles = blk.nTiles;
+  const uint16_t* bits = blk.bits;
+  const Rows& kRows = blk.kRows;
+  const Rows& vRows = blk.vRows;
+  const size_t ld = static_cast<size_t>(H) * D;
   uint16_t* kTiles = sized(sc.kTiles, static_cast<size_t>(nP) * D);
   uint16_t* vPairs = sized(sc.vPairs, static_cast<size_t>(nP) * D);
   packKeyTiles(kRows, n, nTiles, D, kTiles);
@@ -385,8 +369,9 @@ SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int k
   constexpr int D = 16 * DV;
   const int T = sh.T, H = sh.H, KVH = sh.KVH, G = H / KVH, b = mc.b, R = t1 - t0, rowsPad = roundUp(R, 16);
   Scratch& sc = tScratch;
-  blockColumns(mc, t0, t1, sc.cols);
-  const int n = static_cast<int>(sc.cols.size());
+  const Block blk = prepareBlock(sh, mc, kvh, t0, t1, k, v, sc);
+  const int n = blk.n, nP = blk.nP, nTiles = blk.nTiles, DP = D / 2;
+  const uint16_t* bits = blk.bits;
   const size_t ld = static_cast<size_t>(H) * D;
   if (n == 0) {
     for (int h = kvh * G; h < (kvh + 1) * G; h++)
@@ -396,13 +381,8 @@ SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int k
       }
     return;
   }
-  const int nP = roundUp(n, 32), nTiles = nP / 16, DP = D / 2;
-  const size_t kvRow = static_cast<size_t>(KVH) * D;
-  const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
-  const Rows kRows{k + base, sc.cols.data(), kvRow}, vRows{v + base, sc.cols.data(), kvRow};
-  uint16_t* bits = sized(sc.bits, static_cast<size_t>(rowsPad) * nTiles);
-  maskBits(mc, t0, R, rowsPad, sc.cols, nTiles, bits);
-  sc.live.of(bits, rowsPad, nTiles);
+  const Rows& kRows = blk.kRows;
+  const Rows& vRows = blk.vRows;
   uint16_t* kTiles = sized(sc.kTiles, static_cast<size_t>(nP) * D);
   uint16_t* vTiles = sized(sc.vTiles, static_cast<size_t>(nP) * D);
   uint16_t* kPairs = sized(sc.kPairs, static_cast<size_t>(nP) * D);
@@ -530,56 +510,11 @@ bool attentionBackwardBf16(const AttnShape& sh, const AttnMask& m, const float* 
                            const float* sinkLogit, const float* out, const float* lse, const float* dOut, float* dQ,
                            float* dK, float* dV, float* dSinkLogit) {
   if (!applies(sh)) return false;
-  const int B = sh.B, T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D;
-  std::vector<int32_t> ds = docPositions(B, T, m.docIds);
-  const size_t kvRow = static_cast<size_t>(KVH) * D, kvSize = static_cast<size_t>(B) * T * kvRow;
-  std::fill(dK, dK + kvSize, 0.f);
-  std::fill(dV, dV + kvSize, 0.f);
-  const int nBlocks = (T + kQBlock - 1) / kQBlock;
-  // tasks: (b, kv head, share of the query blocks), as in attention.cc: with several shares per (b, kv head),
-  // each accumulates dK / dV in a private [T, D] buffer added afterwards
-  const int threads = poolThreads();
-  const int chunks = B * KVH >= threads ? 1 : std::max(1, std::min(nBlocks, (threads + B * KVH - 1) / (B * KVH)));
-  const int tasks = B * KVH * chunks;
-  std::vector<std::vector<float>> privK(chunks > 1 ? tasks : 0), privV(chunks > 1 ? tasks : 0);
-  std::vector<float> sinkPart(static_cast<size_t>(tasks) * H, 0.f);
-  const BackwardBlockFn block = kBackward[D / 32 - 1];
-  parallelFor(tasks, [&](int task) {
-    const int c = task % chunks, bk = task / chunks, b = bk / KVH, kvh = bk % KVH;
-    float* dKb = dK + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
-    float* dVb = dV + static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
-    size_t stride = kvRow;
-    if (chunks > 1) {
-      privK[task].assign(static_cast<size_t>(T) * D, 0.f);
-      privV[task].assign(static_cast<size_t>(T) * D, 0.f);
-      dKb = privK[task].data();
-      dVb = privV[task].data();
-      stride = D;
-    }
-    const MaskCtx mc{m, T, ds.data(), b};
-    for (int qb = c; qb < nBlocks; qb += chunks)
-      block(sh, mc, kvh, qb * kQBlock, std::min(T, (qb + 1) * kQBlock), q, k, v, sinkLogit, out, lse, dOut, dQ, dKb,
-            dVb, stride, sinkPart.data() + static_cast<size_t>(task) * H);
-  });
-  if (chunks > 1) {
-    parallelFor(B * KVH, [&](int bk) {
-      const int b = bk / KVH, kvh = bk % KVH;
-      for (int c = 0; c < chunks; c++) {
-        const float* pk = privK[static_cast<size_t>(bk) * chunks + c].data();
-        const float* pv = privV[static_cast<size_t>(bk) * chunks + c].data();
-        for (int t = 0; t < T; t++) {
-          const size_t o = (static_cast<size_t>(b) * T + t) * kvRow + static_cast<size_t>(kvh) * D;
-          for (int d = 0; d < D; d++) {
-            dK[o + d] += pk[static_cast<size_t>(t) * D + d];
-            dV[o + d] += pv[static_cast<size_t>(t) * D + d];
-          }
-        }
-      }
-    });
-  }
-  if (sinkLogit && dSinkLogit)
-    for (int t = 0; t < tasks; t++)
-      for (int h = 0; h < H; h++) dSinkLogit[h] += sinkPart[static_cast<size_t>(t) * H + h];
+  const BackwardBlockFn block = kBackward[sh.D / 32 - 1];
+  backwardTasks(sh, m, dK, dV, sinkLogit ? dSinkLogit : nullptr,
+                [&](const MaskCtx& mc, int kvh, int t0, int t1, float* dKb, float* dVb, size_t stride, float* sinkPart) {
+                  block(sh, mc, kvh, t0, t1, q, k, v, sinkLogit, out, lse, dOut, dQ, dKb, dVb, stride, sinkPart);
+                });
   return true;
 }
 #else

@@ -3,6 +3,7 @@
 // src/kernels/kernels.ts.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels.h"
@@ -38,6 +39,17 @@ struct MaskCtx {
 
 // The kv positions that at least one query of [t0, t1) keeps, ascending (t1 - t0 <= kQBlock).
 void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols);
+
+// The backward's work split: tasks over (batch row, kv head, share of the query blocks), so that no two
+// write the same gradient rows. block(mc, kvh, t0, t1, dKb, dVb, stride, sinkPart) computes the query
+// block [t0, t1) of kv head kvh of row mc.b: it writes dQ's rows of the block and adds into dK / dV rows
+// j at dKb / dVb + j * stride (the kv head's part of row mc.b, or a private buffer added afterwards) and
+// into sinkPart[h] (its share of dSinkLogit[h]). dK and dV are zeroed first; dSinkLogit (null: none) gets
+// the shares added.
+using BackwardBlock = std::function<void(const MaskCtx& mc, int kvh, int t0, int t1, float* dKb, float* dVb,
+                                         size_t stride, float* sinkPart)>;
+void backwardTasks(const AttnShape& s, const AttnMask& m, float* dK, float* dV, float* dSinkLogit,
+                   const BackwardBlock& block);
 
 // The training kernels with bf16 products on AVX512-BF16 (attention_bf16.cc): they return false, having
 // done nothing, where they do not apply (no such unit, or a head size that is not a multiple of 32 up to 128).
