@@ -2,7 +2,9 @@
 // flash-style: the backward recomputes probabilities from the saved log-sum-exp), and attention of new
 // tokens against a paged KV cache. Both work on blocks of up to 64 queries: the kv rows any of them keeps
 // are gathered into dense buffers, and scores, probabilities and gradients are small GEMMs on the calling
-// thread. Work is split over (batch, kv head, query blocks) so no two tasks write the same output.
+// thread. Work is split over (batch, kv head, query blocks) so no two tasks write the same output. With the
+// matmul precision at bf16, the training kernels hand over to attention_bf16.cc's fused ones where those
+// apply (AVX512-BF16, head sizes that are multiples of 32 up to 128).
 // Not here: the mask's meaning is defined in src/kernels/kernels.ts; GEMM lives in gemm.cc.
 #include <algorithm>
 #include <cmath>

@@ -4,9 +4,9 @@
 // evaluated once per block as bit masks; the scores, softmax and gradients are computed in those layouts
 // with no intermediate fp32 product through a general GEMM. attentionForward and attentionBackward
 // (attention.cc) come here when the matmul precision is bf16 and the head size is a multiple of 32 (up to
-// 128); the results are those of attention.cc's bf16 path (the same operands rounded to bf16, the same fp32
-// accumulation) up to the order of the sums and the softmax's normalization, which is applied to the output
-// instead of the probabilities.
+// 128). The results are those of attention.cc's bf16 path (the same operands rounded to bf16, the same fp32
+// accumulation) up to the order of the sums, the exp (a polynomial good to 3e-6, against expApprox's 2e-7)
+// and the softmax's normalization, which is applied to the output instead of the probabilities.
 //
 // Layouts (bf16 words; a "pair" is two bf16 values read together by vdpbf16ps and multiplied with the pair
 // at the same place of the other operand):
@@ -47,15 +47,13 @@ namespace {
 
 using namespace bf16simd;
 
-#define SFX_BF16_TARGET
-
 // 16 pairs (lo[i], hi[i]) as 32-bit words.
-SFX_BF16_TARGET inline __m512i pairUp(__m512 lo, __m512 hi) { return interleavePairs(toBf16(lo, hi)); }
+inline __m512i pairUp(__m512 lo, __m512 hi) { return interleavePairs(toBf16(lo, hi)); }
 
 // exp(x) on 16 lanes for x <= 88, 0 far below -87: 2^n 2^f with x log2(e) = n + f, n an integer and |f| <=
 // 1/2, 2^f by a degree-4 polynomial (least squares in relative error: at most 3.1e-6, far below the 2^-9 of
 // the bf16 rounding every probability gets here), 2^n by vscalefps.
-SFX_BF16_TARGET inline __m512 exp16(__m512 x) {
+inline __m512 exp16(__m512 x) {
   const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33f)), _mm512_set1_ps(1.44269504088896341f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
@@ -71,7 +69,7 @@ SFX_BF16_TARGET inline __m512 exp16(__m512 x) {
 // of chunk c), for RG rows and NC chunks of 16 lanes. a's pair of row r is the 32-bit word a[r * aRow + p *
 // aPair]; b's chunk c at pair p is the 32 words from b + p * bPair + c * bChunk.
 template <int NC, int RG>
-SFX_BF16_TARGET inline void pairProduct(const uint32_t* a, size_t aRow, size_t aPair, int nPairs, const uint16_t* b,
+inline void pairProduct(const uint32_t* a, size_t aRow, size_t aPair, int nPairs, const uint16_t* b,
                                         size_t bPair, size_t bChunk, __m512 (&acc)[RG][NC]) {
   for (int p = 0; p < nPairs; p++) {
     __m512bh v[NC];
@@ -92,7 +90,7 @@ struct Rows {
 };
 
 // Rows by d pairs: rowsPad rows of D bf16 (alpha X), zero past `rows`.
-SFX_BF16_TARGET void packRowsByD(const Rows& x, int rows, int rowsPad, int D, float alpha, uint16_t* dst) {
+void packRowsByD(const Rows& x, int rows, int rowsPad, int D, float alpha, uint16_t* dst) {
   for (int r = 0; r < rowsPad; r++)
     for (int d = 0; d < D; d += 32) {
       const __m512i v = r < rows ? toBf16(load16(x[r] + d, 16, alpha), load16(x[r] + d + 16, 16, alpha)) : _mm512_setzero_si512();
@@ -101,7 +99,7 @@ SFX_BF16_TARGET void packRowsByD(const Rows& x, int rows, int rowsPad, int D, fl
 }
 
 // Key tiles: the rows as tiles of 16 (zero past `rows`), each [D / 2 pairs][16 rows x 2].
-SFX_BF16_TARGET void packKeyTiles(const Rows& x, int rows, int nTiles, int D, uint16_t* dst) {
+void packKeyTiles(const Rows& x, int rows, int nTiles, int D, uint16_t* dst) {
   for (int t = 0; t < nTiles; t++)
     for (int d = 0; d < D; d += 32) {
       __m512i v[16];
@@ -116,7 +114,7 @@ SFX_BF16_TARGET void packKeyTiles(const Rows& x, int rows, int nTiles, int D, ui
 }
 
 // Rows in pairs: [rowsPad / 2][D][2], zero past `rows` (rowsPad even).
-SFX_BF16_TARGET void packRowPairs(const Rows& x, int rows, int rowsPad, int D, uint16_t* dst) {
+void packRowPairs(const Rows& x, int rows, int rowsPad, int D, uint16_t* dst) {
   for (int i = 0; i < rowsPad / 2; i++)
     for (int d = 0; d < D; d += 16) {
       const __m512 lo = 2 * i < rows ? load16(x[2 * i] + d, 16, 1.f) : _mm512_setzero_ps();
@@ -127,7 +125,7 @@ SFX_BF16_TARGET void packRowPairs(const Rows& x, int rows, int rowsPad, int D, u
 
 // One query block's mask as bits: bit c of bits[r * nTiles + t] is set where query t0 + r keeps cols[16 t + c]
 // (MaskCtx::keep over per-column arrays); rows at or past R and columns past cols keep nothing.
-SFX_BF16_TARGET void maskBits(const MaskCtx& mc, int t0, int R, int rowsPad, const std::vector<int>& cols, int nTiles,
+void maskBits(const MaskCtx& mc, int t0, int R, int rowsPad, const std::vector<int>& cols, int nTiles,
                               uint16_t* bits) {
   const int n = static_cast<int>(cols.size()), nP = 16 * nTiles;
   static thread_local std::vector<int32_t> cj, cDoc, cPos, cFar;
@@ -176,7 +174,7 @@ inline bool anyKept(const uint16_t* bits, int nTiles, int r0, int rows, int t) {
 // Scores of rows [0, rowsPad) against the key tiles, 8 rows and 2 tiles at a time: epi(row, tile, acc of
 // tile, acc of tile + 1) with acc[r] the row's 16 scores (left at 0 where the 8 rows keep none of the 32).
 template <class Epi>
-SFX_BF16_TARGET inline void scoreBlocks(const uint16_t* rowsByD, int rowsPad, const uint16_t* tiles, int nTiles, int D,
+inline void scoreBlocks(const uint16_t* rowsByD, int rowsPad, const uint16_t* tiles, int nTiles, int D,
                                         const uint16_t* bits, Epi epi) {
   const int DP = D / 2;
   const uint32_t* a = reinterpret_cast<const uint32_t*>(rowsByD);
@@ -221,7 +219,7 @@ struct Span {
 // pairs span(r0, RG) are summed (a is zero outside them). With accumulate, y is added to; else written, its
 // rows times rowScale if given. rows is a multiple of RG.
 template <int DV, bool kAccumulate, class SpanOf>
-SFX_BF16_TARGET inline void dRows(const uint32_t* a, size_t aRow, size_t aPair, const uint16_t* b, int rows, float* y,
+inline void dRows(const uint32_t* a, size_t aRow, size_t aPair, const uint16_t* b, int rows, float* y,
                                   size_t ldy, const float* rowScale, SpanOf span) {
   constexpr int RG = DV <= 2 ? 8 : (DV <= 4 ? 4 : 2);
   constexpr size_t bPair = 32 * DV;
@@ -296,7 +294,7 @@ inline Block prepareBlock(const AttnShape& sh, const MaskCtx& mc, int kvh, int t
 }
 
 template <int DV>
-SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
+void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
                                  const float* k, const float* v, const float* sinkLogit, float* out, float* lse) {
   constexpr int D = 16 * DV;
   const int T = sh.T, H = sh.H, KVH = sh.KVH, G = H / KVH, b = mc.b, R = t1 - t0, rowsPad = roundUp(R, 16);
@@ -362,7 +360,7 @@ SFX_BF16_TARGET void forwardTask(const AttnShape& sh, const MaskCtx& mc, int kvh
 }
 
 template <int DV>
-SFX_BF16_TARGET void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
+void backwardBlock(const AttnShape& sh, const MaskCtx& mc, int kvh, int t0, int t1, const float* q,
                                    const float* k, const float* v, const float* sinkLogit, const float* out,
                                    const float* lse, const float* dOut, float* dQ, float* dKb, float* dVb,
                                    size_t dStride, float* sinkPart) {
