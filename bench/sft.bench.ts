@@ -127,9 +127,8 @@ for (const batch of batches) {
   }
 }
 // 3. The same steps (LM head on scored rows) with fp32 and bf16 matrix products, alternating, where the CPU
-// has a bf16 unit.
-// The attention kernels' share of each step is timed by wrapping them (in bf16 they are the fused kernels of
-// native/src/attention_bf16.cc, in fp32 block products through sgemm).
+// has a bf16 unit; the attention kernels' share of each step is timed by wrapping them (in bf16 they are the
+// fused kernels of native/src/attention_bf16.cc, in fp32 block products through sgemm).
 const unit = bf16Unit();
 const byPrecision = { fp32: [] as number[], bf16: [] as number[] };
 const attentionMs = { fp32: [] as number[], bf16: [] as number[] };

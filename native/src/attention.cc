@@ -7,6 +7,7 @@
 // apply (AVX512-BF16, head sizes that are multiples of 32 up to 128).
 // Not here: the mask's meaning is defined in src/kernels/kernels.ts; GEMM lives in gemm.cc.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -120,28 +121,36 @@ SFX_CLONES static void backwardRow(float* s, float* dp, int n, float lse, float 
   }
 }
 
+void ColumnFacts::of(const MaskCtx& mc, const std::vector<int>& cols, int padTo) {
+  const int n = static_cast<int>(cols.size());
+  const size_t row = static_cast<size_t>(mc.b) * mc.T;
+  const AttnMask& m = mc.m;
+  pos.assign(static_cast<size_t>(padTo), INT32_MAX);
+  doc.assign(static_cast<size_t>(padTo), 0);
+  docPos.assign(static_cast<size_t>(padTo), 0);
+  far.assign(static_cast<size_t>(padTo), 0);
+  for (int c = 0; c < n; c++) {
+    const size_t j = row + cols[c];
+    pos[c] = cols[c];
+    doc[c] = m.docIds ? m.docIds[j] : 0;
+    docPos[c] = mc.docPos[j];
+    far[c] = m.window <= 0 || mc.docPos[j] < m.sinks || (m.pinned && m.pinned[j]);
+  }
+}
+
 // The additive mask of one query block: bias[r * n + c] = 0 where query t0 + r keeps kv position cols[c],
-// -inf where it does not (MaskCtx::keep, evaluated a row at a time over per-column arrays so it vectorizes).
+// -inf where it does not (MaskCtx::keep over the block's ColumnFacts).
 SFX_CLONES static void blockMask(const MaskCtx& mc, int t0, int R, const std::vector<int>& cols, std::vector<float>& bias) {
   const int n = static_cast<int>(cols.size());
   bias.resize(static_cast<size_t>(R) * n);
   const size_t row = static_cast<size_t>(mc.b) * mc.T;
   const AttnMask& m = mc.m;
-  // per-column document id, position in it, and whether it is kept at any distance (a sink slot or pinned)
-  static thread_local std::vector<int32_t> cDoc, cPos, cFar;
-  cDoc.resize(static_cast<size_t>(n));
-  cPos.resize(static_cast<size_t>(n));
-  cFar.resize(static_cast<size_t>(n));
-  for (int c = 0; c < n; c++) {
-    const size_t j = row + cols[c];
-    cDoc[c] = m.docIds ? m.docIds[j] : 0;
-    cPos[c] = mc.docPos[j];
-    cFar[c] = m.window <= 0 || mc.docPos[j] < m.sinks || (m.pinned && m.pinned[j]);
-  }
-  const int* cj = cols.data();
-  const int32_t* cd = cDoc.data();
-  const int32_t* cp = cPos.data();
-  const int32_t* cf = cFar.data();
+  static thread_local ColumnFacts facts;
+  facts.of(mc, cols, n);
+  const int32_t* cj = facts.pos.data();
+  const int32_t* cd = facts.doc.data();
+  const int32_t* cp = facts.docPos.data();
+  const int32_t* cf = facts.far.data();
   const int W = m.window;
   for (int r = 0; r < R; r++) {
     const int q = t0 + r;

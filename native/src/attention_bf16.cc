@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "attention_mask.h"
@@ -31,14 +30,10 @@
 #include "kernels.h"
 #include "threadpool.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define SFX_ATTN_BF16 1
-#include <immintrin.h>
-#endif
 
 namespace sfx {
 
-#ifdef SFX_ATTN_BF16
+#ifdef SFX_HAS_BF16_SIMD
 // Everything up to the entry points is compiled for AVX512-BF16 (lambdas included); the entry points check
 // the unit before calling into it.
 #pragma GCC push_options
@@ -124,24 +119,13 @@ void packRowPairs(const Rows& x, int rows, int rowsPad, int D, uint16_t* dst) {
 }
 
 // One query block's mask as bits: bit c of bits[r * nTiles + t] is set where query t0 + r keeps cols[16 t + c]
-// (MaskCtx::keep over per-column arrays); rows at or past R and columns past cols keep nothing.
+// (MaskCtx::keep over the block's ColumnFacts); rows at or past R and columns past cols keep nothing.
 void maskBits(const MaskCtx& mc, int t0, int R, int rowsPad, const std::vector<int>& cols, int nTiles,
-                              uint16_t* bits) {
-  const int n = static_cast<int>(cols.size()), nP = 16 * nTiles;
-  static thread_local std::vector<int32_t> cj, cDoc, cPos, cFar;
-  cj.assign(nP, INT32_MAX);
-  cDoc.resize(nP);
-  cPos.resize(nP);
-  cFar.resize(nP);
+              uint16_t* bits) {
+  static thread_local ColumnFacts facts;
+  facts.of(mc, cols, 16 * nTiles);
   const size_t row = static_cast<size_t>(mc.b) * mc.T;
   const AttnMask& m = mc.m;
-  for (int c = 0; c < n; c++) {
-    const size_t j = row + cols[c];
-    cj[c] = cols[c];
-    cDoc[c] = m.docIds ? m.docIds[j] : 0;
-    cPos[c] = mc.docPos[j];
-    cFar[c] = m.window <= 0 || mc.docPos[j] < m.sinks || (m.pinned && m.pinned[j]);
-  }
   const __m512i shared = _mm512_set1_epi32(kSharedDoc), window = _mm512_set1_epi32(m.window);
   for (int r = 0; r < rowsPad; r++) {
     uint16_t* br = bits + static_cast<size_t>(r) * nTiles;
@@ -154,11 +138,11 @@ void maskBits(const MaskCtx& mc, int t0, int R, int rowsPad, const std::vector<i
                   pq = _mm512_set1_epi32(mc.docPos[row + q]);
     for (int t = 0; t < nTiles; t++) {
       const int c = 16 * t;
-      const __m512i d = _mm512_loadu_si512(cDoc.data() + c);
-      const __mmask16 causal = _mm512_cmple_epi32_mask(_mm512_loadu_si512(cj.data() + c), vq);
+      const __m512i d = _mm512_loadu_si512(facts.doc.data() + c);
+      const __mmask16 causal = _mm512_cmple_epi32_mask(_mm512_loadu_si512(facts.pos.data() + c), vq);
       const __mmask16 doc = _mm512_cmpeq_epi32_mask(d, dq) | _mm512_cmpeq_epi32_mask(d, shared);
-      const __mmask16 near = _mm512_cmplt_epi32_mask(_mm512_sub_epi32(pq, _mm512_loadu_si512(cPos.data() + c)), window);
-      const __mmask16 far = _mm512_test_epi32_mask(_mm512_loadu_si512(cFar.data() + c), _mm512_set1_epi32(-1));
+      const __mmask16 near = _mm512_cmplt_epi32_mask(_mm512_sub_epi32(pq, _mm512_loadu_si512(facts.docPos.data() + c)), window);
+      const __mmask16 far = _mm512_test_epi32_mask(_mm512_loadu_si512(facts.far.data() + c), _mm512_set1_epi32(-1));
       br[t] = causal & doc & (near | far);
     }
   }

@@ -40,6 +40,15 @@ struct MaskCtx {
 // The kv positions that at least one query of [t0, t1) keeps, ascending (t1 - t0 <= kQBlock).
 void blockColumns(const MaskCtx& c, int t0, int t1, std::vector<int>& cols);
 
+// A block's columns as arrays, to evaluate MaskCtx::keep a query row at a time over them (so that it
+// vectorizes): query q (document dq, index pq in it) keeps column c where pos[c] <= q, doc[c] is dq or the
+// shared prefix, and far[c] (a sink slot or pinned, or no window) or pq - docPos[c] < window. Columns past
+// cols, up to padTo, keep nothing.
+struct ColumnFacts {
+  std::vector<int32_t> pos, doc, docPos, far;
+  void of(const MaskCtx& mc, const std::vector<int>& cols, int padTo);
+};
+
 // The backward's work split: tasks over (batch row, kv head, share of the query blocks), so that no two
 // write the same gradient rows. block(mc, kvh, t0, t1, dKb, dVb, stride, sinkPart) computes the query
 // block [t0, t1) of kv head kvh of row mc.b: it writes dQ's rows of the block and adds into dK / dV rows

@@ -68,11 +68,11 @@ export interface DemoResult {
 export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number; matmul?: MatmulPrecision }): TrainConfig {
   const quick = options.quick ?? false;
   // Matrix products in bf16 on CPUs with a bf16 unit (fp32 accumulation; an SFT step in about 0.6 of fp32's
-  // time with AMX on the 2-core Xeon, 0.53 with AVX512-BF16 and its fused attention on the 2-core AMD EPYC), in fp32
-  // elsewhere.
+  // time with AMX on the 2-core Xeon, 0.53 with AVX512-BF16 and the fused attention on the 2-core AMD EPYC),
+  // in fp32 elsewhere.
   const matmul = options.matmul ?? (bf16Available() ? "bf16" : "fp32");
-  // A suite's expert episodes for a 20-minute run in fp32, 1.4 times as many with bf16 products (on AMX they
-  // fit the same SFT time, and on AVX512-BF16 since its fused attention), and scaled up for a longer run: more
+  // A suite's expert episodes for a 20-minute run in fp32, 1.4 times as many with bf16 products (they fit the
+  // same SFT time: on AMX, and on AVX512-BF16 with the fused attention), and scaled up for a longer run: more
   // distinct episodes (one pass over them), not more passes over the same.
   const episodesFor = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20) * (matmul === "bf16" ? 1.4 : 1));
   const episodes = episodesFor(7000);

@@ -104,7 +104,7 @@ const ModelSection = z
       .optional(),
     /**
      * How matrix products compute: "fp32", or "bf16" (operands rounded to bfloat16, fp32 accumulation, on
-     * the CPU's AMX tile unit, 2.5-2.8x the training speed, or with its AVX512-BF16 dot products, about 1.5x;
+     * the CPU's AMX tile unit, 2.5-2.8x the training speed, or with its AVX512-BF16 dot products, 1.7-1.9x;
      * elsewhere the products stay fp32 and the log says so). Weights, gradients, optimizer state and every
      * other operation stay fp32.
      */
