@@ -113,6 +113,12 @@ function mixSeed(a: number, b: number): number {
   return (Math.imul(h, 0x27d4eb2f) ^ (h >>> 13)) >>> 0;
 }
 
+/** The suites' SFT leads (suites[i].sftLead), by the source their examples carry: none where no suite leads. */
+function sftLeads(cfg: TrainConfig, plans: SuitePlan[]): { leadBySource?: Record<string, number> } {
+  const leads = cfg.suites.flatMap((s, i) => ((s.sftLead ?? 0) > 0 ? [[plans[i]!.name, s.sftLead!] as const] : []));
+  return leads.length ? { leadBySource: Object.fromEntries(leads) } : {};
+}
+
 function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
   return cfg.attention.mode === "sink-window" ? { window: cfg.attention.window, sinks: cfg.attention.sinks } : undefined;
 }
@@ -328,7 +334,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       await sftTrain(
         policy.engine,
         examples,
-        { ...cfg.sft, maxGradNorm: 1, seed: cfg.seed, microBatch: cfg.sft.batchSize },
+        { ...cfg.sft, maxGradNorm: 1, seed: cfg.seed, microBatch: cfg.sft.batchSize, ...sftLeads(cfg, plans) },
         async (m) => {
           state.step = m.step;
           progress.tick(1, `loss ${m.loss.toFixed(3)}${m.lossOn === "context" ? " (context)" : ""}`);

@@ -52,6 +52,12 @@ const SuiteEntry = z
      */
     sftContextLoss: z.boolean().optional(),
     /**
+     * The fraction of this suite's SFT batches trained first, before the shuffled mix of every suite's
+     * (with sft.batchBy "prefix"; default 0). For a suite whose skill forms when it is trained alone and
+     * not among the other suites' batches: it forms first, and the mix keeps it.
+     */
+    sftLead: z.number().min(0).max(1).optional(),
+    /**
      * Distinct training tasks kept for GRPO alone: SFT never sees them, and GRPO draws only from them,
      * so RL learns on tasks as new to the policy as the held-out ones (default: GRPO draws from the
      * tasks SFT trained on). At most half of the suite's training contents.
@@ -263,6 +269,9 @@ export const TrainConfigSchema = z
     cfg.suites.forEach((s, i) => {
       if (s.sftContextLoss === false && !(cfg.sft.contextLossFraction > 0)) {
         ctx.addIssue({ code: "custom", path: ["suites", i, "sftContextLoss"], message: "false only applies with sft.contextLossFraction above 0 (there is no context-loss phase to leave out)" });
+      }
+      if ((s.sftLead ?? 0) > 0 && cfg.sft.batchBy !== "prefix") {
+        ctx.addIssue({ code: "custom", path: ["suites", i, "sftLead"], message: 'needs sft.batchBy "prefix" (the leading batches are each from one suite); set it, or drop sftLead' });
       }
     });
     if (!g.enabled && !cfg.sft.enabled) {

@@ -64,6 +64,12 @@ export interface SftHparams {
   batchBy?: SftBatchBy;
   /** Pack examples that share a prefix into one sequence (default true; the loss is the same). */
   packPrefixes?: boolean;
+  /**
+   * A curriculum for `batchBy: "prefix"`: per source, the fraction of its batches the first epoch trains
+   * before the shuffled mix (in their shuffled order, interleaved with the other leading sources'). A
+   * skill that forms when its suite is trained alone, and not among the others' batches, forms first.
+   */
+  leadBySource?: Record<string, number>;
 }
 
 export interface SftStepMetrics {
@@ -99,15 +105,36 @@ export function promptGroups(examples: readonly SftExample[]): number[][] {
   return [...groups.values()];
 }
 
+/**
+ * The batches moved to the front of an epoch: `leadBySource[source]` of each source's batches (a batch's
+ * source is its first example's), evenly spaced in their order (with 0.5, every other one), so that the
+ * ones left stay spread over the mix; each part keeps its order.
+ */
+export function leadFirst(batches: number[][], examples: readonly SftExample[], leadBySource: Record<string, number>): number[][] {
+  const seen = new Map<string, number>();
+  const lead: number[][] = [];
+  const rest: number[][] = [];
+  for (const b of batches) {
+    const source = examples[b[0]!]!.source ?? "";
+    const j = seen.get(source) ?? 0;
+    seen.set(source, j + 1);
+    const f = leadBySource[source] ?? 0;
+    // Batch j leads when the count ceil(j' x f) of leading batches among the first j' steps up at j' = j + 1.
+    (Math.ceil((j + 1) * f) > Math.ceil(j * f) ? lead : rest).push(b);
+  }
+  return [...lead, ...rest];
+}
+
 /** One epoch's batches (indices into examples). */
-function epochBatches(examples: readonly SftExample[], hp: Pick<SftHparams, "batchSize" | "batchBy">, rng: Rng, groups: number[][]): number[][] {
+function epochBatches(examples: readonly SftExample[], hp: Pick<SftHparams, "batchSize" | "batchBy" | "leadBySource">, rng: Rng, groups: number[][], epoch: number): number[][] {
   const chunk = (order: number[]) => {
     const out: number[][] = [];
     for (let b = 0; b < order.length; b += hp.batchSize) out.push(order.slice(b, b + hp.batchSize));
     return out;
   };
   if ((hp.batchBy ?? "shuffle") === "shuffle") return chunk(rng.shuffle(examples.map((_, i) => i)));
-  return rng.shuffle(groups.flatMap((g) => chunk(rng.shuffle([...g]))));
+  const batches = rng.shuffle(groups.flatMap((g) => chunk(rng.shuffle([...g]))));
+  return epoch === 0 && hp.leadBySource ? leadFirst(batches, examples, hp.leadBySource) : batches;
 }
 
 /** The number of optimizer steps `sftTrain` will take with every epoch. */
@@ -170,6 +197,7 @@ export async function sftTrain(
   for (const [i, ex] of examples.entries()) {
     if (ex.tokens.length !== ex.lossMask.length) throw new Error(`sft: example ${i} has ${ex.tokens.length} tokens but a mask of ${ex.lossMask.length}`);
   }
+  if (hp.leadBySource && (hp.batchBy ?? "shuffle") !== "prefix") throw new Error('sft: leadBySource orders batches of one source each: it needs batchBy "prefix"');
   const allSteps = sftSteps(examples, hp);
   const planned = () => Math.min(allSteps, options.plannedSteps?.() ?? allSteps);
   const rng = new Rng(hp.seed);
@@ -178,7 +206,7 @@ export async function sftTrain(
   let step = 0;
   const startStep = options.startStep ?? 0;
   for (let epoch = 0; epoch < hp.epochs; epoch++) {
-    for (const indices of epochBatches(examples, hp, rng, groups)) {
+    for (const indices of epochBatches(examples, hp, rng, groups, epoch)) {
       step++;
       if (step > planned()) return history;
       if (step <= startStep) continue; // resumed: these steps are already in the checkpoint

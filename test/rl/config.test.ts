@@ -28,6 +28,9 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: false }] })).toThrow(/suites\.0\.sftContextLoss: false only applies with sft\.contextLossFraction above 0/);
     expect(validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: false }], sft: { contextLossFraction: 0.5 } }).suites[0]!.sftContextLoss).toBe(false);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: "no" }] })).toThrow(/suites\.0\.sftContextLoss/);
+    expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftLead: 0.5 }] })).toThrow(/suites\.0\.sftLead: needs sft\.batchBy "prefix"/);
+    expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftLead: 1.5 }], sft: { batchBy: "prefix" } })).toThrow(/suites\.0\.sftLead/);
+    expect(validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftLead: 0.5 }], sft: { batchBy: "prefix" } }).suites[0]!.sftLead).toBe(0.5);
     expect(() => validateConfig({ ...minimal, sft: { contextLossFraction: 1 } })).toThrow(/sft\.contextLossFraction: must be below 1/);
     expect(() => validateConfig({ ...minimal, sft: { lrSchedule: "linear" } })).toThrow(/sft\.lrSchedule: must be one of "constant", "cosine"/);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/alfworld-gen-v0", sftMistakes: 0.8 }] })).toThrow(/sftMistakes: must be at most 0\.5/);

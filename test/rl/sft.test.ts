@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/index.js";
 import { learningRateAt } from "../../src/rl/lr-schedule.js";
-import { inContextLossPhase, replannedSteps, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
+import { inContextLossPhase, leadFirst, replannedSteps, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 describe("SFT schedule", () => {
@@ -31,6 +31,19 @@ describe("SFT schedule", () => {
     expect(stepsThatFit({ step: 25, totalSteps: 1000, msPerStep: 500, msLeft: 100_000 })).toBe(25 + 196);
     expect(stepsThatFit({ step: 25, totalSteps: 100, msPerStep: 500, msLeft: 100_000 })).toBe(100);
     expect(stepsThatFit({ step: 25, totalSteps: 1000, msPerStep: 500, msLeft: -10 })).toBe(25);
+  });
+
+  it("moves the leading fraction of a source's batches to the front, each part in its order", () => {
+    const ex = (source: string): SftExample => ({ tokens: [1, 2], lossMask: new Uint8Array(2), source });
+    const examples = [ex("a"), ex("b"), ex("c")];
+    // Batches as indices into examples: a a b a b c a, shuffled order kept within each part.
+    const batches = [[0], [0, 0], [1], [0, 0, 0], [1, 1], [2], [0, 0, 0, 0]];
+    // Half of a's 4 batches (every other one, from the first) and all of b's 2 lead; c none.
+    expect(leadFirst(batches, examples, { a: 0.5, b: 1 })).toEqual([[0], [1], [0, 0, 0], [1, 1], [0, 0], [2], [0, 0, 0, 0]]);
+    expect(leadFirst(batches, examples, {})).toEqual(batches);
+    // ceil(0.6 x 4) = 3 of a's batches: the 1st, 2nd and 4th.
+    expect(leadFirst(batches, examples, { a: 0.6 }).slice(0, 3)).toEqual([[0], [0, 0], [0, 0, 0, 0]]);
+    expect(leadFirst(batches, examples, { a: 1 }).slice(0, 4)).toEqual([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]);
   });
 
   it("puts the first contextLossFraction of the planned steps in the context-loss phase", () => {
@@ -82,6 +95,25 @@ describe("sftTrain", () => {
     const twoPrompts = examples.map((ex, i) => ({ ...ex, tokens: [i, ...ex.tokens.slice(1)], source: `suite-${i}` }));
     const byPrefix = await sftTrain(engine, twoPrompts, { ...hp, epochs: 1, batchBy: "prefix" });
     expect(byPrefix.map((m) => m.source).sort()).toEqual(["suite-0", "suite-1"]);
+    engine.dispose();
+  });
+
+  it("trains a leading source's batches first in the first epoch, and needs batchBy prefix for it", async () => {
+    // Four prompts, two sources, one example each: batches of 1, so four batches an epoch.
+    const four = [0, 1, 2, 3].map((i) => ({ ...examples[i % 2]!, tokens: [i, ...examples[i % 2]!.tokens.slice(1)], source: i < 2 ? "lead" : "mix" }));
+    const sources = async (leadBySource?: Record<string, number>) => {
+      const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+      const h = await sftTrain(engine, four, { ...hp, epochs: 2, batchSize: 1, batchBy: "prefix", ...(leadBySource ? { leadBySource } : {}) });
+      engine.dispose();
+      return h.map((m) => m.source);
+    };
+    const led = await sources({ lead: 1 });
+    expect(led.slice(0, 2)).toEqual(["lead", "lead"]);
+    expect(led.slice(2, 4)).toEqual(["mix", "mix"]);
+    // The second epoch is the plain shuffle, the same as without a lead.
+    expect(led.slice(4)).toEqual((await sources()).slice(4));
+    const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+    await expect(sftTrain(engine, four, { ...hp, leadBySource: { lead: 1 } })).rejects.toThrow(/leadBySource .* needs batchBy "prefix"/);
     engine.dispose();
   });
 
