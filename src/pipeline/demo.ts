@@ -86,9 +86,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // most (it learns from 12,000 in the mix, not from 7,000), restapi 10,000 (its answers are results of up
       // to ten digits, copied from the API's JSON), arith 3,000 (at SFT's learning rate its copying forms from
       // these; with 7,000 it ends SFT near 96%, with no room left for RL) and sql its 640 (160 tasks, 4 each).
-      // Half of restapi's batches come first (sftLead): in the mix alone its digit copying did not form in
-      // six runs on the 2-core AMD EPYC (2-7% after SFT), trained alone it does; with the lead it formed in
-      // both runs, and arith's with it.
+      // Half of restapi's batches come first (sftLead): in the shuffled mix its digit copying did not form in
+      // six runs on the 2-core AMD EPYC (2-7% after SFT), while trained alone it does; with the lead it
+      // formed in both runs, and arith's with it.
       // GRPO's reward and share of each step per suite. Household (scored on success alone) and restapi get
       // three shares, arith two, and sql, whose groups almost never differ, a quarter. Restapi learns from
       // its env's partial progress as well as success.

@@ -53,8 +53,9 @@ const SuiteEntry = z
     sftContextLoss: z.boolean().optional(),
     /**
      * The fraction of this suite's SFT batches trained first, before the shuffled mix of every suite's
-     * (with sft.batchBy "prefix"; default 0). For a suite whose skill forms when it is trained alone and
-     * not among the other suites' batches: it forms first, and the mix keeps it.
+     * (evenly spaced among its batches, so the ones left stay spread over the mix; the first epoch; with
+     * sft.batchBy "prefix"; default 0). For a suite whose skill forms when it is trained alone and not
+     * among the other suites' batches.
      */
     sftLead: z.number().min(0).max(1).optional(),
     /**

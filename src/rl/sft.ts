@@ -66,8 +66,8 @@ export interface SftHparams {
   packPrefixes?: boolean;
   /**
    * A curriculum for `batchBy: "prefix"`: per source, the fraction of its batches the first epoch trains
-   * before the shuffled mix (in their shuffled order, interleaved with the other leading sources'). A
-   * skill that forms when its suite is trained alone, and not among the others' batches, forms first.
+   * before the shuffled mix (see `leadFirst`), for a skill that forms when its suite is trained alone and
+   * not among the other suites' batches.
    */
   leadBySource?: Record<string, number>;
 }
@@ -119,7 +119,7 @@ export function leadFirst(batches: number[][], examples: readonly SftExample[], 
     const j = seen.get(source) ?? 0;
     seen.set(source, j + 1);
     const f = leadBySource[source] ?? 0;
-    // Batch j leads when the count ceil(j' x f) of leading batches among the first j' steps up at j' = j + 1.
+    // The source's batch j (from 0) leads when ceil((j + 1) f) > ceil(j f): its first n batches hold ceil(n f) leading ones.
     (Math.ceil((j + 1) * f) > Math.ceil(j * f) ? lead : rest).push(b);
   }
   return [...lead, ...rest];
