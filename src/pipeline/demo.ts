@@ -88,7 +88,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // these; with 7,000 it ends SFT near 96%, with no room left for RL) and sql its 640 (160 tasks, 4 each).
       // Half of restapi's batches come first (sftLead): in the shuffled mix its digit copying did not form in
       // six runs on the 2-core AMD EPYC (2-7% after SFT), while trained alone it does; with the lead it
-      // formed in both runs, and arith's with it.
+      // formed in three runs of four (seeds 0 and 1 and an earlier order; not seed 2), and arith's with it.
       // GRPO's reward and share of each step per suite. Household (scored on success alone) and restapi get
       // three shares, arith two, and sql, whose groups almost never differ, a quarter. Restapi learns from
       // its env's partial progress as well as success.
