@@ -22,7 +22,8 @@ import type { Trajectory } from "../rollout/trajectory.js";
 import type { TrainConfig } from "../rl/config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
-import { replannedSteps, sftSteps, sftTrain, stepsThatFit } from "../rl/sft.js";
+import { COPY_DRILL_SOURCE, copyDrillExamples } from "../rl/copy-drill.js";
+import { replannedSteps, sftSteps, sftTrain, stepsThatFit, type SftExample } from "../rl/sft.js";
 import { evaluate, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
@@ -113,9 +114,10 @@ function mixSeed(a: number, b: number): number {
   return (Math.imul(h, 0x27d4eb2f) ^ (h >>> 13)) >>> 0;
 }
 
-/** The suites' SFT leads (suites[i].sftLead), by the source their examples carry: none where no suite leads. */
+/** The SFT leads by the source examples carry: the suites' (suites[i].sftLead) and all of the copy drill's; none where nothing leads. */
 function sftLeads(cfg: TrainConfig, plans: SuitePlan[]): { leadBySource?: Record<string, number> } {
   const leads = cfg.suites.flatMap((s, i) => ((s.sftLead ?? 0) > 0 ? [[plans[i]!.name, s.sftLead!] as const] : []));
+  if (cfg.sft.copyDrill) leads.unshift([COPY_DRILL_SOURCE, 1] as const);
   return leads.length ? { leadBySource: Object.fromEntries(leads) } : {};
 }
 
@@ -304,8 +306,13 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     };
 
     // 3. SFT.
-    const examples = (await prep.examples(policy, conversations)).map((e, i) => ({ ...e, source: sources[i], ...(contextLoss[i] ? {} : { contextLoss: false }) })).filter((e) => !e.drifted);
+    const examples: SftExample[] = (await prep.examples(policy, conversations)).map((e, i) => ({ ...e, source: sources[i], ...(contextLoss[i] ? {} : { contextLoss: false }) })).filter((e) => !e.drifted);
     await prep.close();
+    if (cfg.sft.enabled && cfg.sft.copyDrill) {
+      const drill = copyDrillExamples(examples, cfg.sft.copyDrill, cfg.seed);
+      examples.push(...drill);
+      log(`copy drill: ${drill.length} examples of spans from the SFT data, each written twice (${Math.ceil(drill.length / cfg.sft.batchSize)} steps, leading the first epoch)`);
+    }
     const totalSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
     if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
       const tSft = performance.now();
@@ -541,16 +548,17 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // 6. Evaluation after RL.
     let after: Record<string, SuiteEval> | undefined;
     if (!options.skipEval) {
-      status({ stage: "eval-after", step: totalGrpo, totalSteps: totalGrpo });
+      // The GRPO steps taken (a deadline can end GRPO before totalGrpo).
+      status({ stage: "eval-after", step: state.step, totalSteps: totalGrpo });
       after = await evaluate(policy, plans, { ...evalOpts, label: "eval after RL" });
       tables.stages["after-rl"] = after;
       run.writeEval(tables);
-      metrics({ stage: "eval-after", step: totalGrpo, success: Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v.rate])) });
+      metrics({ stage: "eval-after", step: state.step, success: Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v.rate])) });
     }
     const finalDir = join(run.path, "final");
     await savePolicy(policy, finalDir);
     writeJsonAtomic(join(run.path, "result.json"), { grpo: state.grpo, rewardCurve: state.rewardCurve, sftMs: state.sftMs });
-    status({ state: "done", stage: "done", step: totalGrpo, totalSteps: totalGrpo });
+    status({ state: "done", stage: "done", step: state.step, totalSteps: totalGrpo });
     reference?.dispose();
     return {
       runDir: run.path,

@@ -150,6 +150,24 @@ const SftSection = z
      * teaches a model trained from scratch to read its context. 0 for pretrained models.
      */
     contextLossFraction: z.number().min(0).lt(1, "must be below 1: the last SFT steps train on the assistant's tokens only").default(0),
+    /**
+     * The copy drill (rl/copy-drill.ts): synthetic examples, each a row of spans cut from the SFT
+     * examples' context and written twice, the loss on the second copy; their batches lead the first
+     * epoch. It teaches a model trained from scratch to copy from its context before it learns the
+     * suites' episodes. Needs batchBy "prefix". Off by default.
+     */
+    copyDrill: z
+      .object({
+        /** How many drill examples (batchSize of them a step). */
+        examples: z.number().int().min(1),
+        /** The shortest and the longest span, in tokens (default [8, 47]). */
+        spanTokens: z.tuple([z.number().int().min(2), z.number().int().min(2)]).default([8, 47]),
+        /** An example grows by doubled spans until it has at least this many tokens (default 200). */
+        tokens: positiveInt.default(200),
+      })
+      .strict()
+      .refine((d) => d.spanTokens[0] <= d.spanTokens[1], { path: ["spanTokens"], message: "the shortest span (first) must not be longer than the longest (second)" })
+      .optional(),
     /** "shuffle": batches drawn at random; "prefix": each batch from the examples of one system prompt (suite). */
     batchBy: z.enum(["shuffle", "prefix"]).default("shuffle"),
     /** Pack examples sharing a prefix into one sequence with one copy of it (same loss, fewer tokens). */
@@ -266,6 +284,9 @@ export const TrainConfigSchema = z
     }
     if (cfg.sft.lrSchedule === "constant" && cfg.sft.minLrRatio !== undefined) {
       ctx.addIssue({ code: "custom", path: ["sft", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
+    }
+    if (cfg.sft.copyDrill && cfg.sft.batchBy !== "prefix") {
+      ctx.addIssue({ code: "custom", path: ["sft", "copyDrill"], message: 'needs sft.batchBy "prefix" (the drill\'s batches lead the first epoch, each of drill examples only); set it, or drop copyDrill' });
     }
     cfg.suites.forEach((s, i) => {
       if (s.sftContextLoss === false && !(cfg.sft.contextLossFraction > 0)) {

@@ -64,7 +64,7 @@ describe("the demo's results table", () => {
     expect(sftCutShort({ sftSteps: 0, sftAllSteps: 0, sftSeconds: 0 })).toBeUndefined(); // no SFT
     const table = formatDemoTable({ rows: [], totals: { modelTokens: 1, wallSeconds: 60, sftSeconds: 10, grpoSeconds: 30, sftSteps: 100, sftAllSteps: 200, grpoSteps: 2, grpoAllSteps: 2 }, runDir: "runs/demo", config: demoConfig({ runsDir: "runs", quick: true }) });
     expect(table).toContain("note: SFT ran 100 of its 200 steps in its share of the time (0.10s a step)");
-    expect(sftCutShort({ sftSteps: 2444, sftAllSteps: 4455, sftSeconds: 438 })).toMatch(/^note: SFT ran 2,444 of its 4,455 steps in its share of the time \(0\.18s a step\)\. .*may not form/);
+    expect(sftCutShort({ sftSteps: 2444, sftAllSteps: 4455, sftSeconds: 438 })).toMatch(/^note: SFT ran 2,444 of its 4,455 steps in its share of the time \(0\.18s a step\)\. .*may learn too little/);
   });
 
   it("says when the time budget ended GRPO before the recipe's steps", () => {

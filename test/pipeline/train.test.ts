@@ -111,6 +111,23 @@ describe("the training pipeline", () => {
     expect(steps.flat().some((r) => !r.success && r.reward > 0)).toBe(true);
   }, 120_000);
 
+  it("trains the copy drill's batches first, then the suites' (sft.copyDrill)", async () => {
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
+    const base = config(runsDir, "copy-drill");
+    const cfg = { ...base, sft: { ...base.sft, batchBy: "prefix" as const, copyDrill: { examples: 8, spanTokens: [2, 4] as [number, number], tokens: 16 } }, grpo: { ...base.grpo, enabled: false } };
+    const run = await train(cfg, { quiet: true, skipEval: true });
+    const sft = learning(join(run.runDir, "metrics.jsonl")).filter((r) => r.stage === "sft");
+    // 8 drill examples in batches of 4: the first two steps; then the suite's episodes.
+    expect(sft.map((r) => r.source)).toEqual(["copy-drill", "copy-drill", ...sft.slice(2).map(() => "parity")]);
+    expect(sft.length).toBeGreaterThan(2);
+    // The drill's loss is on its second copies alone, even in the context-loss phase: an example of 16 to
+    // 23 tokens holds at most 11 span tokens twice, at most 10 of them in the loss (every token from the
+    // second would be at least 15).
+    expect(sft[0]!.lossOn).toBe("context");
+    expect(sft[0]!.tokens).toBeGreaterThan(0);
+    expect(sft[0]!.tokens).toBeLessThanOrEqual(4 * 10);
+  }, 120_000);
+
   it("ends GRPO early enough for the evaluation after RL when told when that must end (evalBy)", async () => {
     const runsDir = mkdtempSync(join(scratch, "runs-"));
     const base = config(runsDir, "eval-by");

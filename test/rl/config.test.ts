@@ -31,6 +31,11 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftLead: 0.5 }] })).toThrow(/suites\.0\.sftLead: needs sft\.batchBy "prefix"/);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftLead: 1.5 }], sft: { batchBy: "prefix" } })).toThrow(/suites\.0\.sftLead/);
     expect(validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftLead: 0.5 }], sft: { batchBy: "prefix" } }).suites[0]!.sftLead).toBe(0.5);
+    expect(() => validateConfig({ ...minimal, sft: { copyDrill: { examples: 100 } } })).toThrow(/sft\.copyDrill: needs sft\.batchBy "prefix"/);
+    expect(() => validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 100, spanTokens: [20, 8] } } })).toThrow(/sft\.copyDrill\.spanTokens: the shortest span/);
+    expect(() => validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 0 } } })).toThrow(/sft\.copyDrill\.examples/);
+    expect(() => validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 10, span: 8 } } })).toThrow(/sft\.copyDrill/);
+    expect(validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 100 } } }).sft.copyDrill).toEqual({ examples: 100, spanTokens: [8, 47], tokens: 200 });
     expect(() => validateConfig({ ...minimal, sft: { contextLossFraction: 1 } })).toThrow(/sft\.contextLossFraction: must be below 1/);
     expect(() => validateConfig({ ...minimal, sft: { lrSchedule: "linear" } })).toThrow(/sft\.lrSchedule: must be one of "constant", "cosine"/);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/alfworld-gen-v0", sftMistakes: 0.8 }] })).toThrow(/sftMistakes: must be at most 0\.5/);

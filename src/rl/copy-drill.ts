@@ -1,0 +1,68 @@
+/**
+ * The copy drill: synthetic SFT examples that teach a model trained from scratch to copy from its
+ * context before it learns the suites' episodes.
+ *
+ * Each drill example is a row of spans cut from the SFT examples' own context (their user and tool
+ * tokens: numbers, JSON, object names), each span written twice in a row. The loss covers the second
+ * copy only (from its second token: its first cannot be told from the first copy's end), so the one way
+ * to lower it is to find the earlier copy and read on from there, the lookup an agent does when it
+ * puts a number from a question into a call or a tool's result into its answer. Spans are drawn anew
+ * for each copy, so nothing in them can be memorized.
+ *
+ * A small model learns this lookup late and unreliably from the episodes alone (whether and when it
+ * forms depends on the seed); drilled first, it forms within the drill's steps. The drill's examples
+ * share one prefix (the examples' first token), so with `batchBy: "prefix"` each drill batch is drill
+ * only, and they all lead the first epoch (see `leadFirst`).
+ */
+import { Rng } from "../gym/rng.js";
+import type { SftExample } from "./sft.js";
+
+/** The source the drill's examples carry (SFT reports their loss under it). */
+export const COPY_DRILL_SOURCE = "copy-drill";
+
+export interface CopyDrillOptions {
+  /** How many drill examples. */
+  examples: number;
+  /** The shortest and the longest span, in tokens. */
+  spanTokens: readonly [number, number];
+  /** An example grows by doubled spans until it has at least this many tokens. */
+  tokens: number;
+}
+
+/**
+ * The drill's examples, cut from `from` (the SFT examples; their tokens after `contextStart`).
+ * Deterministic in (from, options, seed).
+ */
+export function copyDrillExamples(from: readonly SftExample[], options: CopyDrillOptions, seed: number): SftExample[] {
+  const [minSpan, maxSpan] = options.spanTokens;
+  if (!(Number.isInteger(minSpan) && Number.isInteger(maxSpan) && minSpan >= 2 && maxSpan >= minSpan)) {
+    throw new RangeError(`copy drill: spanTokens must be two whole numbers 2 <= min <= max, got [${minSpan}, ${maxSpan}]`);
+  }
+  if (!(Number.isInteger(options.examples) && options.examples >= 0)) throw new RangeError(`copy drill: examples must be a whole number >= 0, got ${options.examples}`);
+  if (!(Number.isInteger(options.tokens) && options.tokens >= 1)) throw new RangeError(`copy drill: tokens must be a whole number >= 1, got ${options.tokens}`);
+  if (options.examples === 0) return [];
+  // Spans are cut from examples with more context than the span (others are passed over).
+  if (!from.some((ex) => ex.tokens.length - (ex.contextStart ?? 1) > maxSpan)) {
+    throw new Error(`copy drill: no SFT example has more than ${maxSpan} tokens after its system prompt to cut spans from; lower spanTokens' maximum or add SFT data`);
+  }
+  const rng = new Rng((seed ^ 0xc0c0) >>> 0);
+  const start = from[0]!.tokens[0]!;
+  const out: SftExample[] = [];
+  for (let k = 0; k < options.examples; k++) {
+    const tokens = [start];
+    const mask = [0];
+    while (tokens.length < options.tokens) {
+      const ex = from[rng.int(from.length)]!;
+      const context = ex.contextStart ?? 1;
+      const length = minSpan + rng.int(maxSpan - minSpan + 1);
+      if (ex.tokens.length - context <= length) continue;
+      const at = context + rng.int(ex.tokens.length - context - length);
+      const span = ex.tokens.slice(at, at + length);
+      tokens.push(...span, ...span);
+      for (let i = 0; i < length; i++) mask.push(0);
+      for (let i = 0; i < length; i++) mask.push(i === 0 ? 0 : 1);
+    }
+    out.push({ tokens, lossMask: Uint8Array.from(mask), contextStart: 1, source: COPY_DRILL_SOURCE, contextLoss: false });
+  }
+  return out;
+}
