@@ -7,10 +7,11 @@
  * copy only (from its second token: its first cannot be told from the first copy's end), so the one way
  * to lower it is to find the earlier copy and read on from there, the lookup an agent does when it
  * puts a number from a question into a call or a tool's result into its answer. Spans are drawn anew
- * for each copy, so nothing in them can be memorized.
+ * for every example, so nothing in them can be memorized.
  *
  * A small model learns this lookup late and unreliably from the episodes alone (whether and when it
- * forms depends on the seed); drilled first, it forms within the drill's steps. The drill's examples
+ * forms depends on the seed); drilled first, it forms in more draws and earlier (not in every draw: see
+ * docs/training.md). The drill's examples
  * share one prefix (the examples' first token), so with `batchBy: "prefix"` each drill batch is drill
  * only, and they all lead the first epoch (see `leadFirst`).
  */
