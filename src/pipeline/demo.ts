@@ -113,8 +113,8 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // them, and the SFT schedule is fitted to the steps that fit. A peak learning rate of 1.5e-3: at 3e-3
       // restapi's unit conversions alone learned no copying in 3,500 steps, at 1.5e-3 they reached 77% in 1,750.
       // The copy drill's 4,000 examples (spans of the SFT data written twice; rl/copy-drill.ts) lead SFT: with
-      // it the suites' copying formed in four runs of six on the 2-core AMD EPYC (restapi's in part in a fifth;
-      // neither arith's nor restapi's with seed 1), where before it formed late or not at all, more often.
+      // it the suites' copying formed in four runs of seven on the 2-core AMD EPYC (restapi's in part in a fifth;
+      // neither arith's nor restapi's with seeds 1 and 3), where before it formed late or not at all, more often.
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
         : { expertEpisodes: episodes, copyDrill: { examples: 4000 }, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 1.5e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
