@@ -95,7 +95,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // SFT about 7 points higher, and the broken calls stay at a few percent.
       // Half of restapi's batches come first (sftLead): before the drill, its digit copying did not form in
       // the shuffled mix on the 2-core AMD EPYC in six runs of six, and with the lead in three of four.
-      // GRPO's reward and share of each step per suite. Household (scored on success alone) and restapi get
+      // GRPO's reward and share of each step per suite. Household and restapi get
       // three shares, arith two, and sql, whose groups almost never differ, a quarter. Restapi learns from
       // its env's partial progress as well as success, household from success and a sixth for an episode
       // without a malformed tool call (format), so that of two failed games the one without is preferred.
@@ -134,7 +134,7 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // turns) raise the policy's entropy and lower its success, and at a twentieth the digit or unit arith and
       // restapi miscopy in an otherwise right episode is hardly pushed down. Up to 72 steps (the learning rate is
       // constant after the warm-up, so the length changes nothing before it): the shorter SFT leaves GRPO about
-      // 7.5 minutes, 63-65 steps of 6.6-7 s on the 2-core AMD EPYC. The time budget ends GRPO sooner on a slow
+      // 7.5 minutes, 57-72 steps of 6.0-7.6 s on the 2-core AMD EPYC. The time budget ends GRPO sooner on a slow
       // machine, and the table then says so.
       grpo: quick
         ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
@@ -270,7 +270,7 @@ export function grpoCutShort(t: Pick<DemoResult["totals"], "grpoSteps" | "grpoAl
   const perStep = t.grpoSteps > 0 ? ` (${(t.grpoSeconds / t.grpoSteps).toFixed(1)}s a step)` : "";
   return (
     `note: GRPO ran ${t.grpoSteps} of its ${t.grpoAllSteps} steps in its share of the time${perStep}. ` +
-    `The recipe's gains were measured after 63 to 72 on the 2-core host; with fewer, the suites' gains may stay inside their intervals (see "The demo" in the README).`
+    `The recipe's gains were measured after 57 to 72 on the 2-core host; with fewer, the suites' gains may stay inside their intervals (see "The demo" in the README).`
   );
 }
 
