@@ -193,6 +193,13 @@ const GrpoSection = z
      * weight by about lr whatever its gradient's size; a warm-up keeps those first moves small.
      */
     warmupSteps: z.number().int().min(0).default(0),
+    /**
+     * "constant", or "cosine" decay to minLrRatio x lr at the last planned step (grpo.steps; a time budget
+     * that ends GRPO sooner does not re-plan it).
+     */
+    lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
+    /** The cosine schedule's final learning rate as a fraction of lr (default 0.1). */
+    minLrRatio: z.number().min(0).max(1).optional(),
     epochs: positiveInt.default(3),
     klCoef: z.number().min(0).default(0.04),
     klEstimator: z.enum(["k3"]).default("k3"),
@@ -284,6 +291,9 @@ export const TrainConfigSchema = z
     }
     if (cfg.sft.lrSchedule === "constant" && cfg.sft.minLrRatio !== undefined) {
       ctx.addIssue({ code: "custom", path: ["sft", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
+    }
+    if (cfg.grpo.lrSchedule === "constant" && cfg.grpo.minLrRatio !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["grpo", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
     }
     if (cfg.sft.copyDrill && cfg.sft.batchBy !== "prefix") {
       ctx.addIssue({ code: "custom", path: ["sft", "copyDrill"], message: 'needs sft.batchBy "prefix" (the drill\'s batches lead the first epoch, each of drill examples only); set it, or drop copyDrill' });

@@ -128,6 +128,17 @@ describe("the training pipeline", () => {
     expect(sft[0]!.tokens).toBeLessThanOrEqual(4 * 10);
   }, 120_000);
 
+  it("decays GRPO's learning rate along a cosine over its planned steps (grpo.lrSchedule)", async () => {
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
+    const base = config(runsDir, "grpo-cosine");
+    const cfg = { ...base, sft: { ...base.sft, enabled: false }, grpo: { ...base.grpo, steps: 4, lrSchedule: "cosine" as const, minLrRatio: 0.2 } };
+    const run = await train(cfg, { quiet: true, skipEval: true });
+    const lrs = learning(join(run.runDir, "metrics.jsonl")).filter((r) => r.stage === "grpo").map((r) => r.lr as number);
+    // Warm-up over two steps to 1e-2, then half-way down the cosine (0.6 x lr), then its floor (0.2 x lr).
+    expect(lrs).toHaveLength(4);
+    [5e-3, 1e-2, 6e-3, 2e-3].forEach((lr, i) => expect(lrs[i]).toBeCloseTo(lr, 12));
+  }, 120_000);
+
   it("ends GRPO early enough for the evaluation after RL when told when that must end (evalBy)", async () => {
     const runsDir = mkdtempSync(join(scratch, "runs-"));
     const base = config(runsDir, "eval-by");

@@ -25,6 +25,10 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, eval: { samples: 4, temperature: 0 } })).toThrow(/pass@k/);
     expect(() => validateConfig({ ...minimal, attention: { mode: "sink-window", sinks: 8, window: 4 } })).toThrow(/window must be larger/);
     expect(() => validateConfig({ ...minimal, sft: { minLrRatio: 0.2 } })).toThrow(/sft\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
+    expect(() => validateConfig({ ...minimal, grpo: { minLrRatio: 0.2 } })).toThrow(/grpo\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
+    expect(() => validateConfig({ ...minimal, grpo: { lrSchedule: "step" } })).toThrow(/grpo\.lrSchedule: must be one of "constant", "cosine"/);
+    expect(validateConfig({ ...minimal, grpo: { lrSchedule: "cosine", minLrRatio: 0.3 } }).grpo).toMatchObject({ lrSchedule: "cosine", minLrRatio: 0.3 });
+    expect(validateConfig(minimal).grpo.lrSchedule).toBe("constant");
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: false }] })).toThrow(/suites\.0\.sftContextLoss: false only applies with sft\.contextLossFraction above 0/);
     expect(validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: false }], sft: { contextLossFraction: 0.5 } }).suites[0]!.sftContextLoss).toBe(false);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/arith-v0", sftContextLoss: "no" }] })).toThrow(/suites\.0\.sftContextLoss/);
