@@ -128,6 +128,13 @@ const AttentionSection = z
   })
   .strict();
 
+/** The learning-rate schedule's fields, shared by SFT and GRPO (rl/lr-schedule.ts). */
+const LrScheduleFields = {
+  lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
+  /** The cosine schedule's final learning rate as a fraction of lr (default 0.1). */
+  minLrRatio: z.number().min(0).max(1).optional(),
+};
+
 const SftSection = z
   .object({
     enabled: z.boolean().default(true),
@@ -142,9 +149,7 @@ const SftSection = z
     /** Steps of linear learning-rate warm-up. */
     warmupSteps: z.number().int().min(0).default(0),
     /** "constant", or "cosine" decay to minLrRatio x lr at the last planned step. */
-    lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
-    /** The cosine schedule's final learning rate as a fraction of lr (default 0.1). */
-    minLrRatio: z.number().min(0).max(1).optional(),
+    ...LrScheduleFields,
     /**
      * Fraction of the SFT steps (the first ones) whose loss also covers the user and tool tokens: it
      * teaches a model trained from scratch to read its context. 0 for pretrained models.
@@ -197,9 +202,7 @@ const GrpoSection = z
      * "constant", or "cosine" decay to minLrRatio x lr at the last planned step (grpo.steps; a time budget
      * that ends GRPO sooner does not re-plan it).
      */
-    lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
-    /** The cosine schedule's final learning rate as a fraction of lr (default 0.1). */
-    minLrRatio: z.number().min(0).max(1).optional(),
+    ...LrScheduleFields,
     epochs: positiveInt.default(3),
     klCoef: z.number().min(0).default(0.04),
     klEstimator: z.enum(["k3"]).default("k3"),
@@ -289,11 +292,10 @@ export const TrainConfigSchema = z
     if (cfg.attention.mode === "sink-window" && cfg.attention.window <= cfg.attention.sinks) {
       ctx.addIssue({ code: "custom", path: ["attention", "window"], message: "the window must be larger than the number of sink slots" });
     }
-    if (cfg.sft.lrSchedule === "constant" && cfg.sft.minLrRatio !== undefined) {
-      ctx.addIssue({ code: "custom", path: ["sft", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
-    }
-    if (cfg.grpo.lrSchedule === "constant" && cfg.grpo.minLrRatio !== undefined) {
-      ctx.addIssue({ code: "custom", path: ["grpo", "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
+    for (const stage of ["sft", "grpo"] as const) {
+      if (cfg[stage].lrSchedule === "constant" && cfg[stage].minLrRatio !== undefined) {
+        ctx.addIssue({ code: "custom", path: [stage, "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
+      }
     }
     if (cfg.sft.copyDrill && cfg.sft.batchBy !== "prefix") {
       ctx.addIssue({ code: "custom", path: ["sft", "copyDrill"], message: 'needs sft.batchBy "prefix" (the drill\'s batches lead the first epoch, each of drill examples only); set it, or drop copyDrill' });
