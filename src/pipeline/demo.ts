@@ -121,7 +121,9 @@ export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: n
       // restapi's unit conversions alone learned no copying in 3,500 steps, at 1.5e-3 they reached 77% in 1,750.
       // The copy drill's 8,000 examples (spans of the SFT data written twice; rl/copy-drill.ts) lead SFT. With
       // 4,000 the suites' copying formed in four runs of seven on the 2-core AMD EPYC (neither arith's nor
-      // restapi's with seeds 1 and 3); with 8,000 it formed with seeds 0, 1 and 3, and not with seed 2.
+      // restapi's with seeds 1 and 3); with 8,000 it formed with seeds 0, 1 and 3, and not with seed 2. Drilling on
+      // until the drill's loss was below 0.2 (copyDrill.untilLoss) did not form seed 2's; half of the spans recalled
+      // in a shuffled order (copyDrill.recall) formed seed 2's in part and lost seed 1's (docs/demo-history.md).
       sft: quick
         ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
         : { expertEpisodes: episodes, copyDrill: { examples: 8000 }, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 1.5e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },

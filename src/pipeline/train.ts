@@ -19,11 +19,11 @@ import type { AttentionSettings } from "../model/transformer.js";
 import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
 import type { Trajectory } from "../rollout/trajectory.js";
-import type { TrainConfig } from "../rl/config.js";
+import { drillLossSteps, drillMaxExamples, type TrainConfig } from "../rl/config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
 import { COPY_DRILL_SOURCE, copyDrillExamples } from "../rl/copy-drill.js";
-import { replannedSteps, sftSteps, sftTrain, stepsThatFit, type SftExample } from "../rl/sft.js";
+import { replannedSteps, sftSteps, sftTrain, stepsThatFit, type LeadExtension, type SftExample } from "../rl/sft.js";
 import { evaluate, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
@@ -102,10 +102,12 @@ interface TrainerState {
   grpo: PhaseTotals;
   rewardCurve: number[];
   sftMs: number;
-  /** The SFT steps the schedule is planned over, when a time budget cut them below every epoch's. */
+  /** The SFT steps the schedule is planned over, when a time budget cut them below every epoch's (without the drill's extension). */
   sftPlanned?: number;
   /** The SFT steps taken (set when SFT ends). */
   sftDone?: number;
+  /** The copy drill's losses step by step, and the steps of its extension so far (sft.copyDrill.untilLoss). */
+  drill?: { losses: number[]; extended: number };
 }
 
 function mixSeed(a: number, b: number): number {
@@ -308,18 +310,42 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     // 3. SFT.
     const examples: SftExample[] = (await prep.examples(policy, conversations)).map((e, i) => ({ ...e, source: sources[i], ...(contextLoss[i] ? {} : { contextLoss: false }) })).filter((e) => !e.drifted);
     await prep.close();
-    if (cfg.sft.enabled && cfg.sft.copyDrill) {
-      const drill = copyDrillExamples(examples, cfg.sft.copyDrill, cfg.seed);
-      examples.push(...drill);
-      log(`copy drill: ${drill.length} examples of spans from the SFT data, each written twice (${Math.ceil(drill.length / cfg.sft.batchSize)} steps, leading the first epoch)`);
+    const drillCfg = cfg.sft.enabled ? cfg.sft.copyDrill : undefined;
+    let extendDrill: LeadExtension | undefined;
+    if (drillCfg) {
+      // With untilLoss, the examples past `examples` are the drill's extension (the first `examples` are
+      // the same either way: the drill draws its examples in turn from one seeded stream).
+      const all = copyDrillExamples(examples, { ...drillCfg, examples: drillCfg.untilLoss === undefined ? drillCfg.examples : drillMaxExamples(drillCfg) }, cfg.seed);
+      examples.push(...all.slice(0, drillCfg.examples));
+      const steps = (n: number) => Math.ceil(n / cfg.sft.batchSize);
+      log(`copy drill: ${drillCfg.examples} examples of spans from the SFT data, each written twice${drillCfg.recall ? ` (the second time in a shuffled order in ${Math.round(100 * drillCfg.recall)}% of them)` : ""}; ${steps(drillCfg.examples)} steps, leading the first epoch` +
+        (drillCfg.untilLoss === undefined ? "" : `, and up to ${steps(all.length - drillCfg.examples)} more steps while its loss over its last ${drillLossSteps(drillCfg)} steps is ${drillCfg.untilLoss} or more`));
+      if (drillCfg.untilLoss !== undefined) {
+        state.drill ??= { losses: [], extended: 0 };
+        extendDrill = {
+          source: COPY_DRILL_SOURCE,
+          examples: all.slice(drillCfg.examples),
+          meanLoss: drillCfg.untilLoss,
+          window: drillLossSteps(drillCfg),
+          pastLosses: state.drill.losses.slice(),
+          onEnd: ({ meanLoss, batches, ranOut }) =>
+            log(`copy drill: loss ${meanLoss.toFixed(4)} over its last ${drillLossSteps(drillCfg)} steps after ${batches} more steps` +
+              (ranOut ? ` (its maxExamples, ${all.length}; still at or above ${drillCfg.untilLoss})` : ` (below ${drillCfg.untilLoss})`)),
+        };
+      }
     }
-    const totalSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
-    if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft) {
+    // Every epoch's steps and the steps planned (state.sftPlanned: cut by a time budget), each with the
+    // drill's extension so far.
+    const baseSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
+    const extendedSft = () => state.drill?.extended ?? 0;
+    const totalSft = () => baseSft + extendedSft();
+    const plannedSft = () => (state.sftPlanned ?? baseSft) + extendedSft();
+    if (state.stage === "sft" && cfg.sft.enabled && state.step < totalSft()) {
       const tSft = performance.now();
-      status({ stage: "sft", step: state.step, totalSteps: totalSft });
+      status({ stage: "sft", step: state.step, totalSteps: totalSft() });
       const sftDeadline = Math.min(tSft + (options.sftBudgetMs ?? Infinity), options.sftDeadline ?? Infinity);
       let outOfTime = false;
-      const progress = new Progress("sft", (state.sftPlanned ?? totalSft) - state.step, "steps", options.quiet);
+      const progress = new Progress("sft", plannedSft() - state.step, "steps", options.quiet);
       let stopped = false;
       const startStep = state.step;
       // Under a time budget, the learning-rate schedule and the context-loss phase are planned over the
@@ -330,12 +356,12 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       let measuredFrom = { step: startStep + 5, at: Infinity };
       const fitToBudget = (step: number) => {
         const msPerStep = (performance.now() - measuredFrom.at) / (step - measuredFrom.step);
-        const fits = stepsThatFit({ step, totalSteps: totalSft, msPerStep, msLeft: sftDeadline - performance.now() });
-        const before = state.sftPlanned ?? totalSft;
+        const fits = stepsThatFit({ step, totalSteps: totalSft(), msPerStep, msLeft: sftDeadline - performance.now() });
+        const before = plannedSft();
         if (replannedSteps(before, fits) === before) return;
-        state.sftPlanned = fits;
+        state.sftPlanned = fits - extendedSft();
         progress.retarget(fits - startStep);
-        log(`SFT: ${fits} of ${totalSft} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
+        log(`SFT: ${fits} of ${totalSft()} steps fit the time budget (${(msPerStep / 1000).toFixed(2)}s per step); the schedule is planned over ${fits}`);
       };
       let refitAt = Number.isFinite(sftDeadline) ? startStep + 125 : Infinity;
       await sftTrain(
@@ -344,18 +370,24 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
         { ...cfg.sft, maxGradNorm: 1, seed: cfg.seed, microBatch: cfg.sft.batchSize, ...sftLeads(cfg, plans) },
         async (m) => {
           state.step = m.step;
+          if (m.source === COPY_DRILL_SOURCE && state.drill) state.drill.losses.push(m.loss);
+          if (m.extension && state.drill) {
+            state.drill.extended++;
+            progress.retarget(plannedSft() - startStep);
+          }
           progress.tick(1, `loss ${m.loss.toFixed(3)}${m.lossOn === "context" ? " (context)" : ""}`);
-          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, ...(m.source !== undefined ? { source: m.source } : {}), lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens, computedTokens: m.computedTokens });
-          status({ stage: "sft", step: m.step, totalSteps: state.sftPlanned ?? totalSft });
+          metrics({ stage: "sft", step: m.step, loss: m.loss, lossOn: m.lossOn, ...(m.source !== undefined ? { source: m.source } : {}), ...(m.extension ? { extension: true } : {}), lr: m.lr, gradNorm: m.gradNorm, tokens: m.tokens, computedTokens: m.computedTokens });
+          status({ stage: "sft", step: m.step, totalSteps: plannedSft() });
           if (m.step === measuredFrom.step) measuredFrom = { step: m.step, at: performance.now() };
           if (m.step >= refitAt) {
             fitToBudget(m.step);
-            refitAt = m.step < 0.9 * (state.sftPlanned ?? totalSft) ? m.step + 100 : Infinity;
+            refitAt = m.step < 0.9 * plannedSft() ? m.step + 100 : Infinity;
           }
         },
         {
           startStep: state.step,
-          plannedSteps: () => state.sftPlanned ?? totalSft,
+          plannedSteps: () => state.sftPlanned ?? baseSft,
+          ...(extendDrill ? { extendLead: extendDrill } : {}),
           shouldStop: () => {
             stopped = options.shouldStop?.() ?? false;
             outOfTime = !stopped && performance.now() > sftDeadline;
@@ -366,9 +398,9 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
       progress.finish();
       state.sftMs += performance.now() - tSft;
       if (stopped) return await stopNow(state);
-      if (outOfTime) log(`SFT reached its time budget after step ${state.step} of ${state.sftPlanned ?? totalSft}; going on to RL`);
+      if (outOfTime) log(`SFT reached its time budget after step ${state.step} of ${plannedSft()}; going on to RL`);
     }
-    state.sftSteps = totalSft;
+    state.sftSteps = totalSft();
     if (state.stage === "sft") state.sftDone = state.step;
 
     // The frozen reference policy: the policy as it enters RL (saved once, so a resume finds it).

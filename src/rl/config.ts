@@ -169,9 +169,23 @@ const SftSection = z
         spanTokens: z.tuple([z.number().int().min(2), z.number().int().min(2)]).default([8, 47]),
         /** An example grows by doubled spans until it has at least this many tokens (default 200). */
         tokens: positiveInt.default(200),
+        /** The share of examples whose spans are written once each, then again in a shuffled order (default 0). */
+        recall: z.number().min(0).max(1).optional(),
+        /**
+         * Drill on past `examples` while the drill's mean loss over its last `lossSteps` steps is at or above
+         * this (checked after its last leading batch, then after each further one), up to `maxExamples` in
+         * all. Off by default: the drill is `examples` long.
+         */
+        untilLoss: z.number().positive().optional(),
+        /** The steps untilLoss's mean is taken over (default 100; `drillLossSteps`). */
+        lossSteps: positiveInt.optional(),
+        /** The most drill examples with untilLoss (default twice `examples`; `drillMaxExamples`). */
+        maxExamples: positiveInt.optional(),
       })
       .strict()
       .refine((d) => d.spanTokens[0] <= d.spanTokens[1], { path: ["spanTokens"], message: "the shortest span (first) must not be longer than the longest (second)" })
+      .refine((d) => d.untilLoss !== undefined || d.maxExamples === undefined, { path: ["maxExamples"], message: "only applies with untilLoss (without it the drill is `examples` long)" })
+      .refine((d) => d.maxExamples === undefined || d.maxExamples >= d.examples, { path: ["maxExamples"], message: "must be at least `examples` (the drill's length before untilLoss is checked)" })
       .optional(),
     /** "shuffle": batches drawn at random; "prefix": each batch from the examples of one system prompt (suite). */
     batchBy: z.enum(["shuffle", "prefix"]).default("shuffle"),
@@ -257,6 +271,14 @@ const EvalSection = z
   })
   .strict();
 
+/** The copy drill's untilLoss window (default 100 steps) and its most examples (default twice `examples`). */
+export function drillLossSteps(drill: { lossSteps?: number }): number {
+  return drill.lossSteps ?? 100;
+}
+export function drillMaxExamples(drill: { examples: number; maxExamples?: number }): number {
+  return drill.maxExamples ?? 2 * drill.examples;
+}
+
 export const TrainConfigSchema = z
   .object({
     name: z.string().default("run"),
@@ -296,6 +318,13 @@ export const TrainConfigSchema = z
       if (cfg[stage].lrSchedule === "constant" && cfg[stage].minLrRatio !== undefined) {
         ctx.addIssue({ code: "custom", path: [stage, "minLrRatio"], message: 'minLrRatio only applies to lrSchedule "cosine"' });
       }
+    }
+    const drill = cfg.sft.copyDrill;
+    if (drill !== undefined && drill.lossSteps !== undefined && drill.untilLoss === undefined) {
+      ctx.addIssue({ code: "custom", path: ["sft", "copyDrill", "lossSteps"], message: "only applies with untilLoss" });
+    }
+    if (drill?.untilLoss !== undefined && drillLossSteps(drill) * cfg.sft.batchSize > drill.examples) {
+      ctx.addIssue({ code: "custom", path: ["sft", "copyDrill", "lossSteps"], message: `the drill's first ${drill.examples} examples make ${Math.floor(drill.examples / cfg.sft.batchSize)} steps of batchSize ${cfg.sft.batchSize}, fewer than lossSteps (${drillLossSteps(drill)}): lower lossSteps or raise examples` });
     }
     if (cfg.sft.copyDrill && cfg.sft.batchBy !== "prefix") {
       ctx.addIssue({ code: "custom", path: ["sft", "copyDrill"], message: 'needs sft.batchBy "prefix" (the drill\'s batches lead the first epoch, each of drill examples only); set it, or drop copyDrill' });

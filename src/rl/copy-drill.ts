@@ -7,7 +7,9 @@
  * copy only (from its second token: its first cannot be told from the first copy's end), so the one way
  * to lower it is to find the earlier copy and read on from there, the lookup an agent does when it
  * puts a number from a question into a call or a tool's result into its answer. Spans are drawn anew
- * for every example, so nothing in them can be memorized.
+ * for every example, so nothing in them can be memorized. In the recall layout (`recall`: a share of
+ * the examples) an example writes its spans once each, then all of them again in a shuffled order, so a
+ * second copy stands further from its first, with other spans between.
  *
  * A small model learns this lookup late and unreliably from the episodes alone (whether and when it
  * forms depends on the seed); drilled first, it forms in more draws and earlier (not in every draw: see
@@ -28,6 +30,11 @@ export interface CopyDrillOptions {
   spanTokens: readonly [number, number];
   /** An example grows by doubled spans until it has at least this many tokens. */
   tokens: number;
+  /**
+   * The share of examples (0 to 1, default 0) that write their spans once each, then again in a shuffled
+   * order: each second copy is further from its first, with other spans between them.
+   */
+  recall?: number;
 }
 
 /**
@@ -40,6 +47,7 @@ export function copyDrillExamples(from: readonly SftExample[], options: CopyDril
     throw new RangeError(`copy drill: spanTokens must be two whole numbers 2 <= min <= max, got [${minSpan}, ${maxSpan}]`);
   }
   if (!(Number.isInteger(options.examples) && options.examples >= 0)) throw new RangeError(`copy drill: examples must be a whole number >= 0, got ${options.examples}`);
+  if (options.recall !== undefined && !(options.recall >= 0 && options.recall <= 1)) throw new RangeError(`copy drill: recall must be a share from 0 to 1, got ${options.recall}`);
   if (!(Number.isInteger(options.tokens) && options.tokens >= 1)) throw new RangeError(`copy drill: tokens must be a whole number >= 1, got ${options.tokens}`);
   if (options.examples === 0) return [];
   // Spans are cut from examples with more context than the span (others are passed over).
@@ -48,20 +56,34 @@ export function copyDrillExamples(from: readonly SftExample[], options: CopyDril
   }
   const rng = new Rng((seed ^ 0xc0c0) >>> 0);
   const start = from[0]!.tokens[0]!;
+  const recallShare = options.recall ?? 0;
   const out: SftExample[] = [];
   for (let k = 0; k < options.examples; k++) {
-    const tokens = [start];
-    const mask = [0];
-    while (tokens.length < options.tokens) {
+    const recall = recallShare > 0 && rng.next() < recallShare;
+    const spans: number[][] = [];
+    for (let length = 1; length < options.tokens; ) {
       const ex = from[rng.int(from.length)]!;
       const context = ex.contextStart ?? 1;
-      const length = minSpan + rng.int(maxSpan - minSpan + 1);
-      if (ex.tokens.length - context <= length) continue;
-      const at = context + rng.int(ex.tokens.length - context - length);
-      const span = ex.tokens.slice(at, at + length);
-      tokens.push(...span, ...span);
-      for (let i = 0; i < length; i++) mask.push(0);
-      for (let i = 0; i < length; i++) mask.push(i === 0 ? 0 : 1);
+      const n = minSpan + rng.int(maxSpan - minSpan + 1);
+      if (ex.tokens.length - context <= n) continue;
+      const at = context + rng.int(ex.tokens.length - context - n);
+      spans.push(ex.tokens.slice(at, at + n));
+      length += 2 * n;
+    }
+    const tokens = [start];
+    const mask = [0];
+    const write = (span: number[], trained: boolean) => {
+      tokens.push(...span);
+      for (let i = 0; i < span.length; i++) mask.push(trained && i > 0 ? 1 : 0);
+    };
+    if (recall) {
+      for (const span of spans) write(span, false);
+      for (const span of rng.shuffle([...spans])) write(span, true);
+    } else {
+      for (const span of spans) {
+        write(span, false);
+        write(span, true);
+      }
     }
     out.push({ tokens, lossMask: Uint8Array.from(mask), contextStart: 1, source: COPY_DRILL_SOURCE, contextLoss: false });
   }

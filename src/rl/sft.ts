@@ -86,6 +86,27 @@ export interface SftStepMetrics {
   lossOn: "context" | "assistant";
   /** The batch's source, when every example of it has the same one (`batchBy: "prefix"` batches do). */
   source?: string;
+  /** A batch of the lead's extension (see `LeadExtension`). */
+  extension?: true;
+}
+
+/**
+ * More batches for a leading source, while its loss stays high: after the source's last batch of the
+ * first epoch, batches of `examples` (batchSize of them each, in order) are trained one at a time until
+ * the mean loss of the source's last `window` steps is below `meanLoss`, or they run out. The steps
+ * they take are added to the plan (its schedule and context-loss phase are planned over the steps
+ * without them, plus those taken so far), so a run that needs none trains as it would without.
+ * The source's batches must all lead (`leadBySource[source]` 1).
+ */
+export interface LeadExtension {
+  source: string;
+  examples: SftExample[];
+  meanLoss: number;
+  window: number;
+  /** A resumed run's losses of the source's steps before its start step, in order (`--resume` stays exact). */
+  pastLosses?: readonly number[];
+  /** Called once the extension ends: the mean it ended on, the batches it took, and whether they ran out. */
+  onEnd?: (end: { meanLoss: number; batches: number; ranOut: boolean }) => void;
 }
 
 /** The examples' system prompts as keys: examples with equal keys share the prompt's tokens. */
@@ -137,7 +158,12 @@ function epochBatches(examples: readonly SftExample[], hp: Pick<SftHparams, "bat
   return epoch === 0 && hp.leadBySource ? leadFirst(batches, examples, hp.leadBySource) : batches;
 }
 
-/** The number of optimizer steps `sftTrain` will take with every epoch. */
+function meanOfLast(xs: readonly number[], n: number): number {
+  const last = xs.slice(-n);
+  return last.reduce((a, x) => a + x, 0) / Math.max(1, last.length);
+}
+
+/** The number of optimizer steps `sftTrain` will take with every epoch (without a lead's extension). */
 export function sftSteps(examples: readonly SftExample[], hp: Pick<SftHparams, "epochs" | "batchSize" | "batchBy">): number {
   if ((hp.batchBy ?? "shuffle") === "shuffle") return hp.epochs * Math.ceil(examples.length / hp.batchSize);
   return hp.epochs * promptGroups(examples).reduce((n, g) => n + Math.ceil(g.length / hp.batchSize), 0);
@@ -190,57 +216,101 @@ export async function sftTrain(
   options: {
     startStep?: number;
     shouldStop?: () => boolean;
-    /** The steps the schedule is planned over (fewer than every epoch's: training ends there). Read each step. */
+    /**
+     * The steps the schedule is planned over (fewer than every epoch's: training ends there), not
+     * counting the lead's extension. Read each step.
+     */
     plannedSteps?: () => number;
+    extendLead?: LeadExtension;
   } = {},
 ): Promise<SftStepMetrics[]> {
   for (const [i, ex] of examples.entries()) {
     if (ex.tokens.length !== ex.lossMask.length) throw new Error(`sft: example ${i} has ${ex.tokens.length} tokens but a mask of ${ex.lossMask.length}`);
   }
   if (hp.leadBySource && (hp.batchBy ?? "shuffle") !== "prefix") throw new Error('sft: leadBySource orders batches of one source each: it needs batchBy "prefix"');
+  const ext = options.extendLead;
+  if (ext && hp.leadBySource?.[ext.source] !== 1) throw new Error(`sft: the lead's extension follows every batch of ${JSON.stringify(ext.source)}: it needs leadBySource[${JSON.stringify(ext.source)}] = 1`);
   const allSteps = sftSteps(examples, hp);
-  const planned = () => Math.min(allSteps, options.plannedSteps?.() ?? allSteps);
+  let extended = 0;
+  const planned = () => Math.min(allSteps, options.plannedSteps?.() ?? allSteps) + extended;
   const rng = new Rng(hp.seed);
   const groups = (hp.batchBy ?? "shuffle") === "prefix" ? promptGroups(examples) : [];
   const history: SftStepMetrics[] = [];
   let step = 0;
   const startStep = options.startStep ?? 0;
-  for (let epoch = 0; epoch < hp.epochs; epoch++) {
-    for (const indices of epochBatches(examples, hp, rng, groups, epoch)) {
-      step++;
-      if (step > planned()) return history;
-      if (step <= startStep) continue; // resumed: these steps are already in the checkpoint
-      // Let the event loop run (signals, progress, the dashboard): engine calls may finish synchronously.
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      if (options.shouldStop?.()) return history;
-      const total = planned();
-      const lossOn = inContextLossPhase(step, total, hp) ? "context" : "assistant";
-      const batch = indices.map((i) => examples[i]!);
-      const masks = batch.map((ex) => (lossOn === "context" ? contextMask(ex) : ex.lossMask).subarray(1));
-      const covered = masks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
-      let loss = 0;
-      let computedTokens = 0;
-      for (let m = 0; m < batch.length; m += hp.microBatch) {
-        const micro = batch.slice(m, m + hp.microBatch).map((ex) => ex.tokens);
-        const microMasks = masks.slice(m, m + hp.microBatch);
-        const microTokens = microMasks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
-        const scale = microTokens / Math.max(covered, 1);
-        const microLoss: TokenLoss = (lp) => {
-          const s = sftLoss(lp, microMasks);
-          return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
-        };
-        const r = hp.packPrefixes === false
-          ? await engine.forwardBackward(micro, microLoss, { scored: microMasks })
-          : await packedForwardBackward(engine, micro, microMasks, microLoss);
-        loss += r.loss;
-        computedTokens += r.metrics.tokens ?? 0;
+  // The extended source's losses, step by step (those before startStep from the resumed run).
+  const sourceLosses: number[] = [];
+  const ofSource = (batch: SftExample[]) => ext !== undefined && batch.every((ex) => ex.source === ext.source);
+
+  /** One optimizer step on a batch; false once training ends (the plan's last step, or a stop). */
+  const trainStep = async (batch: SftExample[], epoch: number, extension: boolean): Promise<boolean> => {
+    step++;
+    if (extension) extended++;
+    if (step > planned()) return false;
+    if (step <= startStep) {
+      // Resumed: this step is already in the checkpoint.
+      if (ofSource(batch)) {
+        const loss = ext!.pastLosses?.[sourceLosses.length];
+        if (loss === undefined) throw new Error(`sft: resuming at step ${startStep} needs the losses of ${JSON.stringify(ext!.source)}'s steps before it (the lead's extension depends on them), and the checkpoint has ${ext!.pastLosses?.length ?? 0}`);
+        sourceLosses.push(loss);
       }
-      const lr = learningRateAt(step, total, hp);
-      const { gradNorm } = await engine.optimStep({ lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
-      const source = batch[0]!.source;
-      const metrics: SftStepMetrics = { epoch, step, loss, gradNorm, tokens: covered, computedTokens, lr, lossOn, ...(source !== undefined && batch.every((ex) => ex.source === source) ? { source } : {}) };
-      history.push(metrics);
-      await onStep?.(metrics);
+      return true;
+    }
+    // Let the event loop run (signals, progress, the dashboard): engine calls may finish synchronously.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    if (options.shouldStop?.()) return false;
+    const total = planned();
+    const lossOn = inContextLossPhase(step, total, hp) ? "context" : "assistant";
+    const masks = batch.map((ex) => (lossOn === "context" ? contextMask(ex) : ex.lossMask).subarray(1));
+    const covered = masks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
+    let loss = 0;
+    let computedTokens = 0;
+    for (let m = 0; m < batch.length; m += hp.microBatch) {
+      const micro = batch.slice(m, m + hp.microBatch).map((ex) => ex.tokens);
+      const microMasks = masks.slice(m, m + hp.microBatch);
+      const microTokens = microMasks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
+      const scale = microTokens / Math.max(covered, 1);
+      const microLoss: TokenLoss = (lp) => {
+        const s = sftLoss(lp, microMasks);
+        return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
+      };
+      const r = hp.packPrefixes === false
+        ? await engine.forwardBackward(micro, microLoss, { scored: microMasks })
+        : await packedForwardBackward(engine, micro, microMasks, microLoss);
+      loss += r.loss;
+      computedTokens += r.metrics.tokens ?? 0;
+    }
+    const lr = learningRateAt(step, total, hp);
+    const { gradNorm } = await engine.optimStep({ lr, weightDecay: hp.weightDecay, maxGradNorm: hp.maxGradNorm });
+    if (ofSource(batch)) sourceLosses.push(loss);
+    const source = batch[0]!.source;
+    const metrics: SftStepMetrics = {
+      epoch, step, loss, gradNorm, tokens: covered, computedTokens, lr, lossOn,
+      ...(source !== undefined && batch.every((ex) => ex.source === source) ? { source } : {}),
+      ...(extension ? { extension: true as const } : {}),
+    };
+    history.push(metrics);
+    await onStep?.(metrics);
+    return true;
+  };
+
+  /** The lead's extension: its batches while the source's recent loss is at or above the target. */
+  const extendLead = async (epoch: number): Promise<boolean> => {
+    const e = ext!;
+    let k = 0;
+    for (; k * hp.batchSize < e.examples.length && meanOfLast(sourceLosses, e.window) >= e.meanLoss; k++) {
+      if (!(await trainStep(e.examples.slice(k * hp.batchSize, (k + 1) * hp.batchSize), epoch, true))) return false;
+    }
+    if (step >= startStep) e.onEnd?.({ meanLoss: meanOfLast(sourceLosses, e.window), batches: k, ranOut: k * hp.batchSize >= e.examples.length });
+    return true;
+  };
+
+  for (let epoch = 0; epoch < hp.epochs; epoch++) {
+    const batches = epochBatches(examples, hp, rng, groups, epoch);
+    const lastOfSource = epoch === 0 && ext ? batches.findLastIndex((b) => examples[b[0]!]!.source === ext.source) : -1;
+    for (const [b, indices] of batches.entries()) {
+      if (!(await trainStep(indices.map((i) => examples[i]!), epoch, false))) return history;
+      if (b === lastOfSource && !(await extendLead(epoch))) return history;
     }
   }
   return history;

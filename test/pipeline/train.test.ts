@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { train } from "../../src/pipeline/train.js";
+import { learningRateAt } from "../../src/rl/lr-schedule.js";
 import { parityConfig, registerParityEnv } from "./parity-env.js";
 import { startEndpoint } from "../reward/judge-endpoint.js";
 
@@ -126,6 +127,37 @@ describe("the training pipeline", () => {
     expect(sft[0]!.lossOn).toBe("context");
     expect(sft[0]!.tokens).toBeGreaterThan(0);
     expect(sft[0]!.tokens).toBeLessThanOrEqual(4 * 10);
+  }, 120_000);
+
+  it("drills on while the drill's loss stays at or above untilLoss, and resumes exactly in the middle of it (sft.copyDrill.untilLoss)", async () => {
+    const drilled = (runsDir: string) => {
+      const base = config(runsDir, "drill-until");
+      // A target no loss reaches: the drill runs to its maxExamples, 16 examples, 4 steps of 4.
+      const copyDrill = { examples: 8, spanTokens: [2, 4] as [number, number], tokens: 16, untilLoss: 1e-6, lossSteps: 2, maxExamples: 16 };
+      return { ...base, sft: { ...base.sft, batchBy: "prefix" as const, copyDrill }, grpo: { ...base.grpo, enabled: false } };
+    };
+    const cfg = drilled(mkdtempSync(join(scratch, "runs-")));
+    const full = await train(cfg, { quiet: true, skipEval: true });
+    const sft = learning(join(full.runDir, "metrics.jsonl")).filter((r) => r.stage === "sft");
+    expect(sft.slice(0, 5).map((r) => [r.source, r.extension ?? false])).toEqual([
+      ["copy-drill", false],
+      ["copy-drill", false],
+      ["copy-drill", true],
+      ["copy-drill", true],
+      ["parity", false],
+    ]);
+    // Every step ran, the drill's extension counted among them, and the schedule ends on the last.
+    expect(full.sft).toEqual({ steps: sft.length, allSteps: sft.length });
+    expect(sft.at(-1)!.lr).toBeCloseTo(learningRateAt(sft.length, sft.length, cfg.sft), 15);
+
+    // Stopped after the extension's first step, then resumed: the same steps and losses.
+    const runsDir = mkdtempSync(join(scratch, "runs-"));
+    let seen = 0;
+    const stopped = await train(drilled(runsDir), { quiet: true, skipEval: true, onMetrics: (r) => void (r.stage === "sft" && seen++), shouldStop: () => seen >= 3 });
+    expect(stopped.stopped).toBe(true);
+    const resumed = await train(drilled(runsDir), { quiet: true, skipEval: true, resume: true });
+    expect(learning(join(resumed.runDir, "metrics.jsonl"))).toEqual(learning(join(full.runDir, "metrics.jsonl")));
+    expect(resumed.sft).toEqual(full.sft);
   }, 120_000);
 
   it("decays GRPO's learning rate along a cosine over its planned steps (grpo.lrSchedule)", async () => {

@@ -40,6 +40,17 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 0 } } })).toThrow(/sft\.copyDrill\.examples/);
     expect(() => validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 10, span: 8 } } })).toThrow(/sft\.copyDrill/);
     expect(validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 100 } } }).sft.copyDrill).toEqual({ examples: 100, spanTokens: [8, 47], tokens: 200 });
+    const drill = (copyDrill: object) => validateConfig({ ...minimal, sft: { batchBy: "prefix", copyDrill: { examples: 800, ...copyDrill } } }).sft.copyDrill;
+    expect(drill({ untilLoss: 0.2 })).toMatchObject({ examples: 800, untilLoss: 0.2 });
+    expect(drill({ untilLoss: 0.2, lossSteps: 50, maxExamples: 2000 })).toMatchObject({ untilLoss: 0.2, lossSteps: 50, maxExamples: 2000 });
+    expect(() => drill({ maxExamples: 2000 })).toThrow(/sft\.copyDrill\.maxExamples: only applies with untilLoss/);
+    expect(() => drill({ lossSteps: 50 })).toThrow(/sft\.copyDrill\.lossSteps: only applies with untilLoss/);
+    expect(() => drill({ untilLoss: 0.2, maxExamples: 400 })).toThrow(/sft\.copyDrill\.maxExamples: must be at least `examples`/);
+    expect(() => drill({ untilLoss: 0 })).toThrow(/sft\.copyDrill\.untilLoss/);
+    expect(drill({ recall: 0.5 })).toMatchObject({ recall: 0.5 });
+    expect(() => drill({ recall: 2 })).toThrow(/sft\.copyDrill\.recall/);
+    // 800 examples in batches of 8 (the default) make 100 steps: a window of 101 does not fit.
+    expect(() => drill({ untilLoss: 0.2, lossSteps: 101 })).toThrow(/sft\.copyDrill\.lossSteps: the drill's first 800 examples make 100 steps of batchSize 8, fewer than lossSteps \(101\)/);
     expect(() => validateConfig({ ...minimal, sft: { contextLossFraction: 1 } })).toThrow(/sft\.contextLossFraction: must be below 1/);
     expect(() => validateConfig({ ...minimal, sft: { lrSchedule: "linear" } })).toThrow(/sft\.lrSchedule: must be one of "constant", "cosine"/);
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/alfworld-gen-v0", sftMistakes: 0.8 }] })).toThrow(/sftMistakes: must be at most 0\.5/);

@@ -53,6 +53,33 @@ describe("copy drill", () => {
     }
   });
 
+  it("writes the spans of a recall example once each, then again in a shuffled order (recall)", () => {
+    const mixed = copyDrillExamples(from, { ...options, examples: 200, recall: 0.5 }, 5);
+    // A recall example's first half is untrained (its spans once each); a pair example trains on its second span's copy.
+    const half = (ex: SftExample) => (ex.tokens.length - 1) / 2;
+    const recalled = mixed.filter((ex) => ex.lossMask.subarray(1, 1 + half(ex)).every((x) => x === 0));
+    expect(recalled.length).toBeGreaterThan(70);
+    expect(recalled.length).toBeLessThan(130);
+    let reordered = 0;
+    for (const ex of recalled) {
+      const first = ex.tokens.slice(1, 1 + half(ex));
+      // The second half: spans, each trained from its second token (an untrained token starts one).
+      const spans: number[][] = [];
+      for (let at = 1 + half(ex); at < ex.tokens.length; at++) {
+        if (ex.lossMask[at] === 0) spans.push([]);
+        spans.at(-1)!.push(ex.tokens[at]!);
+      }
+      expect(spans.length).toBeGreaterThanOrEqual(3);
+      const where = spans.map((span) => first.findIndex((_, k) => span.every((t, m) => first[k + m] === t)));
+      expect(where.every((k) => k >= 0)).toBe(true);
+      expect([...spans.flat()].sort((a, b) => a - b)).toEqual([...first].sort((a, b) => a - b));
+      if (where.some((k, n) => n > 0 && k < where[n - 1]!)) reordered++;
+    }
+    expect(reordered).toBeGreaterThan(recalled.length / 2);
+    expect(copyDrillExamples(from, { ...options, recall: 0 }, 5)).toEqual(copyDrillExamples(from, options, 5));
+    expect(() => copyDrillExamples(from, { ...options, recall: 1.5 }, 0)).toThrow(/recall must be a share from 0 to 1, got 1.5/);
+  });
+
   it("cuts spans only from examples with more context than the span, across the examples", () => {
     // The third example has 30 context tokens: spans of up to 29 can come from it, of 30 or more not.
     const long = copyDrillExamples(from, { ...options, spanTokens: [30, 40] }, 1);

@@ -117,6 +117,55 @@ describe("sftTrain", () => {
     engine.dispose();
   });
 
+  describe("a lead's extension (extendLead)", () => {
+    // Two prompts, one example each, batches of 1: a leading source's batch, then the mix's; the
+    // extension's batches are the leading example again.
+    const two = [0, 1].map((i) => ({ ...examples[i]!, tokens: [i, ...examples[i]!.tokens.slice(1)], source: i === 0 ? "lead" : "mix" }));
+    const more = [two[0]!, two[0]!, two[0]!];
+    const hpLead = { ...hp, epochs: 2, batchSize: 1, batchBy: "prefix" as const, leadBySource: { lead: 1 } };
+    const run = async (meanLoss: number | undefined, options: Parameters<typeof sftTrain>[4] = {}) => {
+      const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+      const ends: { meanLoss: number; batches: number; ranOut: boolean }[] = [];
+      const extendLead = meanLoss === undefined ? undefined : { source: "lead", examples: more, meanLoss, window: 1, onEnd: (e: (typeof ends)[number]) => ends.push(e), ...options.extendLead };
+      const h = await sftTrain(engine, two, hpLead, undefined, { ...options, ...(extendLead ? { extendLead } : {}) });
+      engine.dispose();
+      return { h, ends };
+    };
+
+    it("trains the extension's batches after the source's last lead batch while its loss is at or above the target", async () => {
+      const all = await run(0);
+      expect(all.h.map((m) => m.source)).toEqual(["lead", "lead", "lead", "lead", "mix", "mix", "lead"]);
+      expect(all.h.map((m) => m.extension ?? false)).toEqual([false, true, true, true, false, false, false]);
+      expect(all.ends).toEqual([{ meanLoss: all.h[3]!.loss, batches: 3, ranOut: true }]);
+      // The plan grows by the steps taken: the schedule ends at the seventh step.
+      expect(all.h[6]!.lr).toBeCloseTo(learningRateAt(7, 7, hp), 15);
+      expect(all.h[1]!.lr).toBeCloseTo(learningRateAt(2, 5, hp), 15);
+
+      // A target above every loss: no extension, and the same steps as without one.
+      const none = await run(1e9);
+      const plain = await run(undefined);
+      expect(none.h).toEqual(plain.h);
+      expect(none.ends).toEqual([{ meanLoss: plain.h[0]!.loss, batches: 0, ranOut: false }]);
+
+      // A target between the losses of the extension's first and second steps: one batch.
+      expect(all.h[1]!.loss).toBeLessThan(all.h[0]!.loss);
+      const one = await run((all.h[0]!.loss + all.h[1]!.loss) / 2);
+      expect(one.h.map((m) => m.extension ?? false)).toEqual([false, true, false, false, false]);
+      expect(one.h[1]!.loss).toBe(all.h[1]!.loss);
+    });
+
+    it("resumes exactly with the source's losses before the start step, and says what it needs without them", async () => {
+      const all = await run(0);
+      const resumed = await run(0, { startStep: 3, extendLead: { source: "lead", examples: more, meanLoss: 0, window: 1, pastLosses: all.h.slice(0, 3).map((m) => m.loss) } });
+      const view = (h: typeof all.h) => h.map((m) => [m.step, m.source, m.extension ?? false, m.lr]);
+      expect(view(resumed.h)).toEqual(view(all.h.slice(3)));
+      await expect(run(0, { startStep: 3 })).rejects.toThrow(/resuming at step 3 needs the losses of "lead"'s steps before it .* the checkpoint has 0/);
+      const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
+      await expect(sftTrain(engine, two, { ...hpLead, leadBySource: { lead: 0.5 } }, undefined, { extendLead: { source: "lead", examples: more, meanLoss: 1, window: 1 } })).rejects.toThrow(/needs leadBySource\["lead"\] = 1/);
+      engine.dispose();
+    });
+  });
+
   it("stops at the planned steps, and a resumed run takes the same steps as an uninterrupted one", async () => {
     const run = async (options: Parameters<typeof sftTrain>[4]) => {
       const engine = createRandomModel(tinyConfig({ vocabSize: V }), 3);
