@@ -185,6 +185,7 @@ const SftSection = z
       .strict()
       .refine((d) => d.spanTokens[0] <= d.spanTokens[1], { path: ["spanTokens"], message: "the shortest span (first) must not be longer than the longest (second)" })
       .refine((d) => d.untilLoss !== undefined || d.maxExamples === undefined, { path: ["maxExamples"], message: "only applies with untilLoss (without it the drill is `examples` long)" })
+      .refine((d) => d.untilLoss !== undefined || d.lossSteps === undefined, { path: ["lossSteps"], message: "only applies with untilLoss" })
       .refine((d) => d.maxExamples === undefined || d.maxExamples >= d.examples, { path: ["maxExamples"], message: "must be at least `examples` (the drill's length before untilLoss is checked)" })
       .optional(),
     /** "shuffle": batches drawn at random; "prefix": each batch from the examples of one system prompt (suite). */
@@ -320,9 +321,6 @@ export const TrainConfigSchema = z
       }
     }
     const drill = cfg.sft.copyDrill;
-    if (drill !== undefined && drill.lossSteps !== undefined && drill.untilLoss === undefined) {
-      ctx.addIssue({ code: "custom", path: ["sft", "copyDrill", "lossSteps"], message: "only applies with untilLoss" });
-    }
     if (drill?.untilLoss !== undefined && drillLossSteps(drill) * cfg.sft.batchSize > drill.examples) {
       ctx.addIssue({ code: "custom", path: ["sft", "copyDrill", "lossSteps"], message: `the drill's first ${drill.examples} examples make ${Math.floor(drill.examples / cfg.sft.batchSize)} steps of batchSize ${cfg.sft.batchSize}, fewer than lossSteps (${drillLossSteps(drill)}): lower lossSteps or raise examples` });
     }
