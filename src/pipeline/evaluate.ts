@@ -5,6 +5,7 @@
 import type { EmbeddedEngine } from "../engine/embedded.js";
 import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
+import type { TrainConfig } from "../rl/config.js";
 import type { Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { mean, passAtK, wilsonInterval } from "./stats.js";
@@ -35,6 +36,19 @@ export interface EvalOptions {
   concurrency: number;
   quiet?: boolean;
   label?: string;
+}
+
+/** The evaluation settings of a training config: its eval section, its turn limits and its seed. */
+export function evalOptionsOf(cfg: TrainConfig): EvalOptions {
+  return {
+    samples: cfg.eval.samples,
+    temperature: cfg.eval.temperature,
+    seed: cfg.seed + 1_000_003,
+    maxTurns: cfg.grpo.maxTurns,
+    maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
+    maxContextTokens: cfg.grpo.maxContextTokens,
+    concurrency: cfg.grpo.concurrency,
+  };
 }
 
 export const SUCCESS_THRESHOLD = 1 - 1e-9;

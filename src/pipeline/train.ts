@@ -24,7 +24,7 @@ import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
 import { COPY_DRILL_SOURCE, copyDrillExamples } from "../rl/copy-drill.js";
 import { replannedSteps, sftSteps, sftTrain, stepsThatFit, type LeadExtension, type SftExample } from "../rl/sft.js";
-import { evaluate, type SuiteEval } from "./evaluate.js";
+import { evalOptionsOf, evaluate, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { RunDir, writeJsonAtomic, type RunStatus } from "./run-dir.js";
@@ -123,7 +123,8 @@ function sftLeads(cfg: TrainConfig, plans: SuitePlan[]): { leadBySource?: Record
   return leads.length ? { leadBySource: Object.fromEntries(leads) } : {};
 }
 
-function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
+/** The attention a config's policy runs with: its sink window, or full attention (undefined). */
+export function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
   return cfg.attention.mode === "sink-window" ? { window: cfg.attention.window, sinks: cfg.attention.sinks } : undefined;
 }
 
@@ -415,16 +416,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     }
     const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir, attentionOf(cfg)).engine : undefined;
 
-    const evalOpts = {
-      samples: cfg.eval.samples,
-      temperature: cfg.eval.temperature,
-      seed: cfg.seed + 1_000_003,
-      maxTurns: cfg.grpo.maxTurns,
-      maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
-      maxContextTokens: cfg.grpo.maxContextTokens,
-      concurrency: cfg.grpo.concurrency,
-      quiet: options.quiet,
-    };
+    const evalOpts = { ...evalOptionsOf(cfg), quiet: options.quiet };
     // 4. Evaluation before RL (kept across resumes in eval.json).
     const evalFile = run.file("eval.json");
     const tables = (existsSync(evalFile) ? JSON.parse(readFileSync(evalFile, "utf8")) : { stages: {} }) as { stages: Record<string, Record<string, SuiteEval>> };

@@ -4,12 +4,13 @@
  */
 import type { Command } from "commander";
 import { existsSync } from "node:fs";
-import { evaluate, type SuiteEval } from "../../pipeline/evaluate.js";
+import { evalOptionsOf, evaluate, type SuiteEval } from "../../pipeline/evaluate.js";
 import { loadPolicy } from "../../pipeline/policy.js";
 import { planSuites } from "../../pipeline/tasks.js";
-import { train } from "../../pipeline/train.js";
+import { attentionOf, train } from "../../pipeline/train.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { ConfigError, loadConfigFile, validateConfig } from "../../rl/config.js";
+import { setMatmulPrecision } from "../../kernels/index.js";
 import { UsageError } from "../main.js";
 import { startDashboard } from "../../dashboard/server.js";
 import { openInBrowser } from "./dashboard.js";
@@ -117,32 +118,32 @@ export function registerTrainCommands(program: Command): void {
     .option("--seed <n>", "seed of the task split and the sampling", "0")
     .option("--max-turns <n>", "turns per episode", "20")
     .option("--json <file>", "also write the table as JSON")
-    .action(async (checkpoint: string, opts: Record<string, string | string[]>) => {
+    .option("--config <file>", "evaluate as a training config does (a run's config.json): its suites with their options and held-out tasks, its eval settings, turn limits, attention and seed")
+    .action(async (checkpoint: string, opts: Record<string, string | string[]>, command: Command) => {
       registerBundledEnvs();
       let cfg;
       try {
-        cfg = validateConfig({
-          seed: Number(opts.seed),
-          suites: (opts.suites as string[]).map((env) => ({ env })),
-          model: { checkpoint },
-          eval: { tasksPerSuite: Number(opts.tasks), samples: Number(opts.samples), temperature: Number(opts.temperature) },
-          grpo: { maxTurns: Number(opts.maxTurns) },
-        }, "the eval options");
+        if (opts.config) {
+          const given = ["suites", "tasks", "samples", "temperature", "seed", "maxTurns"].filter((o) => command.getOptionValueSource(o) === "cli");
+          if (given.length) throw new UsageError(`--config takes the suites and evaluation settings from ${opts.config as string}; drop ${given.map((o) => `--${o.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(", ")}`);
+          if (!existsSync(opts.config as string)) throw new UsageError(`no config file at ${opts.config as string}`);
+          cfg = loadConfigFile(opts.config as string);
+        } else {
+          cfg = validateConfig({
+            seed: Number(opts.seed),
+            suites: (opts.suites as string[]).map((env) => ({ env })),
+            model: { checkpoint },
+            eval: { tasksPerSuite: Number(opts.tasks), samples: Number(opts.samples), temperature: Number(opts.temperature) },
+            grpo: { maxTurns: Number(opts.maxTurns) },
+          }, "the eval options");
+        }
       } catch (err) {
-        if (err instanceof ConfigError) throw new UsageError(err.message.replace("is not a valid training config", "are not valid"));
+        if (err instanceof ConfigError) throw new UsageError(opts.config ? err.message : err.message.replace("is not a valid training config", "are not valid"));
         throw err;
       }
-      const policy = loadPolicy(checkpoint);
-      const plans = await planSuites(cfg);
-      const table = await evaluate(policy, plans, {
-        samples: cfg.eval.samples,
-        temperature: cfg.eval.temperature,
-        seed: cfg.seed + 1_000_003,
-        maxTurns: cfg.grpo.maxTurns,
-        maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
-        maxContextTokens: cfg.grpo.maxContextTokens,
-        concurrency: cfg.grpo.concurrency,
-      });
+      // The config's matrix products, as its run evaluated with (fp32 where the CPU has no bf16 unit).
+      if (opts.config) setMatmulPrecision(cfg.model.matmul);
+      const table = await evaluate(loadPolicy(checkpoint, attentionOf(cfg)), await planSuites(cfg), evalOptionsOf(cfg));
       console.log(formatEvalTable(table));
       if (opts.json) {
         const { writeJsonAtomic } = await import("../../pipeline/run-dir.js");
