@@ -5,8 +5,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it, vi } from "vitest";
-import { main } from "../../src/cli/main.js";
+import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/embedded.js";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { runExpertEpisode } from "../../src/envs/suite.js";
@@ -18,18 +17,8 @@ import { loadQwen3Tokenizer, qwen3TokenizerDir } from "../../src/model/tokenizer
 import { TrimmedVocab } from "../../src/model/vocab.js";
 import type { SinkProfile } from "../../src/attention/index.js";
 import { sinkModel, tinyConfig, withX, X } from "./helpers.js";
+import { runCli } from "../run-cli.js";
 
-async function runCli(args: string[]) {
-  const out: string[] = [];
-  const log = vi.spyOn(console, "log").mockImplementation((...a) => void out.push(a.join(" ")));
-  const err = vi.spyOn(console, "error").mockImplementation((...a) => void out.push(a.join(" ")));
-  try {
-    return { code: await main(args), output: out.join("\n") };
-  } finally {
-    log.mockRestore();
-    err.mockRestore();
-  }
-}
 
 describe("sinkflex sinks probe", () => {
   it("probes the suites' expert trajectories rendered with the checkpoint's chat template (real binary)", async () => {

@@ -1,25 +1,12 @@
 import { spawn, spawnSync } from "node:child_process";
-import { afterEach, describe, expect, it, vi } from "vitest";
-import { main } from "../../src/cli/main.js";
+import { afterEach, describe, expect, it } from "vitest";
 import { register, unregister } from "../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { WalkEnv } from "./helpers.js";
+import { runCli } from "../run-cli.js";
 
 const BIN = "bin/sinkflex.mjs";
 
-/** Runs the CLI in this process, capturing what it prints. */
-async function runCli(args: string[]) {
-  const out: string[] = [];
-  const log = vi.spyOn(console, "log").mockImplementation((...a) => void out.push(a.join(" ")));
-  const err = vi.spyOn(console, "error").mockImplementation((...a) => void out.push(a.join(" ")));
-  try {
-    const code = await main(args);
-    return { code, output: out.join("\n") };
-  } finally {
-    log.mockRestore();
-    err.mockRestore();
-  }
-}
 
 describe("sinkflex envs", () => {
   afterEach(() => {

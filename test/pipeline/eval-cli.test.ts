@@ -1,27 +1,15 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it, vi } from "vitest";
-import { main } from "../../src/cli/main.js";
+import { afterAll, describe, expect, it } from "vitest";
 import { train } from "../../src/pipeline/train.js";
 import { parityConfig, registerParityEnv } from "./parity-env.js";
+import { runCli } from "../run-cli.js";
 
 registerParityEnv();
 const scratch = mkdtempSync(join(tmpdir(), "eval-cli-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-/** Runs the CLI in this process, capturing what it prints. */
-async function runCli(args: string[]) {
-  const out: string[] = [];
-  const log = vi.spyOn(console, "log").mockImplementation((...a) => void out.push(a.join(" ")));
-  const err = vi.spyOn(console, "error").mockImplementation((...a) => void out.push(a.join(" ")));
-  try {
-    return { code: await main(args), output: out.join("\n") };
-  } finally {
-    log.mockRestore();
-    err.mockRestore();
-  }
-}
 
 describe("sinkflex eval --config", () => {
   it("evaluates a run's final checkpoint as the run did: the same held-out tasks and success", async () => {
