@@ -12,7 +12,7 @@ export * from "./rl/advantages.js";
 export * from "./rl/policy-loss.js";
 export * from "./rl/grpo.js";
 export * from "./rl/sft.js";
-export * from "./rl/config.js";
+export * from "./pipeline/config.js";
 export * from "./reward/rubric.js";
 export * from "./reward/judge.js";
 export { train, type TrainOptions, type TrainResult } from "./pipeline/train.js";

@@ -8,8 +8,8 @@
  * context outgrows the window their samples (and rewards) differ: the ratios are then per step.
  */
 import { bf16Available, type MatmulPrecision } from "../kernels/index.js";
-import type { TrainConfig } from "../rl/config.js";
-import { validateConfig } from "../rl/config.js";
+import type { TrainConfig } from "./config.js";
+import { validateConfig } from "./config.js";
 import { improvedBeyondInterval } from "./stats.js";
 import { train, type TrainResult } from "./train.js";
 import type { SuiteEval } from "./evaluate.js";

@@ -5,7 +5,7 @@
 import type { EmbeddedEngine } from "../engine/embedded.js";
 import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
-import type { TrainConfig } from "../rl/config.js";
+import type { TrainConfig } from "./config.js";
 import type { Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { mean, passAtK, wilsonInterval } from "./stats.js";

@@ -8,7 +8,7 @@ import type { ChatMessage } from "../gym/chat.js";
 import { LlmJudge } from "../reward/judge.js";
 import { progressReward, Rubric, verifiableReward, wellFormedToolCalls, type RewardComponent, type RubricResult } from "../reward/rubric.js";
 import type { Trajectory } from "../rollout/trajectory.js";
-import type { TrainConfig } from "../rl/config.js";
+import type { TrainConfig } from "./config.js";
 import { SUCCESS_THRESHOLD } from "./evaluate.js";
 
 export type RewardWeights = NonNullable<TrainConfig["suites"][number]["reward"]>;

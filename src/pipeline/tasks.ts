@@ -8,7 +8,7 @@ import type { Env } from "../gym/env.js";
 import { make, spec } from "../gym/registry.js";
 import { Rng } from "../gym/rng.js";
 import { runExpertEpisode, type ExpertEpisode } from "../envs/suite.js";
-import type { TrainConfig } from "../rl/config.js";
+import type { TrainConfig } from "./config.js";
 
 export interface SuitePlan {
   /** Short name used in tables and metrics, e.g. "arith". */

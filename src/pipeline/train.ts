@@ -19,7 +19,7 @@ import type { AttentionSettings } from "../model/transformer.js";
 import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
 import type { Trajectory } from "../rollout/trajectory.js";
-import { drillLossSteps, drillMaxExamples, type TrainConfig } from "../rl/config.js";
+import { drillLossSteps, drillMaxExamples, type TrainConfig } from "./config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
 import { COPY_DRILL_SOURCE, copyDrillExamples } from "../rl/copy-drill.js";

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { bf16Unit, loadNativeKernels, nativeAddonPath, setMatmulPrecision } from "../../src/kernels/native.js";
 import type { AttentionMask, AttentionShape } from "../../src/kernels/kernels.js";
 import { referenceKernels as ref } from "../../src/kernels/reference.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { expectClose, randn, rng } from "./helpers.js";
 
 const native = loadNativeKernels();

@@ -8,7 +8,7 @@ import { randomWeights } from "../../src/model/instance.js";
 import { applyMimeticAttention } from "../../src/model/mimetic.js";
 import { bindParams, type LayerParams } from "../../src/model/params.js";
 import { Rng } from "../../src/model/random.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 
 const cfg: ModelConfig = { arch: "qwen2", hiddenSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 32, intermediateSize: 256,
   vocabSize: 64, rmsNormEps: 1e-6, ropeTheta: 10000, ropeScaling: { type: "none" }, maxPositionEmbeddings: 256,

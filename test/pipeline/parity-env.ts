@@ -5,7 +5,7 @@
 import { z } from "zod";
 import { registerSuite } from "../../src/envs/suite.js";
 import { register, registeredIds } from "../../src/gym/registry.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { arrayTasks, ToolEnv } from "../../src/tools/tool-env.js";
 import { functionTool } from "../../src/tools/tool.js";
 

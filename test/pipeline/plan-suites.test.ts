@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { expertEpisodeCount, expertEpisodes, makeChatEnv, planSuites } from "../../src/pipeline/tasks.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { generateRestTasks, restTaskKinds } from "../../src/envs/restapi/tasks.js";
 import { RestWorld } from "../../src/envs/restapi/world.js";
 

@@ -6,7 +6,7 @@ import { createPolicy } from "../../src/pipeline/policy.js";
 import { PrepPool } from "../../src/pipeline/prep-pool.js";
 import { conversationToExample } from "../../src/pipeline/sft-data.js";
 import { expertEpisodes, makeChatEnv, planSuites, readTaskContents } from "../../src/pipeline/tasks.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 
 registerBundledEnvs();
 // A suite registered at run time, in this thread only: a worker thread cannot make it.

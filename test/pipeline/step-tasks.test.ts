@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { stepTasks } from "../../src/pipeline/train.js";
 import type { SuitePlan } from "../../src/pipeline/tasks.js";
 

@@ -9,7 +9,7 @@ import { registerBundledEnvs } from "../../src/envs/index.js";
 import { scoreTrajectory, suiteRubric } from "../../src/pipeline/suite-reward.js";
 import { planSuites } from "../../src/pipeline/tasks.js";
 import type { Trajectory } from "../../src/rollout/trajectory.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 
 registerBundledEnvs();
 

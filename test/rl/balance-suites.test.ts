@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { balanceSuiteAdvantages, type TrainSequence } from "../../src/rl/grpo.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 
 /** A sequence with `trained` sampled tokens after a 3-token prompt. */
 function seq(trained: number, suite?: string): TrainSequence {

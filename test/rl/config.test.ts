@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfigFile, referenceGrpo, validateConfig } from "../../src/rl/config.js";
+import { ConfigError, loadConfigFile, referenceGrpo, validateConfig } from "../../src/pipeline/config.js";
 
 const minimal = { suites: [{ env: "sinkflex/arith-v0" }], model: { init: {} } };
 

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
 import { grpoUpdate, type GrpoHparams, type TrainSequence } from "../../src/rl/grpo.js";
-import { validateConfig } from "../../src/rl/config.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 const V = 64;

@@ -9,7 +9,7 @@ import { loadPolicy } from "../../pipeline/policy.js";
 import { planSuites } from "../../pipeline/tasks.js";
 import { attentionOf, train } from "../../pipeline/train.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { ConfigError, loadConfigFile, validateConfig } from "../../rl/config.js";
+import { ConfigError, loadConfigFile, validateConfig } from "../../pipeline/config.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
 import { UsageError } from "../main.js";
 import { startDashboard } from "../../dashboard/server.js";

@@ -11,7 +11,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { ATTENTION_INITS } from "../model/instance.js";
 import { MATMUL_PRECISIONS } from "../kernels/native.js";
-import { ADVANTAGE_ESTIMATORS } from "./advantages.js";
+import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
 
 const positiveInt = z.number().int().positive();
 
@@ -128,7 +128,7 @@ const AttentionSection = z
   })
   .strict();
 
-/** The learning-rate schedule's fields, shared by SFT and GRPO (rl/lr-schedule.ts). */
+/** The learning-rate schedule's fields, shared by SFT and GRPO (src/rl/lr-schedule.ts). */
 const LrScheduleFields = {
   lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
   /** The cosine schedule's final learning rate as a fraction of lr (default 0.1). */
