@@ -14,13 +14,9 @@ import { registerEnvsPlayCommand } from "./commands/envs-play.js";
 import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
 import { registerServeCommands } from "./commands/serve.js";
 import { registerSinksCommands } from "./commands/sinks.js";
+import { UsageError } from "./usage-error.js";
 
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "UsageError";
-  }
-}
+export { UsageError };
 
 export function buildProgram(): Command {
   const program = new Command("sinkflex")

@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
 import { startDashboard } from "../../dashboard/server.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 
 /** Opens a URL in the desktop's browser when there is one; does nothing on a headless machine. */
 export function openInBrowser(url: string): void {

@@ -6,7 +6,7 @@ import type { Command } from "commander";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../../kernels/native.js";
 import { DEMO_NAIVE_STEPS, formatDemoTable, runDemo } from "../../pipeline/demo.js";
 import { writeJsonAtomic } from "../../pipeline/run-dir.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 import { dashboardForRun, installStopHandler } from "./train.js";
 
 export function registerDemoCommands(program: Command): void {

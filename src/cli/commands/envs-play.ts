@@ -12,7 +12,7 @@ import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../../gy
 import type { Env } from "../../gym/env.js";
 import { make, registeredIds } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 import { envsCommand } from "./envs.js";
 
 const HELP = "Type a message to the user, or `/call tool_name {json arguments}`; `/tools` lists the tools, `/help` shows this, `/quit` leaves.";

@@ -11,7 +11,7 @@ import { make, registeredIds } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport } from "../../envs/suite.js";
 import { conform, tauDomain } from "../../envs/tau/index.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 import { envsCommand } from "./envs.js";
 
 export interface CommandResult {

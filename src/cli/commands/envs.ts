@@ -12,7 +12,7 @@ import { checkEnv, formatCheckReport, sampledActions } from "../../gym/check.js"
 import { serveEnv } from "../../gym/remote/server.js";
 import { make, makeUnwrapped, registeredIds, specs } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 
 /** The `envs` command group of `program`, created on first use. */
 export function envsCommand(program: Command): Command {

@@ -14,7 +14,7 @@ import { ChatTemplate } from "../../model/chat-template.js";
 import { Tokenizer } from "../../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab } from "../../model/vocab.js";
 import { OpenAIServer, type ServeOptions } from "../../serve/openai-server.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 
 export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" | "codec" | "template">> {
   port?: number;

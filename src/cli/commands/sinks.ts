@@ -18,7 +18,7 @@ import { ChatTemplate } from "../../model/chat-template.js";
 import { Tokenizer } from "../../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/vocab.js";
 import { readChatJsonl } from "../../pipeline/sft-data.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 
 /** Expert trajectories used when no --data is given: suites whose experts run without outside services. */
 export const DEFAULT_PROBE_ENVS = ["sinkflex/arith-v0", "sinkflex/alfworld-gen-v0", "sinkflex/tau-retail-v0"];

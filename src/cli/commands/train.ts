@@ -11,7 +11,7 @@ import { attentionOf, train } from "../../pipeline/train.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { ConfigError, loadConfigFile, validateConfig } from "../../pipeline/config.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
-import { UsageError } from "../main.js";
+import { UsageError } from "../usage-error.js";
 import { startDashboard } from "../../dashboard/server.js";
 import { openInBrowser } from "./dashboard.js";
 
