@@ -145,6 +145,11 @@ class SqliteSession implements SqlSession {
     return proc;
   }
 
+  /** A closed session's file is gone: refuse before starting a query process that would have nothing to open. */
+  private checkOpen(): void {
+    if (this.closed) throw new SqlError("the session is closed");
+  }
+
   private serial<T>(work: () => Promise<T>): Promise<T> {
     const run = this.queue.then(work, work);
     this.queue = run.catch(() => undefined);
@@ -153,7 +158,7 @@ class SqliteSession implements SqlSession {
 
   query(sql: string, options: { signal?: AbortSignal } = {}): Promise<QueryResult> {
     return this.serial(async () => {
-      if (this.closed) throw new SqlError("the session is closed");
+      this.checkOpen();
       if (typeof sql !== "string" || sql.trim() === "") throw new SqlError("the query is empty; send one SQL statement.");
       const keyword = firstKeyword(sql);
       if (OUTSIDE.has(keyword)) throw new SqlError(`${keyword} is not allowed: a session works on its own database only.`);
@@ -172,11 +177,15 @@ class SqliteSession implements SqlSession {
   }
 
   listTables(): Promise<string[]> {
-    return this.serial(async () => (await (await this.process()).request({ op: "tables" }, this.db.statementTimeoutMs)) as string[]);
+    return this.serial(async () => {
+      this.checkOpen();
+      return (await (await this.process()).request({ op: "tables" }, this.db.statementTimeoutMs)) as string[];
+    });
   }
 
   describeTable(name: string): Promise<TableInfo> {
     return this.serial(async () => {
+      this.checkOpen();
       const info = (await (await this.process()).request({ op: "describe", table: name }, this.db.statementTimeoutMs)) as TableInfo | null;
       if (!info) throw new SqlError(`no table named "${name}". Use list_tables to see the tables.`);
       return info;
