@@ -12,6 +12,7 @@
  * is counted. The registry holds factories only; it never imports a suite.
  */
 import type { Env } from "./env.js";
+import type { ClientOptionRules } from "./remote/options.js";
 import { OrderEnforcing } from "./wrappers/order-enforcing.js";
 import { RecordEpisodeStatistics } from "./wrappers/record-episode-statistics.js";
 import { TimeLimit } from "./wrappers/time-limit.js";
@@ -29,6 +30,11 @@ export interface EnvDefaults {
   tokenBudget?: number;
   /** Default options passed to the factory; `make`'s options override them. */
   options?: Record<string, unknown>;
+  /**
+   * The options a remote client of `serveEnv` may set, with their types and bounds (see
+   * remote/options.ts); the wrapper settings are added for every env. None besides those when absent.
+   */
+  clientOptions?: ClientOptionRules;
 }
 
 export type EnvFactory = (options: Record<string, unknown>) => Env<any, any> | Promise<Env<any, any>>;

@@ -7,6 +7,7 @@
  * `envsCommand(program)`, which returns the `envs` Command (creating it when it does not exist yet),
  * and add to it: `envsCommand(program).command("replay")...`.
  */
+import { readFileSync } from "node:fs";
 import { Command } from "commander";
 import { checkEnv, formatCheckReport, sampledActions } from "../../gym/check.js";
 import { serveEnv } from "../../gym/remote/server.js";
@@ -61,6 +62,24 @@ function intOption(name: string, raw: string, min: number, max = Number.MAX_SAFE
   return n;
 }
 
+/** The `--options-file` of `envs serve`: a JSON object of env options fixed for every session. */
+function readOptionsFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new UsageError(`--options-file: cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? "error"}); give a JSON file such as {"dbDir": "/data/spider/database"}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new UsageError(`--options-file: ${path} is not valid JSON; give a JSON object such as {"dbDir": "/data/spider/database"}`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new UsageError(`--options-file: ${path} must hold a JSON object of env options`);
+  return value as Record<string, unknown>;
+}
+
 export function registerEnvsCommands(program: Command): Command {
   const envs = envsCommand(program);
 
@@ -106,24 +125,46 @@ export function registerEnvsCommands(program: Command): Command {
     .description("Serve a registered env over HTTP and WebSocket (the remote protocol, see docs/remote-protocol.md) until Ctrl-C")
     .argument("<id>", "the env id, e.g. sinkflex/arith-v0")
     .option("--port <port>", "port to listen on (0 = any free port)", "8765")
-    .option("--host <host>", "address to bind (loopback by default; the protocol has no authentication)", "127.0.0.1")
+    .option("--host <host>", "address to bind (loopback by default; any other address needs --api-key or --insecure)", "127.0.0.1")
     .option("--max-sessions <n>", "most sessions open at once; more get HTTP 429", "64")
     .option("--idle-timeout <ms>", "close a session after this many milliseconds without requests", "300000")
-    .action(async (id: string, opts: { port: string; host: string; maxSessions: string; idleTimeout: string }) => {
+    .option("--options-file <file>", "a JSON object of env options fixed for every session (paths, URLs, sizes); clients cannot change them")
+    .option("--api-key <key>", "require Authorization: Bearer <key> on every request (default: $SINKFLEX_API_KEY, else no key)")
+    .option("--insecure", "serve beyond loopback without an API key (refused otherwise)")
+    .action(async (id: string, opts: { port: string; host: string; maxSessions: string; idleTimeout: string; optionsFile?: string; apiKey?: string; insecure?: boolean }) => {
       knownId(id);
+      const apiKey = opts.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
       const server = await serveEnv(id, {
         port: intOption("--port", opts.port, 0, 65535),
         host: opts.host,
         maxSessions: intOption("--max-sessions", opts.maxSessions, 1),
         idleTimeoutMs: intOption("--idle-timeout", opts.idleTimeout, 1),
+        ...(opts.optionsFile ? { envOptions: readOptionsFile(opts.optionsFile) } : {}),
+        ...(apiKey !== undefined ? { apiKey } : {}),
+        insecure: opts.insecure === true,
+      }).catch((err: Error) => {
+        throw err.message.includes("refusing to serve") ? new UsageError(err.message.replace(/^serveEnv: /, "")) : err;
       });
-      console.log(`serving ${id} at ${server.url} (WebSocket ${server.wsUrl}); Ctrl-C to stop`);
+      console.log(`serving ${id} at ${server.url} (WebSocket ${server.wsUrl})${apiKey !== undefined ? " with an API key" : ""}; Ctrl-C to stop`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
           process.off("SIGINT", onInt);
           process.off("SIGTERM", onTerm);
           console.log(`${signal}: closing ${server.sessionCount()} session(s) and stopping`);
-          server.close().then(resolve, resolve);
+          // Sessions get a few seconds to close; a second signal, or an env that does not close, ends the process.
+          const force = setTimeout(() => process.exit(1), 5_000);
+          force.unref();
+          const again = () => process.exit(1);
+          process.once("SIGINT", again);
+          process.once("SIGTERM", again);
+          server.close().then(
+            () => {
+              process.off("SIGINT", again);
+              process.off("SIGTERM", again);
+              resolve();
+            },
+            () => resolve(),
+          );
         };
         const onInt = () => stop("SIGINT");
         const onTerm = () => stop("SIGTERM");

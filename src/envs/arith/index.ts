@@ -3,6 +3,7 @@
  * expert and replay) with the suite list. Called once from src/envs/index.ts.
  */
 import { make, register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createArithEnv } from "./env.js";
 import { ArithExpert } from "./expert.js";
@@ -11,6 +12,16 @@ import type { ArithTask } from "./tasks.js";
 export const ARITH_ENV_ID = "sinkflex/arith-v0";
 const DEFAULT_COUNT = 300;
 
+/** What a remote client of `envs serve` may set (see docs/remote-protocol.md); task generation is bounded. */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    count: { type: "integer", min: 1, max: 10_000 },
+    taskSeed: SEED_RULE,
+    difficulty: { type: "enum", values: [1, 2, 3] },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerArith(): void {
   register(ARITH_ENV_ID, (options) => createArithEnv(options), {
     suite: "arith",
@@ -18,6 +29,7 @@ export function registerArith(): void {
     taskCount: DEFAULT_COUNT,
     maxEpisodeSteps: 10,
     options: { count: DEFAULT_COUNT, taskSeed: 7 },
+    clientOptions: CLIENT_OPTIONS,
   });
   registerSuite({
     name: "arith",

@@ -4,6 +4,7 @@
  * (scripted expert, gold replay) with the suite list. Called once from src/envs/index.ts.
  */
 import { make, register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createBashEnv } from "./env.js";
 import { BashExpert } from "./expert.js";
@@ -26,12 +27,25 @@ export const NONDETERMINISTIC_GOLD: Record<string, string> = {
   "nl2bash/fs_3/50": "prints the used percentage of the host disk holding the tree, which can change between runs",
 };
 
+/** What a remote client of `envs serve` may set (see docs/remote-protocol.md): never the tasks file. */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    source: { type: "enum", values: ["nl2bash", "generated"] },
+    count: { type: "integer", min: 1, max: 1_000 },
+    taskSeed: SEED_RULE,
+    difficulty: { type: "enum", values: [1, 2, 3] },
+    commandTimeoutMs: { type: "integer", min: 100, max: 60_000 },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerBash(): void {
   register(NL2BASH_ENV_ID, (options) => createBashEnv(options), {
     suite: "bash",
     description: "NL2Bash execution tasks in a sandboxed shell over a fresh file tree: run, then submit; reward for equal output and tree.",
     maxEpisodeSteps: 30,
     options: { source: "nl2bash" },
+    clientOptions: CLIENT_OPTIONS,
   });
   register(NL2BASH_GEN_ENV_ID, (options) => createBashEnv(options), {
     suite: "bash",
@@ -39,6 +53,7 @@ export function registerBash(): void {
     taskCount: GENERATED_COUNT,
     maxEpisodeSteps: 30,
     options: { source: "generated", count: GENERATED_COUNT, taskSeed: 1 },
+    clientOptions: CLIENT_OPTIONS,
   });
   registerSuite({
     name: "bash",

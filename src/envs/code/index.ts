@@ -5,12 +5,13 @@
  * swe-env.ts and mint-env.ts.
  */
 import { register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
 import type { Env } from "../../gym/env.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createMintEnv, MINT_ENV_ID, type MintEnvOptions } from "./mint-env.js";
 import { MintExpert } from "./mint-expert.js";
-import type { MintTask } from "./mint-tasks.js";
+import { MINT_SOURCES, type MintTask } from "./mint-tasks.js";
 import { createSweEnv, SWE_ENV_ID, type SweEnvOptions } from "./swe-env.js";
 import { SweExpert } from "./swe-expert.js";
 import type { SweTask } from "./swe-tasks.js";
@@ -64,6 +65,28 @@ export const codeSuite: Suite = {
 
 let registered = false;
 
+/** What a remote client of `envs serve` may set for the SWE env (see docs/remote-protocol.md). */
+const SWE_CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    count: { type: "integer", min: 1, max: 500 },
+    taskSeed: SEED_RULE,
+    levels: { type: "list", item: { type: "enum", values: [1, 2, 3] }, maxItems: 3 },
+    languages: { type: "list", item: { type: "enum", values: ["python", "javascript"] }, maxItems: 2 },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
+/** What a remote client of `envs serve` may set for the MINT env: never the data folder. */
+const MINT_CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    sources: { type: "list", item: { type: "enum", values: MINT_SOURCES }, maxItems: MINT_SOURCES.length },
+    perSource: { type: "integer", min: 1, max: 1_000 },
+    runTimeoutMs: { type: "integer", min: 100, max: 60_000 },
+    checkTimeoutMs: { type: "integer", min: 100, max: 60_000 },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerCodeSuite(): void {
   if (registered) return;
   registered = true;
@@ -72,12 +95,14 @@ export function registerCodeSuite(): void {
     description: "SWE-style: fix a planted bug in a small generated Python or JavaScript repository (3 levels); hidden tests decide.",
     taskCount: 48,
     maxEpisodeSteps: 40,
+    clientOptions: SWE_CLIENT_OPTIONS,
   });
   register(MINT_ENV_ID, (options) => createMintEnv(options as MintEnvOptions), {
     suite: "code",
     description: "MINT-style: gsm8k, math, theoremqa, mmlu, hotpotqa, mbpp and HumanEval problems with a sandboxed Python tool; answer check or tests.",
     taskCount: 571,
     maxEpisodeSteps: 20,
+    clientOptions: MINT_CLIENT_OPTIONS,
   });
   registerSuite(codeSuite);
 }

@@ -3,10 +3,11 @@
  * (its scripted expert and replay) with the suite list. The env itself is in `env.ts`.
  */
 import { register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createCrmEnv, CRM_ENV_ID, type CrmEnvOptions } from "./env.js";
 import { CrmExpert } from "./expert.js";
-import type { CrmTask } from "./tasks.js";
+import { CRM_TASK_TYPES, type CrmTask } from "./tasks.js";
 
 export { createCrmEnv, CRM_ENV_ID, CrmEnv, type CrmEnvOptions, type CrmState } from "./env.js";
 export { CrmExpert } from "./expert.js";
@@ -32,6 +33,21 @@ export const crmSuite: Suite = {
 
 let registered = false;
 
+/**
+ * What a remote client of `envs serve` may set (see docs/remote-protocol.md): never the database URL,
+ * schema or cache folder, nor the dataset seed (each seed writes a new database).
+ */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    taskSeed: SEED_RULE,
+    count: { type: "integer", min: 1, max: 500 },
+    levels: { type: "list", item: { type: "enum", values: [1, 2, 3] }, maxItems: 3 },
+    types: { type: "list", item: { type: "enum", values: Object.keys(CRM_TASK_TYPES) }, maxItems: Object.keys(CRM_TASK_TYPES).length },
+    maxRows: { type: "integer", min: 1, max: 1_000 },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerCrmSuite(): void {
   if (registered) return;
   registered = true;
@@ -39,6 +55,7 @@ export function registerCrmSuite(): void {
     suite: "crm",
     description: "CRMArena-style questions over a generated CRM: REST API (OpenAPI) + read-only SQL; exact-match answer.",
     maxEpisodeSteps: 30,
+    clientOptions: CLIENT_OPTIONS,
   });
   registerSuite(crmSuite);
 }

@@ -5,6 +5,7 @@
  */
 import type { AgentTurn } from "../../gym/chat.js";
 import { make, register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createHouseholdEnv } from "./env.js";
 import { actTurn, HouseholdExpert, plan } from "./expert.js";
@@ -16,12 +17,26 @@ export const ALFWORLD_ENV_ID = "sinkflex/alfworld-v0";
 export const ALFWORLD_GEN_ENV_ID = "sinkflex/alfworld-gen-v0";
 const GENERATED_COUNT = 300;
 
+/** What a remote client of `envs serve` may set (see docs/remote-protocol.md): never the games folder. */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    source: { type: "enum", values: ["games", "generated"] },
+    goldOnly: { type: "boolean" },
+    includeUnsolvable: { type: "boolean" },
+    count: { type: "integer", min: 1, max: 1_000 },
+    taskSeed: SEED_RULE,
+    difficulty: { type: "enum", values: [1, 2, 3] },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerHousehold(): void {
   register(ALFWORLD_ENV_ID, (options) => createHouseholdEnv(options), {
     suite: "household",
     description: "ALFWorld household games (TextWorld-PDDL; the solvable ones unless includeUnsolvable): text commands through act; reward 1 when the goal holds.",
     maxEpisodeSteps: 50,
     options: { source: "games" },
+    clientOptions: CLIENT_OPTIONS,
   });
   register(ALFWORLD_GEN_ENV_ID, (options) => createHouseholdEnv(options), {
     suite: "household",
@@ -29,6 +44,7 @@ export function registerHousehold(): void {
     taskCount: GENERATED_COUNT,
     maxEpisodeSteps: 50,
     options: { source: "generated", count: GENERATED_COUNT, taskSeed: 1 },
+    clientOptions: CLIENT_OPTIONS,
   });
   registerSuite({
     name: "household",

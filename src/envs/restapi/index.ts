@@ -3,9 +3,11 @@
  * the suite (its scripted expert and replay) with the suite list. The env itself is in `env.ts`.
  */
 import { register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createRestApiEnv, RESTAPI_ENV_ID, type RestApiEnvOptions } from "./env.js";
 import { RestApiExpert } from "./expert.js";
+import { FAULT_KINDS } from "./server.js";
 import type { RestTask } from "./tasks.js";
 
 export { createRestApiEnv, RESTAPI_ENV_ID, RESTAPI_SYSTEM_PROMPT, RestApiEnv, type RestApiEnvOptions, type RestApiState, type RestFaultOptions } from "./env.js";
@@ -33,6 +35,21 @@ export const restApiSuite: Suite = {
 
 let registered = false;
 
+/** What a remote client of `envs serve` may set (see docs/remote-protocol.md); task generation is bounded. */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    seed: SEED_RULE,
+    taskSeed: SEED_RULE,
+    count: { type: "integer", min: 1, max: 1_000 },
+    levels: { type: "list", item: { type: "enum", values: [1, 2, 3, 4] }, maxItems: 4 },
+    taskFaults: { type: "list", item: { type: "enum", values: FAULT_KINDS }, maxItems: 8 },
+    requestTimeoutMs: { type: "integer", min: 100, max: 10_000 },
+    tools: { type: "enum", values: ["all", "used"] },
+    wideValues: { type: "boolean" },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerRestApiSuite(): void {
   if (registered) return;
   registered = true;
@@ -41,6 +58,7 @@ export function registerRestApiSuite(): void {
     description: "ToolBench-style questions over a local HTTP API (28 endpoints, 8 services, OpenAPI tools); 1-4 chained calls; answer correctness; optional faults.",
     taskCount: 120,
     maxEpisodeSteps: 20,
+    clientOptions: CLIENT_OPTIONS,
   });
   registerSuite(restApiSuite);
 }

@@ -3,6 +3,7 @@
  * scripted expert and its replay) with the suite list. The env itself is in `env.ts`.
  */
 import { register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import type { SqlTask } from "./data.js";
 import { createSqlEnv, SQL_ENV_ID, type SqlEnvOptions } from "./env.js";
@@ -69,6 +70,22 @@ export const sqlSuite: Suite = {
 
 let registered = false;
 
+/**
+ * What a remote client of `envs serve` may set (see docs/remote-protocol.md): never the questions
+ * file, database folder or PostgreSQL URL; generated task sets and query limits are bounded.
+ */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    taskSource: { type: "enum", values: ["spider", "generated"] },
+    levels: { type: "list", item: { type: "enum", values: [1, 2, 3, 4, 5] }, maxItems: 5 },
+    count: { type: "integer", min: 1, max: 500 },
+    taskSeed: SEED_RULE,
+    maxRows: { type: "integer", min: 1, max: 1_000 },
+    queryTimeoutMs: { type: "integer", min: 100, max: 30_000 },
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerSqlSuite(): void {
   if (registered) return;
   registered = true;
@@ -76,6 +93,7 @@ export function registerSqlSuite(): void {
     suite: "sql",
     description: "Spider text-to-SQL over SQLite (or PostgreSQL): list_tables, describe_table, run_query, submit_sql; execution accuracy.",
     maxEpisodeSteps: 30,
+    clientOptions: CLIENT_OPTIONS,
   });
   registerSuite(sqlSuite);
 }

@@ -6,6 +6,7 @@
 import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
 import { unwrap, type Env } from "../../gym/env.js";
 import { make, register } from "../../gym/registry.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { ToolEnv } from "../../tools/tool-env.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import type { Domain } from "./db.js";
@@ -27,8 +28,22 @@ export function tauDomain(envId: string): Domain {
 /** The share of tasks the scripted expert must solve with the scripted user for `envs replay` to pass. */
 export const EXPERT_EXPECTED_RATE = 0.9;
 
+/**
+ * What a remote client of `envs serve` may set (see docs/remote-protocol.md): never the task file,
+ * the database folder or the user simulator (an LLM user's endpoint and key are the server's).
+ */
+const CLIENT_OPTIONS: ClientOptionRules = {
+  session: {
+    taskSet: { type: "enum", values: ["train", "dev", "generated"] },
+    difficulty: { type: "enum", values: ["easy", "medium", "hard", "mixed"] },
+    count: { type: "integer", min: 1, max: 200 },
+    taskSeed: SEED_RULE,
+  },
+  reset: TASK_INDEX_RESET_OPTIONS,
+};
+
 export function registerTau(): void {
-  const common = { maxEpisodeSteps: 200 };
+  const common = { maxEpisodeSteps: 200, clientOptions: CLIENT_OPTIONS };
   register(TAU_RETAIL_ID, async (options) => (await import("./env.js")).createTauEnv("retail", options), {
     suite: "tau",
     description: "tau-bench retail: a customer (scripted or LLM user) asks to cancel, modify, return or exchange orders; 16 tools over the JSON store database; reward = final DB equals the gold replay's and required outputs said",

@@ -22,6 +22,8 @@ export interface RemoteEnvOptions {
   transport?: "http" | "ws";
   /** Per-request timeout in milliseconds. Default 60,000. */
   timeoutMs?: number;
+  /** The server's API key (`envs serve --api-key`), sent as `Authorization: Bearer <key>`. */
+  apiKey?: string;
 }
 
 export class RemoteEnvError extends Error {
@@ -68,8 +70,9 @@ export class RemoteEnv<Obs = unknown, Act = unknown> implements Env<Obs, Act> {
       const { session, transport } = await openWebSocket(base, options, timeoutMs);
       return new RemoteEnv<Obs, Act>(base, session, transport);
     }
-    const session = await httpJson<SessionInfo>("POST", `${base}/sessions`, { envId: options.envId, options: options.options ?? {} }, timeoutMs);
-    return new RemoteEnv<Obs, Act>(base, session, httpTransport(base, session.sessionId, timeoutMs));
+    const auth = authHeaders(options.apiKey);
+    const session = await httpJson<SessionInfo>("POST", `${base}/sessions`, { envId: options.envId, options: options.options ?? {} }, timeoutMs, auth);
+    return new RemoteEnv<Obs, Act>(base, session, httpTransport(base, session.sessionId, timeoutMs, auth));
   }
 
   async reset(args: ResetArgs = {}): Promise<ResetResult<Obs>> {
@@ -122,12 +125,16 @@ function toError(status: number, body: unknown, fallback: string): Error {
   return new RemoteEnvError(message, status, err?.code ?? "env_error");
 }
 
-async function httpJson<T>(method: string, url: string, body: unknown, timeoutMs: number): Promise<T> {
+function authHeaders(apiKey: string | undefined): Record<string, string> {
+  return apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` };
+}
+
+async function httpJson<T>(method: string, url: string, body: unknown, timeoutMs: number, auth: Record<string, string> = {}): Promise<T> {
   let res: Response;
   try {
     res = await fetch(url, {
       method,
-      headers: body === undefined ? {} : { "content-type": "application/json" },
+      headers: body === undefined ? auth : { ...auth, "content-type": "application/json" },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(timeoutMs),
     });
@@ -150,15 +157,15 @@ async function httpJson<T>(method: string, url: string, body: unknown, timeoutMs
   return parsed as T;
 }
 
-function httpTransport(base: string, sessionId: string, timeoutMs: number): Transport {
+function httpTransport(base: string, sessionId: string, timeoutMs: number, auth: Record<string, string>): Transport {
   const at = `${base}/sessions/${encodeURIComponent(sessionId)}`;
   return {
-    reset: (body) => httpJson("POST", `${at}/reset`, body, timeoutMs),
-    step: (body) => httpJson("POST", `${at}/step`, body, timeoutMs),
-    state: () => httpJson("GET", `${at}/state`, undefined, timeoutMs),
+    reset: (body) => httpJson("POST", `${at}/reset`, body, timeoutMs, auth),
+    step: (body) => httpJson("POST", `${at}/step`, body, timeoutMs, auth),
+    state: () => httpJson("GET", `${at}/state`, undefined, timeoutMs, auth),
     async close() {
       try {
-        await httpJson("DELETE", at, undefined, timeoutMs);
+        await httpJson("DELETE", at, undefined, timeoutMs, auth);
       } catch (err) {
         // Already gone (idle timeout, server restart): closing is still done.
         if (!(err instanceof RemoteEnvError && (err.code === "not_found" || err.code === "session_expired" || err.code === "network"))) throw err;
@@ -171,7 +178,7 @@ function openWebSocket(base: string, options: RemoteEnvOptions, timeoutMs: numbe
   const url = new URL(`${base.replace(/^http/, "ws")}/ws`);
   if (options.envId) url.searchParams.set("envId", options.envId);
   if (options.options) url.searchParams.set("options", JSON.stringify(options.options));
-  const ws = new WebSocket(url);
+  const ws = new WebSocket(url, { headers: authHeaders(options.apiKey) });
   const pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
   let nextId = 1;
   let closedError: Error | undefined;

@@ -57,6 +57,8 @@ export interface StateResponse {
 export type ErrorCode =
   | "bad_json"
   | "bad_request"
+  | "bad_option"
+  | "unauthorized"
   | "not_found"
   | "method_not_allowed"
   | "payload_too_large"

@@ -7,15 +7,23 @@
  * Bad JSON, unknown sessions and unknown routes get clear 4xx JSON errors; an env that throws gets a
  * JSON error, never a crashed server. Besides the session routes, OpenEnv-style session-less routes
  * (POST /reset, POST /step, GET /state) drive one default session. Routes and frames are in
- * docs/remote-protocol.md. This file
- * is the server only; `RemoteEnv` (client.ts) is the client.
+ * docs/remote-protocol.md.
+ *
+ * What a client may configure is an allow-list: the options of a new session and of a reset are
+ * checked against the env's declared rules (options.ts) and anything else answers 400; paths, URLs,
+ * credentials and sizes beyond the bounds are fixed by whoever starts the server (`envOptions`).
+ * With `apiKey`, every request and upgrade needs `Authorization: Bearer <key>`; serving beyond
+ * loopback without one is refused unless `insecure`. This file is the server only; `RemoteEnv`
+ * (client.ts) is the client.
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { isIPv4 } from "node:net";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type WebSocket } from "ws";
 import { EnvContractError, type Env } from "../env.js";
-import { make } from "../registry.js";
+import { make, spec } from "../registry.js";
+import { checkClientOptions, ClientOptionError, WRAPPER_CLIENT_OPTIONS, type ClientOptionRules, type OptionRules } from "./options.js";
 import {
   WS_CLOSE_ENV_ERROR,
   WS_CLOSE_IDLE,
@@ -42,6 +50,29 @@ export interface ServeEnvOptions {
   maxBodyBytes?: number;
   /** The id reported for a factory-served env. Default "custom". */
   envId?: string;
+  /**
+   * Options of every session, fixed by whoever starts the server (paths, URLs, credentials, sizes):
+   * passed to `make` / the factory under the client's, and closed to clients.
+   */
+  envOptions?: Record<string, unknown>;
+  /**
+   * What clients may set. Default: for a registered id, its registration's `clientOptions` plus the
+   * wrapper settings (maxEpisodeSteps, tokenBudget); for a factory, nothing.
+   */
+  clientOptions?: ClientOptionRules;
+  /** When set, every request and WebSocket upgrade needs `Authorization: Bearer <apiKey>` (else 401). */
+  apiKey?: string;
+  /** Serve beyond loopback without an API key (refused otherwise); a warning goes to stderr. */
+  insecure?: boolean;
+}
+
+/** True for 127.0.0.0/8, ::1 and localhost: a host only this machine can reach. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, "$1");
+  if (h === "localhost" || h === "::1" || h === "0:0:0:0:0:0:0:1") return true;
+  if (isIPv4(h)) return h.startsWith("127.");
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(h);
+  return mapped !== null && mapped[1]!.startsWith("127.");
 }
 
 export interface EnvServer {
@@ -88,11 +119,28 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   const maxBodyBytes = options.maxBodyBytes ?? 16 * 1024 * 1024;
   if (!Number.isInteger(maxSessions) || maxSessions < 1) throw new RangeError(`serveEnv: maxSessions must be a positive integer, got ${maxSessions}`);
   if (!(idleTimeoutMs > 0)) throw new RangeError(`serveEnv: idleTimeoutMs must be positive, got ${idleTimeoutMs}`);
+  const apiKey = options.apiKey;
+  if (apiKey !== undefined && apiKey.length === 0) throw new RangeError("serveEnv: apiKey must not be empty; omit it to serve without a key");
+  if (!isLoopbackHost(host) && apiKey === undefined) {
+    if (!options.insecure) {
+      throw new Error(
+        `serveEnv: refusing to serve on ${host} (beyond loopback) without an API key; set one (--api-key or $SINKFLEX_API_KEY), ` +
+          `bind 127.0.0.1, or pass --insecure (insecure: true) to serve anyone who can reach the port`,
+      );
+    }
+    console.error(`warning: serving on ${host} without an API key (--insecure): anyone who can reach this port can open sessions`);
+  }
   const envId = typeof target === "string" ? target : (options.envId ?? "custom");
-  const factory: RemoteEnvFactory = typeof target === "string" ? (opts) => make(target, opts) : target;
+  const fixedOptions = { ...options.envOptions };
+  const fixedKeys = new Set(Object.keys(fixedOptions));
+  const declared = options.clientOptions ?? (typeof target === "string" ? spec(target).defaults.clientOptions : undefined) ?? {};
+  const sessionRules: OptionRules = { ...(typeof target === "string" ? WRAPPER_CLIENT_OPTIONS : {}), ...declared.session };
+  const resetRules: OptionRules = { ...declared.reset };
+  const build = (clientOptions: Record<string, unknown>) => ({ ...fixedOptions, ...clientOptions });
+  const factory: RemoteEnvFactory = typeof target === "string" ? (opts) => make(target, build(opts)) : (opts) => target(build(opts));
   if (typeof target === "string") {
-    // Fail now, not at the first session, when the id is unknown.
-    const probe = await make(target);
+    // Fail now, not at the first session, when the id is unknown or the fixed options are wrong.
+    const probe = await factory({});
     await probe.close();
   }
 
@@ -103,9 +151,28 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
 
   const openCount = () => sessions.size + reserved;
 
+  const expectedKey = apiKey === undefined ? undefined : createHash("sha256").update(apiKey).digest();
+  /** Throws 401 unless the request carries the server's API key (when it has one). */
+  const checkAuthorization = (req: IncomingMessage) => {
+    if (!expectedKey) return;
+    const header = req.headers.authorization ?? "";
+    const given = createHash("sha256").update(header.startsWith("Bearer ") ? header.slice(7) : "\0").digest();
+    if (!header.startsWith("Bearer ") || !timingSafeEqual(given, expectedKey)) {
+      throw new HttpError(401, "unauthorized", "invalid or missing API key; send Authorization: Bearer <key> (the key the server was started with)");
+    }
+  };
+
   const checkEnvId = (requested: unknown) => {
     if (requested !== undefined && requested !== null && requested !== envId) {
       throw new HttpError(404, "not_found", `this server serves "${envId}", not ${JSON.stringify(requested)}; omit envId or start a server for that env`);
+    }
+  };
+
+  const checkSessionOptions = (envOptions: unknown) => {
+    try {
+      checkClientOptions("session", (envOptions as Record<string, unknown> | undefined) ?? {}, sessionRules, fixedKeys);
+    } catch (err) {
+      throw envError(err, "making the env");
     }
   };
 
@@ -113,6 +180,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
     if (envOptions !== undefined && (typeof envOptions !== "object" || envOptions === null || Array.isArray(envOptions))) {
       throw new HttpError(400, "bad_request", `"options" must be a JSON object, got ${JSON.stringify(envOptions)}`);
     }
+    checkSessionOptions(envOptions);
     let env: Env<any, any>;
     try {
       env = await factory((envOptions as Record<string, unknown>) ?? {});
@@ -161,6 +229,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
         throw new HttpError(400, "bad_request", `"options" must be a JSON object, got ${JSON.stringify(opts)}`);
       }
       try {
+        if (opts) checkClientOptions("reset", opts as Record<string, unknown>, resetRules);
         const [observation, info] = await s.env.reset({
           ...(seed !== undefined && seed !== null ? { seed: seed as number } : {}),
           ...(opts ? { options: opts as Record<string, unknown> } : {}),
@@ -236,7 +305,8 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
 
   // --- HTTP ---
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const url = new URL(req.url ?? "/", "http://localhost");
+    checkAuthorization(req);
+    const url = parseTarget(req.url);
     const parts = url.pathname.split("/").filter(Boolean);
     const method = req.method ?? "GET";
     const allow = (...methods: string[]) => {
@@ -308,7 +378,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   const server = createServer((req, res) => {
     handle(req, res).catch((err) => {
       const e = err instanceof HttpError ? err : new HttpError(500, "env_error", err instanceof Error ? err.message : String(err));
-      if (!res.headersSent) send(res, e.status, { error: { code: e.code, message: e.message } } satisfies ErrorBody);
+      if (!res.headersSent) send(res, e.status, { error: { code: e.code, message: redact(e.message) } } satisfies ErrorBody, e.status === 401 ? { "WWW-Authenticate": "Bearer" } : {});
       else res.destroy();
     });
   });
@@ -316,15 +386,26 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   // --- WebSocket ---
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxBodyBytes });
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const url = new URL(req.url ?? "/", "http://localhost");
+    socket.on("error", () => socket.destroy());
     const refuse = (status: number, code: ErrorCode, message: string) => {
-      const body = JSON.stringify({ error: { code, message } });
+      const body = JSON.stringify({ error: { code, message: redact(message) } });
       socket.end(
-        `HTTP/1.1 ${status} ${status === 429 ? "Too Many Requests" : status === 404 ? "Not Found" : "Bad Request"}\r\n` +
+        `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Bad Request"}\r\n` +
+          (status === 401 ? "WWW-Authenticate: Bearer\r\n" : "") +
           `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
     };
+    let url: URL;
+    try {
+      checkAuthorization(req);
+      url = parseTarget(req.url);
+    } catch (err) {
+      const e = err as HttpError;
+      return refuse(e.status, e.code, e.message);
+    }
     if (url.pathname !== "/ws") return refuse(404, "not_found", `WebSocket sessions are at /ws, not ${url.pathname}`);
+    const handshakeProblem = checkHandshake(req);
+    if (handshakeProblem) return refuse(400, "bad_request", handshakeProblem);
     let envOptions: unknown;
     try {
       checkEnvId(url.searchParams.get("envId") ?? undefined);
@@ -335,26 +416,46 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
         } catch (err) {
           throw new HttpError(400, "bad_json", `the "options" query parameter is not valid JSON: ${(err as Error).message}`);
         }
+        if (typeof envOptions !== "object" || envOptions === null || Array.isArray(envOptions)) {
+          throw new HttpError(400, "bad_request", `the "options" query parameter must be a JSON object`);
+        }
       }
+      checkSessionOptions(envOptions);
       reserve();
     } catch (err) {
-      const e = err as HttpError;
+      const e = err instanceof HttpError ? err : new HttpError(500, "env_error", String(err));
       return refuse(e.status, e.code, e.message);
     }
+    // The reservation is released exactly once: when the session is made (or fails), or when the
+    // handshake is refused or dropped before that (ws then ends the socket without calling back).
+    let held = true;
+    const release = () => {
+      if (held) {
+        held = false;
+        reserved--;
+      }
+    };
+    socket.once("close", release);
     wss.handleUpgrade(req, socket, head, (ws) => {
+      socket.off("close", release);
+      if (!held) {
+        ws.terminate();
+        return;
+      }
       createSession("ws", envOptions)
+        .finally(release)
         .then((session) => {
-          reserved--;
           session.socket = ws;
           if (ws.readyState !== 1) return closeSession(session, "client");
           attachSocket(session, ws);
           ws.send(JSON.stringify({ type: "session", data: sessionInfo(session) }));
         })
         .catch((err) => {
-          reserved--;
           const e = err instanceof HttpError ? err : new HttpError(500, "env_error", String(err));
-          ws.send(JSON.stringify({ type: "error", error: { code: e.code, message: e.message } }));
-          ws.close(WS_CLOSE_ENV_ERROR, e.message.slice(0, 120));
+          const message = redact(e.message);
+          if (ws.readyState !== 1) return;
+          ws.send(JSON.stringify({ type: "error", error: { code: e.code, message } }));
+          ws.close(WS_CLOSE_ENV_ERROR, Buffer.from(message).subarray(0, 100).toString());
         });
     });
   });
@@ -369,7 +470,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
       };
       const fail = (id: unknown, err: unknown) => {
         const e = err instanceof HttpError ? err : new HttpError(500, "env_error", err instanceof Error ? err.message : String(err));
-        reply({ type: "error", id, error: { code: e.code, message: e.message } });
+        reply({ type: "error", id, error: { code: e.code, message: redact(e.message) } });
       };
       try {
         if (isBinary) throw new HttpError(400, "bad_json", "frames must be JSON text, not binary");
@@ -444,9 +545,11 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   };
 }
 
-function send(res: ServerResponse, status: number, body: unknown): void {
+const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error" };
+
+function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
-  res.writeHead(status, { "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(text) });
+  res.writeHead(status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(text) });
   res.end(text);
 }
 
@@ -461,6 +564,39 @@ async function readJson(req: IncomingMessage, limit: number): Promise<Record<str
   const text = Buffer.concat(chunks).toString("utf8");
   if (text.trim() === "") return {};
   return parseJsonObject(text);
+}
+
+/** The request target as a URL; a target that is not an absolute path (or not a URL at all) is a 400. */
+function parseTarget(target: string | undefined): URL {
+  const path = target ?? "/";
+  if (!path.startsWith("/")) throw new HttpError(400, "bad_request", "the request target must be a path starting with /, e.g. GET /health");
+  try {
+    return new URL(`http://localhost${path}`);
+  } catch {
+    throw new HttpError(400, "bad_request", "the request target is not a valid path; see GET /health and docs/remote-protocol.md for the routes");
+  }
+}
+
+/** Why a WebSocket upgrade request is malformed (RFC 6455 section 4.2.1), or undefined when it is fine. */
+function checkHandshake(req: IncomingMessage): string | undefined {
+  if (req.method !== "GET") return `a WebSocket upgrade must be a GET, not ${req.method}`;
+  if ((req.headers.upgrade ?? "").toLowerCase() !== "websocket") return `the Upgrade header must be "websocket"`;
+  const key = req.headers["sec-websocket-key"];
+  if (typeof key !== "string" || !/^[+/0-9A-Za-z]{22}==$/.test(key)) return "Sec-WebSocket-Key is missing or not 16 bytes of base64; use a WebSocket client";
+  const version = req.headers["sec-websocket-version"];
+  if (version !== "13" && version !== "8") return "Sec-WebSocket-Version must be 13 (or 8)";
+  return undefined;
+}
+
+/**
+ * Hides document text that an error message may quote: V8's JSON.parse errors show the start of the
+ * text they failed on (`Unexpected token 'r', "root:x:0:0:"... is not valid JSON`), which may be a
+ * file's content; that part is withheld, the rest of the message kept.
+ */
+export function redact(message: string): string {
+  return message
+    .replace(/Unexpected token [\s\S]* is not valid JSON/g, "the text is not valid JSON (its content is withheld)")
+    .replace(/Unexpected token [\s\S]*? in JSON at position/g, "Unexpected token in JSON at position");
 }
 
 function parseJsonObject(text: string): Record<string, unknown> {
@@ -481,6 +617,7 @@ function envError(err: unknown, during: string): HttpError {
   if (err instanceof HttpError) return err;
   const message = err instanceof Error ? err.message : String(err);
   if (err instanceof EnvContractError) return new HttpError(409, "contract", message);
+  if (err instanceof ClientOptionError) return new HttpError(400, "bad_option", message);
   if (err instanceof RangeError || err instanceof TypeError || err instanceof SyntaxError) {
     return new HttpError(400, "bad_request", `${during} failed: ${message}`);
   }

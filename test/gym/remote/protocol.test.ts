@@ -1,13 +1,13 @@
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import type { AgentTurn } from "../../src/gym/chat.js";
-import { checkEnv, formatCheckReport } from "../../src/gym/check.js";
-import { EnvContractError } from "../../src/gym/env.js";
-import { RemoteEnv, RemoteEnvError } from "../../src/gym/remote/client.js";
-import { serveEnv, type EnvServer } from "../../src/gym/remote/server.js";
-import { wrapStandard } from "../../src/gym/registry.js";
-import { registerBundledEnvs } from "../../src/envs/index.js";
-import { WalkEnv } from "./helpers.js";
+import type { AgentTurn } from "../../../src/gym/chat.js";
+import { checkEnv, formatCheckReport } from "../../../src/gym/check.js";
+import { EnvContractError } from "../../../src/gym/env.js";
+import { RemoteEnv, RemoteEnvError } from "../../../src/gym/remote/client.js";
+import { serveEnv, type EnvServer } from "../../../src/gym/remote/server.js";
+import { wrapStandard } from "../../../src/gym/registry.js";
+import { registerBundledEnvs } from "../../../src/envs/index.js";
+import { WalkEnv } from "../helpers.js";
 
 registerBundledEnvs();
 
@@ -20,6 +20,9 @@ const serve = async (...args: Parameters<typeof serveEnv>) => {
 afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
+
+/** The walk env's one client option. */
+const WALK_OPTIONS = { clientOptions: { session: { size: { type: "integer", min: 1, max: 1000 } } } } as const;
 
 const walkFactory = (options: Record<string, unknown>) => {
   const size = options.size ?? 7;
@@ -55,7 +58,7 @@ async function rawSocket(url: string) {
 
 describe("remote protocol over HTTP", () => {
   it("runs a session: create, reset, step, state, delete", async () => {
-    const server = await serve(walkFactory, { envId: "test/walk-v0" });
+    const server = await serve(walkFactory, { envId: "test/walk-v0", ...WALK_OPTIONS });
     expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect((await call(server, "GET", "/health")).body).toMatchObject({ status: "healthy", sessions: 0 });
     const spec = await call(server, "GET", "/spec");
@@ -183,7 +186,7 @@ describe("remote protocol over HTTP", () => {
   });
 
   it("keeps many concurrent sessions isolated (HTTP and WebSocket mixed)", async () => {
-    const server = await serve(walkFactory, { maxSessions: 32 });
+    const server = await serve(walkFactory, { maxSessions: 32, ...WALK_OPTIONS });
     const n = 12;
     const remotes = await Promise.all(
       Array.from({ length: n }, (_, i) => RemoteEnv.connect<string, number>(server.url, { transport: i % 2 ? "ws" : "http", options: { size: 9 + i } })),
@@ -207,7 +210,7 @@ describe("remote protocol over HTTP", () => {
 
 describe("remote protocol over WebSocket frames", () => {
   it("answers frames in order, with errors as frames, and never drops the socket for a bad frame", async () => {
-    const server = await serve(walkFactory);
+    const server = await serve(walkFactory, WALK_OPTIONS);
     const { ws, next } = await rawSocket(`${server.wsUrl}?options=${encodeURIComponent('{"size": 40}')}`);
     const hello = await next();
     expect(hello.type).toBe("session");
@@ -231,12 +234,15 @@ describe("remote protocol over WebSocket frames", () => {
   });
 
   it("refuses upgrades on other paths and for bad options", async () => {
-    const server = await serve(walkFactory);
+    const server = await serve(walkFactory, WALK_OPTIONS);
     const bad = await RemoteEnv.connect(server.url, { transport: "ws", options: { size: "x" } }).catch((e) => e);
-    expect(bad).toMatchObject({ code: "bad_request", message: expect.stringMatching(/options.size must be an integer/) });
+    expect(bad).toMatchObject({ status: 400, code: "bad_option", message: expect.stringMatching(/session option "size" must be an integer in 1\.\.1000, got "x"/) });
     const badHttp = await call(server, "POST", "/sessions", { options: { size: "x" } });
     expect(badHttp.status).toBe(400);
-    expect(badHttp.body.error.message).toMatch(/making the env failed: options.size must be an integer/);
+    expect(badHttp.body.error.message).toMatch(/session option "size" must be an integer in 1\.\.1000/);
+    // The factory's own check still answers 400 for what the allow-list lets through.
+    const envRefused = await serve((o) => walkFactory({ ...o, size: 1.5 }), WALK_OPTIONS);
+    expect((await call(envRefused, "POST", "/sessions", {})).body.error.message).toMatch(/making the env failed: options.size must be an integer/);
     expect(server.sessionCount()).toBe(0);
     const wrongPath = new WebSocket(`ws://127.0.0.1:${server.port}/elsewhere`);
     const status = await new Promise((r) => wrongPath.on("unexpected-response", (_q, res) => r(res.statusCode)));
