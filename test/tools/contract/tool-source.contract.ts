@@ -160,8 +160,9 @@ export function toolSourceContract(label: string, caps: ToolSourceCapabilities, 
         for (const c of [...s.script, s.failing]) expect(validateArguments(tool(s, c.tool).parameters, c.args), `${c.tool} ${JSON.stringify(c.args)}`).toEqual({ ok: true });
       }));
 
-    it("a valid call returns a result, called directly and through ToolEnv", () =>
-      withSubject(async (s) => {
+    it("a valid call returns a result, called directly and through ToolEnv", async () => {
+      // Directly, on a source of its own (a source without per-episode state would remember the call).
+      await withSubject(async (s) => {
         const state = await s.openState?.();
         try {
           const first = s.script[0]!;
@@ -171,6 +172,8 @@ export function toolSourceContract(label: string, caps: ToolSourceCapabilities, 
         } finally {
           if (state !== undefined) await s.disposeState?.(state);
         }
+      });
+      await withSubject(async (s) => {
         const env = envOf(s);
         try {
           const [obs] = await env.reset({ seed: 1 });
@@ -179,7 +182,8 @@ export function toolSourceContract(label: string, caps: ToolSourceCapabilities, 
         } finally {
           await env.close();
         }
-      }));
+      });
+    });
 
     it("arguments that fail the schema come back as an error the agent can read, and the episode goes on", () =>
       withSubject(async (s) => {
