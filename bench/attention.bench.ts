@@ -31,7 +31,7 @@ import { createRandomModel, loadEngine, type EmbeddedEngine } from "../src/engin
 import type { TokenLoss } from "../src/engine/types.js";
 import { getKernels } from "../src/kernels/index.js";
 import type { ModelConfig } from "../src/model/config.js";
-import { Rng } from "../src/model/random.js";
+import { Rng } from "../src/core/index.js";
 import { TrainWorkspace, type Model } from "../src/model/transformer.js";
 import {
   attentionMass, formatProfile, MaskedSession, probeSinks, rewriteForSinks, sequenceLogits, type SinkProfile,
@@ -167,7 +167,7 @@ class MultiBackcopy {
   private readonly first: number;
 
   constructor(readonly V: number, seed: number, private readonly triggers: number, private readonly triggerRate: number) {
-    const rng = new Rng(seed);
+    const rng = new Rng(seed, "xoshiro128**");
     this.first = 1 + triggers;
     this.next = Array.from({ length: V }, () => this.first + (rng.nextU32() % (V - this.first)));
   }
@@ -275,7 +275,7 @@ function train(o: Options): TrainResult {
   const t0 = performance.now() - (matches ? stamp!.seconds * 1000 : 0);
   let avg = losses.at(-1)?.loss ?? 0;
   for (let step = start + 1; step <= o.steps; step++) {
-    const rng = new Rng(1_000_003 * DATA_SEED + step);
+    const rng = new Rng(1_000_003 * DATA_SEED + step, "xoshiro128**");
     const seqs = Array.from({ length: o.batch }, () => task.sequence(rng, o.seq, o.sinkAt));
     const { loss } = engine.forwardBackwardSync(seqs, meanNll);
     const warm = Math.min(1, step / 50);
@@ -385,7 +385,7 @@ function decodeSection(o: Options, engineModel: Model | null) {
   const W = o.seq;
   const lengths = o.quick ? [1024, 2048] : [1024, 2048, 4096, 8192, 16384, 32768];
   const decodeTokens = o.quick ? 8 : 32;
-  const rng = new Rng(3);
+  const rng = new Rng(3, "xoshiro128**");
   const rows: { context: number; fullMsPerToken: number; fullKvBytes: number; sinkMsPerToken: number; sinkKvBytes: number; sinkEntries: number }[] = [];
   const weightsFrom = engineModel ? "the trained model" : "a random model of the trained shape";
   for (const n of lengths) {
@@ -516,11 +516,11 @@ async function main(): Promise<void> {
         tr.seconds, tr.losses.at(-1)?.loss ?? NaN],
     ]);
     if (tr.reused) console.log(`\n(trained earlier into ${o.checkpoint}; seconds are that run's)`);
-    const evalRng = new Rng(99);
+    const evalRng = new Rng(99, "xoshiro128**");
     const probeSeqs = Array.from({ length: o.evalSequences }, () => tr.task.sequence(evalRng, o.seq, o.sinkAt));
     const probe = probeSection(o, tr, probeSeqs);
     const rewriteProfile = probe.recovered || !probe.lowThreshold ? probe.profile : probe.lowThreshold.profile;
-    const longRng = new Rng(98);
+    const longRng = new Rng(98, "xoshiro128**");
     const longSeqs = Array.from({ length: Math.max(2, o.evalSequences / 2) }, () => tr.task.sequence(longRng, 4 * o.seq, o.sinkAt));
     const inside = pplSection(o, tr, rewriteProfile, o.seq / 4, probeSeqs);
     const beyond = pplSection(o, tr, rewriteProfile, o.seq, longSeqs);

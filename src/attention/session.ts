@@ -20,7 +20,7 @@
  */
 import { resolveSampleParams, Sampler } from "../engine/sampler.js";
 import type { SampleParams, SampleResult } from "../engine/types.js";
-import { Rng } from "../model/random.js";
+import { Rng } from "../core/index.js";
 import { CachedWorkspace, cachedForward, type KvStorage, type Model } from "../model/transformer.js";
 import { canonicalMask, checkMaskConfig, MaskError, type CanonicalMask, type SinkMaskConfig } from "./mask.js";
 
@@ -118,7 +118,7 @@ export class MaskedSession {
     const initial = this.config.window > 0 ? this.config.sinks + this.config.window + this.maxChunk + 16 : 1024;
     this.storage = new SlotStorage(cfg.numLayers, cfg.numKvHeads * cfg.headDim, initial);
     this.sampler = new Sampler(cfg.vocabSize);
-    this.rng = new Rng(opts.seed ?? 0);
+    this.rng = new Rng(opts.seed ?? 0, "xoshiro128**");
     this.logits = new Float32Array(cfg.vocabSize);
   }
 
@@ -177,7 +177,7 @@ export class MaskedSession {
   sample(params: SampleParams): SampleResult {
     if (this.tokenList.length === 0) throw new MaskError("sample: the session is empty; append a prompt first");
     const p = resolveSampleParams(params);
-    const rng = p.seed === undefined ? this.rng : new Rng(p.seed);
+    const rng = p.seed === undefined ? this.rng : new Rng(p.seed, "xoshiro128**");
     const result: SampleResult = { tokens: [], logprobs: [], finishReason: "length" };
     for (let i = 0; i < p.maxTokens; i++) {
       this.computePending();

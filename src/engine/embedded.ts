@@ -27,7 +27,7 @@ import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type Mod
 import { AdamW } from "../model/optimizer.js";
 import { PackedWeights } from "../model/packed-weights.js";
 import { bindParams, type ModelParams } from "../model/params.js";
-import { Rng } from "../model/random.js";
+import { Rng } from "../core/index.js";
 import { readSafetensors, type StDtype } from "../model/safetensors.js";
 import {
   CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
@@ -120,7 +120,7 @@ export class EmbeddedEngine implements Engine {
     this.trainWs = new TrainWorkspace(cfg);
     this.cachedWs = new CachedWorkspace(cfg);
     this.sampler = new Sampler(cfg.vocabSize, (n, v, t, x, out) => this.model.kernels.softmaxRows(n, v, t, x, out));
-    this.rng = new Rng(opts.seed ?? 0);
+    this.rng = new Rng(opts.seed ?? 0, "xoshiro128**");
     this.policyVersion = opts.policyVersion ?? 0;
     this.tokenizerDir = opts.tokenizerDir;
     this.maxForwardTokens = opts.maxForwardTokens ?? 2048;
@@ -233,7 +233,7 @@ export class EmbeddedEngine implements Engine {
     if (session.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
     return {
       session, params,
-      rng: params.seed === undefined ? this.rng : new Rng(params.seed),
+      rng: params.seed === undefined ? this.rng : new Rng(params.seed, "xoshiro128**"),
       result: { tokens: [], logprobs: [], finishReason: "length" },
       resolve: () => {}, reject: () => {},
     };

@@ -7,7 +7,7 @@
  * This file does not run the model and keeps no state besides reusable scratch buffers.
  */
 import type { SampleParams } from "./types.js";
-import type { Rng } from "../model/random.js";
+import type { Rng } from "../core/index.js";
 
 export class SampleParamsError extends Error {
   constructor(message: string) {

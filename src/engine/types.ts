@@ -5,6 +5,7 @@
  * runs: the embedded CPU engine implements this interface, and so can a GPU backend or a remote server.
  * This file declares types only; implementations live beside it.
  */
+import type { OptimHparams } from "../model/optimizer.js";
 
 export interface SampleParams {
   /** 0 means greedy. Default 1. */
@@ -58,15 +59,8 @@ export type TokenLoss = (logprobs: Float32Array[]) => {
   metrics?: Record<string, number>;
 };
 
-export interface OptimHparams {
-  lr: number;
-  beta1?: number;
-  beta2?: number;
-  eps?: number;
-  weightDecay?: number;
-  /** Clip the global gradient norm to this value; 0 = off. */
-  maxGradNorm?: number;
-}
+/** The optimizer's hyperparameters for one `optimStep`; defined beside the optimizer (src/model/optimizer.ts). */
+export type { OptimHparams };
 
 /**
  * Per-sequence inputs of the canonical attention mask for scoring and training (see the kernels'

@@ -5,10 +5,9 @@
  * here, so that generic commands (`envs replay`, SFT export, the demo) can play any suite's expert
  * without knowing the suite. The expert acts only through the agent's own tools and messages.
  */
-import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../gym/chat.js";
+import { Rng, type AgentTurn, type ChatMessage, type ChatObservation, type ToolSpec } from "../core/index.js";
 import { unwrap, type Env, type Info } from "../gym/env.js";
 import { ToolEnv } from "../tools/tool-env.js";
-import { Rng } from "../gym/rng.js";
 
 /** A scripted expert for one episode: sees the observations, returns assistant turns. */
 export interface Expert {

@@ -18,9 +18,8 @@
  * episode).
  */
 import { isDeepStrictEqual } from "node:util";
-import type { AgentTurn } from "./chat.js";
+import { Rng, type AgentTurn } from "../core/index.js";
 import type { Env, Info } from "./env.js";
-import { Rng } from "./rng.js";
 
 export interface ActionContext<Obs> {
   /** The latest observation (from reset or the previous step). */

@@ -4,8 +4,9 @@
  */
 export * from "./env.js";
 export * from "./spaces.js";
-export * from "./chat.js";
-export { Rng } from "./rng.js";
+// The chat types and the seeded generator are the core's (src/core/), re-exported here for compatibility.
+export type * from "../core/chat.js";
+export { Rng } from "../core/rng.js";
 export * from "./registry.js";
 export * from "./wrappers/index.js";
 export * from "./vector.js";

@@ -5,8 +5,7 @@
  * and describe itself as JSON (for the remote protocol and `envs list`). It is not a validator with
  * error messages: tool argument validation lives in tools/.
  */
-import type { AgentTurn, ChatObservation } from "./chat.js";
-import type { Rng } from "./rng.js";
+import type { AgentTurn, ChatObservation, Rng } from "../core/index.js";
 
 export interface Space<T> {
   readonly kind: string;

@@ -16,7 +16,7 @@
  */
 import { EnvContractError, type Env, type Info } from "./env.js";
 import { make } from "./registry.js";
-import { Rng } from "./rng.js";
+import { Rng } from "../core/index.js";
 import type { Space } from "./spaces.js";
 
 export type AutoresetMode = "next-step" | "same-step" | "disabled";

@@ -14,7 +14,7 @@
  */
 import type { ModelConfig } from "./config.js";
 import type { ModelParams } from "./params.js";
-import { Rng } from "./random.js";
+import { Rng } from "../core/index.js";
 
 export interface MimeticOptions {
   /** The same-token attention logit a head starts with (before RoPE's rotation), about. Default 3. */
@@ -37,7 +37,7 @@ export function applyMimeticAttention(cfg: ModelConfig, params: ModelParams, std
   const a = qkLogit / (Math.sqrt(D) * std * std * C);
   // W_v^T W_v x has a component of about D std^2 |x| along x, so W_o = c W_v^T passes on c D std^2 of x.
   const c = ovGain / (D * std * std);
-  const rng = new Rng((seed ^ 0x6d696d65) >>> 0);
+  const rng = new Rng((seed ^ 0x6d696d65) >>> 0, "xoshiro128**");
   for (const layer of params.layers) {
     const H = cfg.numHeads * D;
     for (let h = 0; h < cfg.numHeads; h++) {

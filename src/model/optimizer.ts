@@ -6,8 +6,18 @@
  * are whatever the caller accumulated (gradient accumulation = several backward passes before a step);
  * this file does not compute them and does not zero them.
  */
-import type { OptimHparams } from "../engine/types.js";
 import type { Kernels } from "../kernels/kernels.js";
+
+/** The hyperparameters of one AdamW step (the engine's `optimStep` takes them as they are). */
+export interface OptimHparams {
+  lr: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weightDecay?: number;
+  /** Clip the global gradient norm to this value; 0 = off. */
+  maxGradNorm?: number;
+}
 
 export interface ResolvedHparams {
   lr: number;

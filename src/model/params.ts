@@ -7,7 +7,7 @@
  * files (see checkpoint.ts).
  */
 import type { ModelConfig } from "./config.js";
-import { Rng } from "./random.js";
+import { Rng } from "../core/index.js";
 
 export interface ParamEntry {
   /** The Hugging Face tensor name, e.g. "model.layers.0.self_attn.q_proj.weight". */
@@ -149,7 +149,7 @@ export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float3
 export function initParams(
   entries: ParamEntry[], data: Float32Array, seed: number, std = 0.02, sinkInit = -10,
 ): void {
-  const rng = new Rng(seed);
+  const rng = new Rng(seed, "xoshiro128**");
   for (const e of entries) {
     const v = data.subarray(e.offset, e.offset + e.size);
     if (e.kind === "norm") v.fill(1);

@@ -8,7 +8,7 @@
  * for the same seed. Sampling goes through the batch decoder, so the turns of every trajectory in
  * flight share decoding steps. This file does not schedule groups (scheduler.ts) and does not train.
  */
-import type { AgentTurn, AssistantMessage, ChatMessage, ChatObservation } from "../gym/chat.js";
+import { mixSeedParts, type AgentTurn, type AssistantMessage, type ChatMessage, type ChatObservation } from "../core/index.js";
 import type { Env, Info, ResetArgs } from "../gym/env.js";
 import type { EngineSession, SampleParams } from "../engine/types.js";
 import type { ChatTemplate } from "../model/chat-template.js";
@@ -72,17 +72,6 @@ export interface RolloutStats {
   systemReuses: number;
   groupPrefills: number;
   trajectories: number;
-}
-
-function mixSeed(...parts: number[]): number {
-  let h = 0x9e3779b9;
-  for (const p of parts) {
-    h = Math.imul(h ^ (p >>> 0), 0x85ebca6b);
-    h ^= h >>> 13;
-    h = Math.imul(h, 0xc2b2ae35);
-    h ^= h >>> 16;
-  }
-  return h >>> 0;
 }
 
 function sameMessages(a: ChatObservation, b: ChatObservation): boolean {
@@ -296,7 +285,7 @@ export class Rollout {
           topK: o.topK,
           maxTokens,
           stopTokens: [eos],
-          seed: mixSeed(o.seed, task.reset.seed ?? 0, groupIndex, turn),
+          seed: mixSeedParts(o.seed, task.reset.seed ?? 0, groupIndex, turn),
         };
         const ts = performance.now();
         let current = session;

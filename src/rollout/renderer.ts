@@ -13,7 +13,7 @@
  * template would write differently — a `DriftReport` says where, and the caller flags or splits the
  * trajectory. This file knows no engine and no environment.
  */
-import type { AssistantMessage, ChatMessage, ChatObservation, ToolSpec } from "../gym/chat.js";
+import type { AssistantMessage, ChatMessage, ChatObservation, ToolSpec } from "../core/index.js";
 import type { ChatTemplate } from "../model/chat-template.js";
 import type { TokenCodec } from "../model/vocab.js";
 

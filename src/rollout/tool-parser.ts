@@ -8,7 +8,7 @@
  * and the environment answers with an error observation the agent can recover from. This file parses
  * text only; it does not tokenize and does not validate arguments against a schema.
  */
-import type { AgentTurn, ToolCall } from "../gym/chat.js";
+import type { AgentTurn, ToolCall } from "../core/index.js";
 
 export interface ToolCallParser {
   /** The family name, e.g. "qwen". */

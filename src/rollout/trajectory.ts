@@ -8,7 +8,7 @@
  * observations, timings, rewards, the env's info and the reason the episode ended are recorded beside
  * them. This file holds types and small checks; it runs nothing.
  */
-import type { ChatMessage, ToolCall, ToolSpec } from "../gym/chat.js";
+import type { ChatMessage, ToolCall, ToolSpec } from "../core/index.js";
 import type { Info } from "../gym/env.js";
 import type { DriftReport } from "./renderer.js";
 

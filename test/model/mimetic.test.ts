@@ -7,7 +7,7 @@ import type { ModelConfig } from "../../src/model/config.js";
 import { randomWeights } from "../../src/model/instance.js";
 import { applyMimeticAttention } from "../../src/model/mimetic.js";
 import { bindParams, type LayerParams } from "../../src/model/params.js";
-import { Rng } from "../../src/model/random.js";
+import { Rng } from "../../src/core/index.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 
 const cfg: ModelConfig = { arch: "qwen2", hiddenSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 32, intermediateSize: 256,
@@ -26,7 +26,7 @@ function matvec(w: Float32Array, from: number, rows: number, x: Float64Array): F
 /** Means over random unit-variance inputs x: the same-token logit q.k / sqrt(D) of head h, and x.(W_o,h W_v,g x) / |x|^2. */
 function headProducts(layer: LayerParams, h: number): { logit: number; gain: number } {
   const g = Math.floor(h / (cfg.numHeads / cfg.numKvHeads));
-  const rng = new Rng(11);
+  const rng = new Rng(11, "xoshiro128**");
   let logit = 0;
   let gain = 0;
   const n = 200;

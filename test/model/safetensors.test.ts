@@ -6,13 +6,13 @@ import { join } from "node:path";
 import { CheckpointError, loadCheckpoint, saveCheckpoint } from "../../src/model/checkpoint.js";
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, readSafetensors, readSafetensorsDir, SafetensorsError,
   writeSafetensors, writeSafetensorsDir, type TensorMap } from "../../src/model/safetensors.js";
-import { Rng } from "../../src/model/random.js";
+import { Rng } from "../../src/core/index.js";
 import { FIXTURES } from "./fixtures.js";
 
 const tmp = () => mkdtempSync(join(tmpdir(), "sinkflex-st-"));
 
 function randomTensors(seed: number): TensorMap {
-  const rng = new Rng(seed);
+  const rng = new Rng(seed, "xoshiro128**");
   const m: TensorMap = new Map();
   for (const [name, shape] of [["a.weight", [7, 5]], ["b.bias", [3]], ["c", [2, 3, 4]]] as const) {
     const n = shape.reduce((x, y) => x * y, 1);
@@ -32,7 +32,7 @@ describe("dtype conversions", () => {
     expect(f16ToF32(f32ToF16(2 ** -24))).toBe(2 ** -24); // smallest subnormal
     expect(f16ToF32(f32ToF16(1 + 2 ** -11))).toBe(1); // tie -> even
     expect(f16ToF32(f32ToF16(1 + 3 * 2 ** -11))).toBe(1 + 2 ** -9);
-    const rng = new Rng(1);
+    const rng = new Rng(1, "xoshiro128**");
     for (let i = 0; i < 1000; i++) {
       const x = rng.normal() * 10;
       expect(Math.abs(bf16ToF32(f32ToBf16(x)) - x)).toBeLessThanOrEqual(Math.abs(x) * 2 ** -8);

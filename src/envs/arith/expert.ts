@@ -2,7 +2,7 @@
  * The arith scripted expert: calls `calculate` with the task's expression, reads the result from the
  * tool message, and submits it. It acts only through the agent's tools.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { ArithTask } from "./tasks.js";
 

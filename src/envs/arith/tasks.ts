@@ -3,7 +3,7 @@
  * operations), each with its expression and its integer answer. Generation is procedural and
  * deterministic in (count, seed, difficulty); no data files are read.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import type { TaskSet } from "../../tools/tool-env.js";
 
 export type Difficulty = 1 | 2 | 3;

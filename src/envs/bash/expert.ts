@@ -3,7 +3,7 @@
  * not change access times), then submits the task's reference command. Its episodes are SFT data and
  * the suite's replay. It is not a solver: it knows the reference.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { BashTask } from "./tasks.js";
 

@@ -8,7 +8,7 @@
  * in the tree (read from the tree's spec), so every reference prints something or changes something.
  * This file only writes tasks; it runs nothing.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import { FILE_SYSTEMS, fileSystem, type FileSystemName } from "./fixtures.js";
 import type { BashTask } from "./tasks.js";
 

@@ -7,7 +7,7 @@
  *
  * This file holds templates only; repositories are assembled in swe-tasks.ts.
  */
-import type { Rng } from "../../gym/rng.js";
+import type { Rng } from "../../core/index.js";
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 export type Lang = "python" | "javascript";

@@ -4,7 +4,7 @@
  * submits what the program printed. It knows the references; it is not a solver. Its episodes are
  * SFT data and the suite's gold replay.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { MintTask, Reference } from "./mint-tasks.js";
 

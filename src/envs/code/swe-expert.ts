@@ -3,7 +3,7 @@
  * bug, applies the known fix with edit_file, runs the tests again and submits. It knows the fix; it
  * is not a solver. Its episodes are SFT data and the suite's replay.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { SweTask } from "./swe-tasks.js";
 

@@ -10,7 +10,7 @@
  * least one call that exposes the bug, hidden tests several. Deterministic in (seed, count, levels,
  * languages). This file builds files as text; it runs nothing.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import { BUG_TEMPLATES, camel, fixedSource, type BugTemplate, type Json, type Lang } from "./bugs.js";
 
 export type SweLevel = 1 | 2 | 3;

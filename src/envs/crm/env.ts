@@ -11,7 +11,7 @@
  * their own files.
  */
 import { z } from "zod";
-import type { ChatMessage } from "../../gym/chat.js";
+import type { ChatMessage } from "../../core/index.js";
 import { openApiTools } from "../../tools/openapi.js";
 import { PostgresDatabase, SqliteDatabase, sqlTools, type SqlDatabase, type SqlSession } from "../../tools/sql/index.js";
 import { functionTool, type Tool } from "../../tools/tool.js";

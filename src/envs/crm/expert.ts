@@ -4,7 +4,7 @@
  * the tool results. It knows the task's type and parameters (which product, which period), never its
  * answer. It is not a language model: its reading of transcripts is a fixed set of rules.
  */
-import type { AgentTurn, ChatObservation, ToolCall } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation, ToolCall } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { CrmTask } from "./tasks.js";
 

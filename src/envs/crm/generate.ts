@@ -6,7 +6,7 @@
  * This file builds plain records in memory; `store.ts` writes them to SQLite or PostgreSQL and
  * `tasks.ts` computes task answers from them. It knows nothing of HTTP or tools.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 
 export interface Agent { id: number; name: string; email: string; team: string; hired_on: string }
 export interface Account { id: number; name: string; industry: string; region: string; created_at: string }

@@ -11,7 +11,7 @@
  * A task is kept only when its answer is unique (no ties). Deterministic per seed. This file computes
  * answers from the in-memory records; it does not query the database or judge submissions.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import { POLICIES, warrantyMonths, type CrmData } from "./generate.js";
 
 export const CRM_TASK_TYPES = {

@@ -10,7 +10,7 @@
  * This file builds the env; the simulator is game.ts, the tasks tasks.ts, the registration index.ts.
  */
 import { z } from "zod";
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { ResetArgs, ResetResult, StepResult } from "../../gym/env.js";
 import { arrayTasks, ToolEnv, type TaskSet, type ToolEnvHooks } from "../../tools/tool-env.js";
 import { functionTool } from "../../tools/tool.js";

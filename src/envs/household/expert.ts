@@ -7,11 +7,10 @@
  * It is not a general PDDL planner: it solves the six ALFWorld task types (and sliced variants); on a
  * game it cannot plan, `plan` throws with the reason.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation, Rng } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import { Simulator, type Game } from "./game.js";
 import type { Formula } from "./pddl.js";
-import type { Rng } from "../../gym/rng.js";
 
 interface ObjectNeed {
   otype: string;

@@ -12,7 +12,7 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import { plan } from "./expert.js";
 import { Game, Simulator, type GameData } from "./game.js";
 import { dataDir, rememberGame, type HouseholdTask, type TaskType } from "./tasks.js";

@@ -5,7 +5,7 @@
  * `answerPath` and submits it. It never submits the task's stored answer: what it submits is what the
  * API returned.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { RestTask } from "./tasks.js";
 

@@ -11,7 +11,7 @@
  */
 import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Rng } from "../../gym/rng.js";
+import type { Rng } from "../../core/index.js";
 import { handleRequest, HttpError, restApiDocument } from "./api.js";
 import type { RestWorld } from "./world.js";
 

@@ -7,7 +7,7 @@
  * Deterministic in (world seed, task seed, count, levels). This file does not call the API or judge
  * submissions.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import type { FaultKind } from "./server.js";
 import { CABINS, FLIGHT_DATES, addDays, celsiusToFahrenheit, daysBetween, greatCircleKm, round, weekday, type RestWorld } from "./world.js";
 

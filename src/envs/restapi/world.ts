@@ -8,7 +8,7 @@
  * generator (tasks.ts) read answers from here, so a task's answer is exactly what the API returns.
  * This file knows nothing of HTTP, tools or rewards.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 
 /** The day the services treat as "today". */
 export const TODAY = "2025-06-01";

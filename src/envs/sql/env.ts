@@ -9,7 +9,7 @@
  * `result.ts`. This file is the env's wiring; it does not parse SQL or compare results itself.
  */
 import { z } from "zod";
-import type { ChatMessage } from "../../gym/chat.js";
+import type { ChatMessage } from "../../core/index.js";
 import { functionTool, type Tool } from "../../tools/tool.js";
 import { arrayTasks, ToolEnv, type Episode, type Score } from "../../tools/tool-env.js";
 import { PostgresBackend, SqlError, SqliteBackend, type QueryResult, type SqlBackend, type SqlValue, type TableInfo } from "./backend.js";

@@ -3,7 +3,7 @@
  * describe the ones the question needs), runs the gold SQL as a query to see its result, then submits
  * it. It acts only through the env's tools. It is not a text-to-SQL model: it knows the gold query.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { SqlTask } from "./data.js";
 

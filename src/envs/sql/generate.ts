@@ -9,7 +9,7 @@
 import Database from "better-sqlite3";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import { requireDbDir, type SqlTask } from "./data.js";
 
 export const LEVELS = [1, 2, 3, 4, 5] as const;

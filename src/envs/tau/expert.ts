@@ -6,7 +6,7 @@
  * user the figures they asked for. Its plan — which changes to make — comes from the task's gold
  * actions, as a person would work it out from the conversation.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Expert } from "../suite.js";
 import type { Domain } from "./db.js";
 import { describeAction } from "./describe.js";

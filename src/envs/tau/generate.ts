@@ -6,7 +6,7 @@
  * replay on a fresh database succeeds at every step (no tool returns an error), so every generated task
  * is solvable. Generation is deterministic in (domain, seed, count, difficulty).
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/index.js";
 import { loadBase, TauDb, type Collections, type Domain } from "./db.js";
 import { describeAction } from "./describe.js";
 import { num, type PyRecord } from "./pyjson.js";

@@ -5,7 +5,7 @@
  * (case-insensitive, commas removed from the message); else 0. The evidence names the records that
  * differ and the outputs that were not said.
  */
-import type { ChatMessage } from "../../gym/chat.js";
+import type { ChatMessage } from "../../core/index.js";
 import type { Score } from "../../tools/tool-env.js";
 import { replayGold } from "./conform.js";
 import { diffDbs, type TauDb } from "./db.js";
