@@ -11,7 +11,14 @@
  * When the host runs as root, the command runs under a dedicated unprivileged uid (so the process
  * limit counts only the sandbox's own processes); the tree is chowned to it. Resource limits (memory,
  * processes, file size, no core files) are set by the shell inside with `ulimit` before the command.
- * This file builds argv only; spawning, time and output limits are in sandbox.ts.
+ *
+ * Nothing outlives the owner (the process that started the sandbox), even one killed by SIGKILL:
+ * with `owner` set, the launcher runs under `setpriv --pdeathsig KILL` and first checks that its
+ * parent is still the owner (closing the race where the owner dies before the signal is armed). The
+ * namespace's first process keeps its credentials, so the parent-death signal that bwrap
+ * (`--die-with-parent`) or unshare (`--kill-child`) gives it holds, and when it dies the kernel kills
+ * every process of the pid namespace.
+ * This file builds argv only; spawning, time, output and disk limits are in sandbox.ts.
  */
 import { execFileSync } from "node:child_process";
 import { existsSync, lstatSync, readlinkSync } from "node:fs";
@@ -98,11 +105,27 @@ export interface LaunchSpec {
   tmpBytes: number;
   /** The shell line run inside (limits, then the command). */
   inner: string[];
+  /** The pid of the process that spawns the launcher: when it dies, the launcher is SIGKILLed (needs setpriv). */
+  owner?: number;
 }
 
 /** The argv (program first) that runs `spec.inner` in the sandbox. */
 export function launchArgv(spec: LaunchSpec): string[] {
-  return spec.kind === "bwrap" ? bwrapArgv(spec) : unshareArgv(spec);
+  const argv = spec.kind === "bwrap" ? bwrapArgv(spec) : unshareArgv(spec);
+  return spec.owner === undefined ? argv : diesWithOwner(spec.owner, argv);
+}
+
+/**
+ * `argv` run so that it is SIGKILLed when `owner` dies: setpriv arms the parent-death signal, then a
+ * shell checks that its parent is still `owner` (had the owner died before the signal was armed, the
+ * parent would already be another process) and execs `argv`.
+ */
+function diesWithOwner(owner: number, argv: string[]): string[] {
+  const [setpriv, ...rest] = argv[0] === "setpriv" ? argv : [undefined, ...argv];
+  const credentials = setpriv ? rest.slice(0, rest.indexOf("--")) : [];
+  const program = setpriv ? rest.slice(rest.indexOf("--") + 1) : rest;
+  const guard = `[ "$PPID" = "$1" ] || { echo "sandbox: its owner process $1 is gone" >&2; exit 125; }; shift; exec "$@"`;
+  return ["setpriv", "--pdeathsig", "KILL", ...credentials, "--", "/bin/sh", "-c", guard, "sandbox-owner", String(owner), ...program];
 }
 
 function bwrapArgv(spec: LaunchSpec): string[] {
@@ -182,7 +205,11 @@ function unshareArgv(spec: LaunchSpec): string[] {
     `mount -o remount,bind,ro ${q(r)}`,
     `hostname ${q(spec.hostname)}`,
     `cd ${q(r + spec.cwd)}`,
-    `exec chroot --userspec=${user} ${q(r)} /usr/bin/env -i ${envArgs.join(" ")} /bin/sh -c ${q(`cd ${q(spec.cwd)} && exec "$@"`)} sandbox ${spec.inner.map(q).join(" ")}`,
+    // Not exec: this shell stays the namespace's first process, as root, so the parent-death signal
+    // of --kill-child holds (a change of uid, as chroot --userspec makes, would clear it).
+    "set +e",
+    `chroot --userspec=${user} ${q(r)} /usr/bin/env -i ${envArgs.join(" ")} /bin/sh -c ${q(`cd ${q(spec.cwd)} && exec "$@"`)} sandbox ${spec.inner.map(q).join(" ")}`,
+    "exit $?",
   ].join("\n");
   return ["unshare", "--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c", script];
 }

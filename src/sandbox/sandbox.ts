@@ -4,17 +4,24 @@
  * place, and returns its output, exit status and which limit, if any, stopped it.
  *
  * Limits: wall time (the whole sandbox is killed), memory (address space), processes, size of any
- * file written, bytes of output (the sandbox is killed once exceeded), size of /tmp. Escape attempts
- * end as a result with `limit` set or a failing exit status; they never reach the host. There is no
- * unsandboxed mode: without bwrap or unshare, creating a Sandbox throws SandboxUnavailableError.
+ * file written, bytes of output (the sandbox is killed once exceeded), size of /tmp, disk used by the
+ * tree (a quota: no file may grow past what is left of it, and a watcher kills the sandbox once the
+ * tree holds more). Escape attempts end as a result with `limit` set or a failing exit status; they
+ * never reach the host. There is no unsandboxed mode: without bwrap or unshare, creating a Sandbox
+ * throws SandboxUnavailableError.
+ *
+ * Nothing outlives its owner: the sandbox's processes are SIGKILLed when the process that created
+ * the Sandbox dies, however it dies (see isolation.ts), and the folders it leaves behind are removed
+ * by the next Sandbox created on the machine (see owner.ts).
  *
  * The sandbox does not build or snapshot trees (see tree.ts); it is used by the bash and code suites.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, lchownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { detectIsolation, launchArgv, type IsolationKind } from "./isolation.js";
+import { removeStaleFolders } from "./owner.js";
+import { makeTreeDir, treeDiskUsage } from "./tree.js";
 
 export interface SandboxLimits {
   /** Wall-clock time of one command, in ms (default 10,000). */
@@ -29,6 +36,11 @@ export interface SandboxLimits {
   maxFileBytes: number;
   /** Size of the private /tmp, in bytes (default 64 MiB). */
   tmpBytes: number;
+  /**
+   * Disk quota of the tree, in bytes (default 64 MiB): what the tree may hold (see `treeDiskUsage`).
+   * A command that makes it hold more is stopped, with `limit: "disk"`.
+   */
+  diskBytes: number;
 }
 
 export const DEFAULT_LIMITS: SandboxLimits = {
@@ -38,7 +50,28 @@ export const DEFAULT_LIMITS: SandboxLimits = {
   maxOutputBytes: 64 * 1024,
   maxFileBytes: 64 * 1024 ** 2,
   tmpBytes: 64 * 1024 ** 2,
+  diskBytes: 64 * 1024 ** 2,
 };
+
+/** How often the disk watcher looks at the tree at most (ms); slower for trees that take long to walk. */
+const DISK_CHECK_MS = 20;
+
+/** Checks limits given by a caller; each must be a positive number. */
+function validLimits(limits: Partial<SandboxLimits> | undefined): SandboxLimits {
+  const out = { ...DEFAULT_LIMITS, ...limits };
+  for (const key of Object.keys(DEFAULT_LIMITS) as (keyof SandboxLimits)[]) {
+    const v = out[key];
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
+      throw new RangeError(`Sandbox: limits.${key} must be a positive number, got ${JSON.stringify(v)} (default ${DEFAULT_LIMITS[key]})`);
+    }
+  }
+  return out;
+}
+
+function mib(bytes: number): string {
+  const v = bytes / 1024 ** 2;
+  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+}
 
 export interface SandboxOptions {
   /** Host folder visible (read-write) inside at `mountPoint`; nothing else of the host is writable. */
@@ -55,16 +88,21 @@ export interface SandboxOptions {
   hostname?: string;
 }
 
-export type SandboxLimitKind = "timeout" | "output" | "processes" | "memory";
+export type SandboxLimitKind = "timeout" | "output" | "processes" | "memory" | "disk";
 
 export interface ExecResult {
   stdout: string;
   stderr: string;
-  /** Exit status; null when a signal or a limit ended the command. */
+  /**
+   * Exit status, as a shell reports it (128 + n when signal n killed the command); null when the
+   * sandbox killed the command (a timeout, output or disk limit).
+   */
   exitCode: number | null;
   /**
    * Set when a limit stopped or crippled the command: "output" (too much output, killed), "processes"
-   * (forks refused), "memory" (allocations refused), "timeout" (killed after the time limit).
+   * (forks refused), "memory" (allocations refused), "timeout" (killed after the time limit), "disk"
+   * (the tree held more than its quota: killed, and stderr ends with a line saying
+   * "sandbox: disk quota of N MiB exceeded ...").
    */
   limit?: SandboxLimitKind;
   durationMs: number;
@@ -100,11 +138,12 @@ export class Sandbox {
       throw new Error(`Sandbox: mountPoint must be an absolute path other than "/", got "${options.mountPoint}"`);
     }
     if (!existsSync(options.tree) || !lstatSync(options.tree).isDirectory()) throw new Error(`Sandbox: the tree ${options.tree} is not a folder`);
+    this.limits = validLimits(options.limits);
     this.isolation = detectIsolation(options.isolation ?? "auto");
-    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     const root = process.getuid?.() === 0;
     this.uid = root && (this.isolation === "unshare" || hasSetpriv()) ? allocateUid() : undefined;
-    this.support = mkdtempSync(join(tmpdir(), "sinkflex-sandbox-"));
+    removeStaleFolders(); // trees and support folders of processes that died without cleaning up
+    this.support = makeTreeDir("sinkflex-sandbox-");
     chmodSync(this.support, 0o755); // readable by the sandbox's uid; it holds only the generated /etc
     mkdirSync(join(this.support, "etc", "alternatives"), { recursive: true });
     mkdirSync(join(this.support, "root"));
@@ -123,10 +162,15 @@ export class Sandbox {
     if (this.closed) throw new Error("Sandbox: exec after close");
     const l = this.limits;
     const timeoutMs = options.timeoutMs ?? l.timeoutMs;
+    const tree = this.options.tree;
+    // No single file may grow past what is left of the quota; many files are the watcher's job.
+    const usedBefore = treeDiskUsage(tree);
+    const diskAllowed = Math.max(l.diskBytes, usedBefore); // a tree already over may still be cleaned up
+    const fileBytes = Math.min(l.maxFileBytes, Math.max(0, l.diskBytes - usedBefore));
     const limitsLine = [
       `ulimit -v ${Math.floor(l.memoryBytes / 1024)}`,
       `ulimit -u ${l.maxProcesses}`,
-      `ulimit -f ${Math.floor(l.maxFileBytes / 1024)}`,
+      `ulimit -f ${Math.floor(fileBytes / 1024)}`,
       "ulimit -c 0",
       'exec /bin/bash -c "$1"',
     ].join(" && ");
@@ -149,6 +193,7 @@ export class Sandbox {
       },
       tmpBytes: l.tmpBytes,
       inner: ["/bin/bash", "-c", limitsLine, "sandbox-shell", command],
+      ...(hasSetpriv() ? { owner: process.pid } : {}),
     });
     const started = Date.now();
     return new Promise<ExecResult>((resolve) => {
@@ -158,7 +203,8 @@ export class Sandbox {
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       let bytes = 0;
-      let limit: "timeout" | "output" | undefined;
+      let limit: "timeout" | "output" | "disk" | undefined;
+      let diskUsed = usedBefore;
       const kill = () => {
         if (pid === undefined) return;
         try {
@@ -182,23 +228,50 @@ export class Sandbox {
         if (!limit) limit = "timeout";
         kill();
       }, timeoutMs);
+      let diskTimer: NodeJS.Timeout | undefined;
+      const watchDisk = () => {
+        const t0 = performance.now();
+        diskUsed = treeDiskUsage(tree);
+        if (diskUsed > diskAllowed) {
+          if (!limit) limit = "disk";
+          kill();
+          return;
+        }
+        diskTimer = setTimeout(watchDisk, Math.min(1_000, Math.max(DISK_CHECK_MS, 20 * (performance.now() - t0))));
+      };
+      diskTimer = setTimeout(watchDisk, DISK_CHECK_MS);
       child.on("error", (e) => {
         err.push(Buffer.from(`sandbox: cannot start ${argv[0]}: ${e.message}\n`));
       });
       child.on("close", async (code) => {
         clearTimeout(timer);
+        clearTimeout(diskTimer);
         kill(); // anything left in the process group
         // Nothing the command started may outlive it: with a dedicated uid, every process of that uid.
         if (this.uid !== undefined) await killUid(this.uid);
         if (pid !== undefined) this.running.delete(pid);
-        const stderr = Buffer.concat(err).toString("utf8");
+        const killed = limit !== undefined;
+        // Written between the watcher's last look and the end.
+        if (!limit && (diskUsed = treeDiskUsage(tree)) > diskAllowed) limit = "disk";
+        let stderr = Buffer.concat(err).toString("utf8");
+        // A file cut by what was left of the quota (not by maxFileBytes) is the quota's doing too.
+        const cut = !limit && fileBytes < l.maxFileBytes && /File size limit exceeded/.test(stderr);
+        if (limit === "disk" || cut) {
+          const why = cut
+            ? `no file may grow past the ${mib(fileBytes)} MiB left of it when the command started`
+            : killed
+              ? "the command was stopped"
+              : "the command had ended";
+          stderr += `${stderr === "" || stderr.endsWith("\n") ? "" : "\n"}sandbox: disk quota of ${mib(l.diskBytes)} MiB exceeded: ${why} (the tree holds ${mib(cut ? treeDiskUsage(tree) : diskUsed)} MiB). Delete files to make room.\n`;
+          limit = "disk";
+        }
         let kind: SandboxLimitKind | undefined = limit;
-        if (kind !== "output" && /fork: (retry: )?(Resource temporarily unavailable|Cannot allocate memory)/.test(stderr)) kind = "processes";
+        if (kind !== "output" && kind !== "disk" && /fork: (retry: )?(Resource temporarily unavailable|Cannot allocate memory)/.test(stderr)) kind = "processes";
         else if (!kind && /Cannot allocate memory|MemoryError|memory exhausted|std::bad_alloc/.test(stderr)) kind = "memory";
         resolve({
           stdout: Buffer.concat(out).toString("utf8"),
           stderr,
-          exitCode: limit ? null : code,
+          exitCode: killed ? null : code,
           ...(kind ? { limit: kind } : {}),
           durationMs: Date.now() - started,
         });

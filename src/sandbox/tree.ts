@@ -2,14 +2,18 @@
  * File trees for sandboxes: build one from a declarative spec (files with contents, modes and ages,
  * folders, symlinks), take a snapshot (paths, kinds, modes, sizes, content hashes, link targets) and
  * compare two snapshots. Modification times are set when building but left out of snapshots, so two
- * trees built or changed at different moments compare equal when their contents do.
+ * trees built or changed at different moments compare equal when their contents do. `treeDiskUsage`
+ * is what a tree holds against the sandbox's disk quota.
  *
- * This file knows nothing of processes or isolation (see sandbox.ts).
+ * A tree's folder name carries its owner process (owner.ts), so that a tree left behind by a process
+ * that died is removed when the next sandbox starts. This file knows nothing of isolation (see
+ * sandbox.ts and isolation.ts).
  */
 import { createHash } from "node:crypto";
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, utimesSync, lutimesSync, writeFileSync, chmodSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { ownerMark } from "./owner.js";
 
 export interface TreeNode {
   /** Relative path inside the tree, "/"-separated. */
@@ -25,9 +29,46 @@ export interface TreeNode {
   target?: string;
 }
 
-/** A fresh, empty host folder for one tree (remove it with `removeTree`). */
+/**
+ * A fresh, empty host folder for one tree (remove it with `removeTree`), named
+ * `<prefix><owner mark>-XXXXXX`. With a prefix of the form `sinkflex-<letters>-`, the folder is
+ * removed by the next sandbox that starts after this process is gone (see owner.ts).
+ */
 export function makeTreeDir(prefix = "sinkflex-tree-"): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  return mkdtempSync(join(tmpdir(), `${prefix}${ownerMark()}-`));
+}
+
+/**
+ * Bytes a tree holds on disk: for each entry, the larger of its size and its allocated blocks
+ * (folders count their blocks; a file hard-linked twice counts once). Entries that vanish while it
+ * walks are skipped, so it may run while a command changes the tree.
+ */
+export function treeDiskUsage(root: string): number {
+  const seen = new Set<number>();
+  let total = 0;
+  const walk = (abs: string) => {
+    let st;
+    try {
+      st = lstatSync(abs);
+    } catch {
+      return;
+    }
+    if (st.nlink > 1 && !st.isDirectory()) {
+      if (seen.has(st.ino)) return;
+      seen.add(st.ino);
+    }
+    total += Math.max(st.isDirectory() ? 0 : st.size, st.blocks * 512);
+    if (!st.isDirectory()) return;
+    let names: string[];
+    try {
+      names = readdirSync(abs);
+    } catch {
+      return;
+    }
+    for (const name of names) walk(join(abs, name));
+  };
+  walk(root);
+  return total;
 }
 
 export function removeTree(dir: string): void {

@@ -1,7 +1,8 @@
 /**
  * The sandbox against escape attempts, on every isolation backend available here: network access,
  * writing or reading outside the tree, a fork bomb, endless output, a command that never returns,
- * memory and file-size bombs. Each must end with a clear limit or error and leave nothing behind.
+ * memory and file-size bombs, filling the disk. Each must end with a clear limit or error and leave
+ * nothing behind.
  */
 import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -9,7 +10,8 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildTree, diffSnapshots, makeTreeDir, probeIsolation, removeTree, Sandbox, snapshotTree, type IsolationKind } from "../../src/sandbox/index.js";
+import { formatResult } from "../../src/envs/bash/episode.js";
+import { buildTree, diffSnapshots, makeTreeDir, probeIsolation, removeTree, Sandbox, snapshotTree, treeDiskUsage, type IsolationKind } from "../../src/sandbox/index.js";
 
 const backends = (["bwrap", "unshare"] as IsolationKind[]).filter((k) => probeIsolation(k) === undefined);
 
@@ -126,6 +128,37 @@ describe("sandbox", () => {
         const big = await sandbox.exec("head -c 10000000 /dev/zero > big.bin");
         expect(big.stderr).toMatch(/File size limit exceeded/);
         expect(statSync(join(tree, "big.bin")).size).toBeLessThanOrEqual(1024 ** 2);
+      });
+
+      it("stops a command that fills the tree past its disk quota, with an error the agent can read", async () => {
+        const quota = 8 * 1024 ** 2;
+        const own = makeTreeDir("sinkflex-bash-");
+        const small = new Sandbox({ tree: own, mountPoint: "/testbed", isolation: kind, limits: { diskBytes: quota, timeoutMs: 30_000 } });
+        try {
+          // Many files, each under the per-file limit: only the quota can stop this (500 MiB otherwise).
+          const many = await small.exec("for i in $(seq 1 500); do head -c 1M /dev/zero > f$i; done; echo finished");
+          expect(many.limit).toBe("disk");
+          expect(many.exitCode).toBeNull();
+          expect(many.stdout).toBe("");
+          expect(many.stderr).toMatch(/sandbox: disk quota of 8 MiB exceeded/);
+          // The watcher looks every 20 ms: what was written meanwhile is the bound (measured: 2 to 8 MiB).
+          expect(treeDiskUsage(own)).toBeLessThanOrEqual(quota + 32 * 1024 ** 2);
+          const shown = formatResult(many, small.limits);
+          expect(shown).toMatch(/disk quota of 8 MiB exceeded/);
+          expect(shown).toMatch(/Delete files to make room/);
+
+          // Over the quota, a command may still delete files; then one big file is cut at the quota.
+          const cleanup = await small.exec("rm -f f*; echo cleaned");
+          expect(cleanup).toMatchObject({ stdout: "cleaned\n", exitCode: 0 });
+          expect(cleanup.limit).toBeUndefined();
+          const big = await small.exec("head -c 100M /dev/zero > big.bin");
+          expect(big.limit).toBe("disk");
+          expect(big.stderr).toMatch(/disk quota of 8 MiB exceeded: no file may grow past/);
+          expect(treeDiskUsage(own)).toBeLessThanOrEqual(quota);
+        } finally {
+          small.close();
+          removeTree(own);
+        }
       });
     });
   }

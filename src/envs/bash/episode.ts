@@ -9,7 +9,7 @@
  * tree is built with the episode's own build time, so file times (shown by `ls -l`, stored by `tar`)
  * are the same in both.
  */
-import { Sandbox, type ExecResult, type SandboxLimits } from "../../sandbox/sandbox.js";
+import { DEFAULT_LIMITS, Sandbox, type ExecResult, type SandboxLimits } from "../../sandbox/sandbox.js";
 import { buildTree, diffSnapshots, makeTreeDir, removeTree, snapshotTree, type SnapshotEntry } from "../../sandbox/tree.js";
 import { fileSystem, type FileSystemName } from "./fixtures.js";
 
@@ -99,6 +99,12 @@ export function formatResult(r: ExecResult, limits: Partial<SandboxLimits> = BAS
       break;
     case "memory":
       parts.push("Error: the command ran out of memory (the sandbox limits memory).");
+      break;
+    case "disk":
+      // The sandbox's own line at the end of stderr says so; repeated here only when that was cut off.
+      if (!parts.some((p) => p.includes("disk quota"))) {
+        parts.push(`Error: sandbox: disk quota of ${(limits.diskBytes ?? DEFAULT_LIMITS.diskBytes) / 1024 ** 2} MiB exceeded; delete files to make room.`);
+      }
       break;
     default:
       if (r.exitCode !== 0) parts.push(`[exit status ${r.exitCode}]`);
