@@ -3,14 +3,19 @@
  * pipeline. Unknown fields and unsupported combinations are errors that name the field and the allowed
  * values; nothing is silently ignored.
  *
+ * A config file may declare a `scale` section (a recipe's rule for how its counts grow with a longer time
+ * budget and with bf16 products; configs/demo.yaml has one): it is applied when the file is loaded
+ * (`scaleRecipe`) and is never part of the validated config a run saves.
+ *
  * Named configs: "reference" (the paper's defaults for real models: lr 5e-6, batch 32 tasks, group 8,
- * KL 0.04, 3 epochs) and "demo" (a small model that trains on 2 CPU cores).
+ * KL 0.04, 3 epochs, `referenceGrpo`). The demo's recipe is a file, configs/demo.yaml. This file is not
+ * the pipeline itself (train.ts) nor any recipe's values.
  */
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { ATTENTION_INITS } from "../model/instance.js";
-import { MATMUL_PRECISIONS } from "../kernels/native.js";
+import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
 
 const positiveInt = z.number().int().positive();
@@ -156,7 +161,7 @@ const SftSection = z
      */
     contextLossFraction: z.number().min(0).lt(1, "must be below 1: the last SFT steps train on the assistant's tokens only").default(0),
     /**
-     * The copy drill (rl/copy-drill.ts): synthetic examples, each a row of spans cut from the SFT
+     * The copy drill (src/recipes/copy-drill.ts): synthetic examples, each a row of spans cut from the SFT
      * examples' context and written twice, the loss on the second copy; their batches lead the first
      * epoch. It teaches a model trained from scratch to copy from its context before it learns the
      * suites' episodes. Needs batchBy "prefix". Off by default.
@@ -349,34 +354,110 @@ export class ConfigError extends Error {
   }
 }
 
-/** Validates a parsed config object; errors list every problem with its field path. */
-export function validateConfig(raw: unknown, source = "config"): TrainConfig {
-  const result = TrainConfigSchema.safeParse(raw);
-  if (result.success) return result.data;
-  const lines = result.error.issues.map((issue) => {
-    const path = issue.path.length ? issue.path.join(".") : "(top level)";
+/** One line per issue: its field path and what is wrong. */
+function issueLines(issues: readonly z.core.$ZodIssue[], prefix: (string | number)[] = []): string[] {
+  return issues.map((issue) => {
+    const at = [...prefix, ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))];
+    const path = at.length ? at.join(".") : "(top level)";
     let message = issue.message;
     if (issue.code === "invalid_value" && "values" in issue) message = `must be one of ${(issue.values as unknown[]).map((v) => JSON.stringify(v)).join(", ")}`;
     if (issue.code === "unrecognized_keys") message = `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
     return `  ${path}: ${message}`;
   });
+}
+
+/** Validates a parsed config object; errors list every problem with its field path. */
+export function validateConfig(raw: unknown, source = "config"): TrainConfig {
+  const result = TrainConfigSchema.safeParse(raw);
+  if (result.success) return result.data;
+  const lines = issueLines(result.error.issues);
+  if (raw && typeof raw === "object" && "scale" in raw) lines.push("  scale: a config file's scale section is applied when the file is loaded (loadConfigFile, scaleRecipe); drop it from a config object");
   throw new ConfigError(`${source} is not a valid training config:\n${lines.join("\n")}`);
 }
 
-export function loadConfigFile(path: string): TrainConfig {
+/** The counts a recipe's `scale` section may name: "suites.*.sftEpisodes" is every suite's that sets it. */
+export const SCALABLE_COUNTS = ["sft.expertEpisodes", "suites.*.sftEpisodes", "sft.copyDrill.examples"] as const;
+
+/**
+ * A recipe's time-scaling rule: the counts it names are those of a run of `baseMinutes` with fp32
+ * products; a run of M minutes multiplies them by max(1, M / baseMinutes) (more distinct examples for a
+ * longer run, never fewer for a shorter one), and bf16 products by `bf16Factor` as well (the steps
+ * bf16's speed buys in the same time), rounded to whole numbers.
+ */
+export const ScaleSchema = z
+  .object({
+    baseMinutes: z.number().positive(),
+    bf16Factor: z.number().min(1, "must be at least 1: bf16 products are not slower than fp32's").default(1),
+    counts: z.array(z.enum(SCALABLE_COUNTS)).min(1, "name at least one count to scale, or drop the scale section"),
+  })
+  .strict();
+export type RecipeScale = z.infer<typeof ScaleSchema>;
+
+/** A count scaled for a run of `minutes` (default the base) with `matmul` products. */
+export function scaledCount(n: number, scale: RecipeScale, run: { minutes?: number; matmul: MatmulPrecision }): number {
+  return Math.round(n * Math.max(1, (run.minutes ?? scale.baseMinutes) / scale.baseMinutes) * (run.matmul === "bf16" ? scale.bf16Factor : 1));
+}
+
+const isRecord = (x: unknown): x is Record<string, unknown> => typeof x === "object" && x !== null && !Array.isArray(x);
+
+/**
+ * A parsed config file made ready to validate: `model.matmul` set to `run.matmul` where given, and the
+ * file's `scale` section (if any) applied for the run's minutes and matmul, then removed. The counts
+ * `scale` names must be set in the file. Without `scale`, minutes change nothing. Not validated yet
+ * (`validateConfig` does that).
+ */
+export function scaleRecipe(raw: unknown, source: string, run: { minutes?: number; matmul?: MatmulPrecision } = {}): unknown {
+  if (!isRecord(raw)) return raw;
+  const { scale: rawScale, ...rest } = raw;
+  const out: Record<string, unknown> = structuredClone(rest);
+  if (run.matmul !== undefined && isRecord(out.model)) out.model.matmul = run.matmul;
+  if (rawScale === undefined) return out;
+  const parsed = ScaleSchema.safeParse(rawScale);
+  if (!parsed.success) throw new ConfigError(`${source} is not a valid training config:\n${issueLines(parsed.error.issues, ["scale"]).join("\n")}`);
+  if (run.minutes !== undefined && !(run.minutes > 0)) throw new ConfigError(`a run's minutes must be a positive number, got ${run.minutes}`);
+  const matmul = (isRecord(out.model) && (out.model.matmul as MatmulPrecision | undefined)) || "fp32";
+  const scale = (n: unknown, path: string): number => {
+    if (typeof n !== "number" || !Number.isInteger(n)) throw new ConfigError(`${source}: scale.counts names ${path}, which must be a whole number in the file, got ${JSON.stringify(n)}`);
+    return scaledCount(n, parsed.data, { minutes: run.minutes, matmul });
+  };
+  const missing = (path: string) => new ConfigError(`${source}: scale.counts names ${path}, which the file does not set: set it, or drop it from scale.counts`);
+  for (const count of new Set(parsed.data.counts)) {
+    if (count === "suites.*.sftEpisodes") {
+      const suites = Array.isArray(out.suites) ? out.suites.filter(isRecord).filter((s) => s.sftEpisodes !== undefined) : [];
+      if (suites.length === 0) throw missing(count);
+      for (const s of suites) s.sftEpisodes = scale(s.sftEpisodes, count);
+    } else {
+      const sft = out.sft;
+      const holder = !isRecord(sft) ? undefined : count === "sft.expertEpisodes" ? sft : isRecord(sft.copyDrill) ? sft.copyDrill : undefined;
+      const key = count === "sft.expertEpisodes" ? "expertEpisodes" : "examples";
+      if (holder?.[key] === undefined) throw missing(count);
+      holder[key] = scale(holder[key], count);
+    }
+  }
+  return out;
+}
+
+/** A config file's text parsed (YAML, or JSON for .json), not yet scaled or validated. */
+export function readConfigFile(path: string): unknown {
   let text: string;
   try {
     text = readFileSync(path, "utf8");
   } catch (err) {
     throw new ConfigError(`cannot read the config file ${path}: ${(err as Error).message}`);
   }
-  let raw: unknown;
   try {
-    raw = /\.json$/i.test(path) ? JSON.parse(text) : parseYaml(text);
+    return /\.json$/i.test(path) ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
     throw new ConfigError(`${path} is not valid ${/\.json$/i.test(path) ? "JSON" : "YAML"}: ${(err as Error).message}`);
   }
-  return validateConfig(raw, path);
+}
+
+/**
+ * A config file, validated; its `scale` section (if any) applied for `run` (default: the base minutes
+ * and the file's own matmul, so a recipe trains as written).
+ */
+export function loadConfigFile(path: string, run: { minutes?: number; matmul?: MatmulPrecision } = {}): TrainConfig {
+  return validateConfig(scaleRecipe(readConfigFile(path), path, run), path);
 }
 
 /** The paper's reference hyperparameters, for real (>= 0.5B) models; suites and model are the user's. */

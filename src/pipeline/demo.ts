@@ -6,14 +6,20 @@
  * the same starting policy and seed, and reports the model tokens and wall time each pipeline needs
  * per step. The naive pipeline attends to the whole context and the demo to a window, so once a
  * context outgrows the window their samples (and rewards) differ: the ratios are then per step.
+ *
+ * The recipe itself (suites, model, SFT and GRPO settings) is data, configs/demo.yaml, loaded by
+ * src/recipes/demo.ts; this file runs it under the demo's time budget and prints the table. It is not
+ * the training pipeline (train.ts).
  */
-import { bf16Available, type MatmulPrecision } from "../kernels/index.js";
-import type { TrainConfig } from "./config.js";
-import { validateConfig } from "./config.js";
+import type { MatmulPrecision } from "../kernels/index.js";
+import { demoConfig } from "../recipes/demo.js";
+import { validateConfig, type TrainConfig } from "./config.js";
 import { improvedBeyondInterval } from "./stats.js";
 import { train, type TrainResult } from "./train.js";
 import type { SuiteEval } from "./evaluate.js";
 import { join } from "node:path";
+
+export { demoConfig, demoConfigFile } from "../recipes/demo.js";
 
 export interface DemoOptions {
   runsDir: string;
@@ -26,7 +32,7 @@ export interface DemoOptions {
   seed?: number;
   /** The time the whole demo may take, in minutes (default 20): SFT ends at 52% of it, and GRPO early enough for the evaluation after RL to end by 94%. */
   minutes?: number;
-  /** Matrix products in "bf16" or "fp32" (default: bf16 where the CPU has a bf16 unit, AMX or AVX512-BF16; see demoConfig). */
+  /** Matrix products in "bf16" or "fp32" (default: bf16 where the CPU has a bf16 unit, AMX or AVX512-BF16; see demoConfig); scales the recipe's counts as its `scale` says. */
   matmul?: MatmulPrecision;
 }
 
@@ -59,102 +65,6 @@ export interface DemoResult {
   };
   runDir: string;
   config: TrainConfig;
-}
-
-/**
- * The demo's suites: short prompts and generated tasks at the easy level, thousands of them, so a small
- * model trained from scratch learns to read and copy from its context rather than memorize answers.
- */
-export function demoConfig(options: { quick?: boolean; runsDir: string; seed?: number; name?: string; minutes?: number; matmul?: MatmulPrecision }): TrainConfig {
-  const quick = options.quick ?? false;
-  // Matrix products in bf16 on CPUs with a bf16 unit (fp32 accumulation; an SFT step in about 0.6 of fp32's
-  // time with AMX on the 2-core Xeon, 0.53 with AVX512-BF16 and the fused attention on the 2-core AMD EPYC),
-  // in fp32 elsewhere.
-  const matmul = options.matmul ?? (bf16Available() ? "bf16" : "fp32");
-  // A suite's expert episodes for a 20-minute run in fp32, 1.4 times as many with bf16 products (they fit the
-  // same SFT time: on AMX, and on AVX512-BF16 with the fused attention), and scaled up for a longer run: more
-  // distinct episodes (one pass over them), not more passes over the same.
-  const episodesFor = (n: number) => Math.round(n * Math.max(1, (options.minutes ?? 20) / 20) * (matmul === "bf16" ? 1.4 : 1));
-  const episodes = episodesFor(7000);
-  const generated = quick ? 300 : 12_000;
-  return validateConfig(
-    {
-      name: options.name ?? (quick ? "demo-quick" : "demo"),
-      seed: options.seed ?? 0,
-      runsDir: options.runsDir,
-      // SFT's expert episodes per suite (in fp32; 1.4 times these with bf16 products): household 8,000,
-      // restapi 1,500, arith 500 and sql its 640 (160 tasks, 4 each). With the copy drill (sft.copyDrill,
-      // below) the copying forms early, and more episodes leave arith and restapi near their ceilings (92-96%
-      // after SFT with twice these), with little for RL to add; with these counts they end SFT at 32-34% and
-      // 80-87%, and SFT's shorter time goes to GRPO.
-      // Household's expert makes one of a small policy's typical mistakes (a take of an object that is not
-      // there, a go to a receptacle the room lacks: "Nothing happens.") before 10% of its turns, never trained
-      // on, and recovers (sftMistakes): without them the policy had never seen that answer, most of its failed
-      // games had one, and under GRPO it wrote broken tool calls after it in a growing share of them (47% of
-      // household's episodes by step 72 in one run), while its held-out success fell. With them household ends
-      // SFT about 7 points higher, and the broken calls stay at a few percent.
-      // Half of restapi's batches come first (sftLead): before the drill, its digit copying did not form in
-      // the shuffled mix on the 2-core AMD EPYC in six runs of six, and with the lead in three of four.
-      // GRPO's reward and share of each step per suite. Household and restapi get
-      // three shares, arith two, and sql, whose groups almost never differ, a quarter. Restapi learns from
-      // its env's partial progress as well as success, household from success and a sixth for an episode
-      // without a malformed tool call (format), so that of two failed games the one without is preferred.
-      suites: [
-        // Arith's three difficulties (one, two and three operations), in turn.
-        { env: "sinkflex/arith-v0", options: { count: generated }, weight: 2, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(500) }) },
-        // Level 1 of the Spider databases makes 240 distinct tasks: every one the generator finds.
-        { env: "sinkflex/spider-sql-v0", options: { taskSource: "generated", levels: [1], count: quick ? 120 : 240 }, weight: 0.25 },
-        { env: "sinkflex/alfworld-gen-v0", options: { source: "generated", difficulty: 1, count: generated }, weight: 3, reward: { verifier: 1, progress: 0, format: 0.2 }, ...(quick ? {} : { evalTasks: 1600, sftEpisodes: episodesFor(8000), sftMistakes: 0.1 }) },
-        // Restapi's unit conversions over its HTTP API, with values from 1 to 9,999 (so no answer can be
-        // memorized): the value and the result are digits, written the same in the question, the call and the
-        // JSON, where its other kinds need a word copied between a sentence and JSON (" EUR" against "EUR"),
-        // which the small model does not learn in this time.
-        { env: "sinkflex/restapi-v0", options: { levels: [1], count: generated, tools: "used", kinds: ["unit_convert"], wideValues: true }, weight: 3, reward: { verifier: 1, progress: 1, format: 0 }, ...(quick ? {} : { evalTasks: 2000, sftEpisodes: episodesFor(1500), sftLead: 0.5 }) },
-      ],
-      model: { init: quick ? { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 } : { hiddenSize: 128, layers: 4, heads: 4, kvHeads: 2, intermediateSize: 384 }, matmul },
-      // A window of 512 covers an episode's own messages (the long tool lists of the system prompts fall
-      // out of it, which the model trained from scratch does not read anyway), with 4 sink slots.
-      attention: { mode: "sink-window", sinks: 4, window: 512 },
-      // The full run's SFT (one pass over 10,640 expert episodes in fp32, 14,640 in bf16, each batch from one
-      // suite, after 1,000 steps of the copy drill) and GRPO lengths are upper bounds: the demo's time budget ends
-      // them, and the SFT schedule is fitted to the steps that fit. A peak learning rate of 1.5e-3: at 3e-3
-      // restapi's unit conversions alone learned no copying in 3,500 steps, at 1.5e-3 they reached 77% in 1,750.
-      // The copy drill's 8,000 examples (spans of the SFT data written twice; rl/copy-drill.ts) lead SFT. With
-      // 4,000 the suites' copying formed in four runs of seven on the 2-core AMD EPYC (neither arith's nor
-      // restapi's with seeds 1 and 3); with 8,000 it formed with seeds 0, 1 and 3, and not with seed 2. Drilling on
-      // until the drill's loss was below 0.2 (copyDrill.untilLoss) did not form seed 2's; half of the spans recalled
-      // in a shuffled order (copyDrill.recall) formed seed 2's in part and lost seed 1's (docs/demo-history.md).
-      sft: quick
-        ? { expertEpisodes: 8, epochs: 1, batchSize: 8, lr: 3e-3 }
-        : { expertEpisodes: episodes, copyDrill: { examples: 8000 }, epochs: 1, batchSize: 8, batchBy: "prefix", lr: 1.5e-3, warmupSteps: 50, lrSchedule: "cosine", contextLossFraction: 0.6 },
-      // GRPO: 32 tasks x 8 samples a step (with 16, about four of them household's, its success on its training
-      // rollouts did not rise in 110 steps; with 32 it rose from 44% to 53% in 50), a fresh AdamW warmed up over 5
-      // steps, and 12 turns: the household expert needs up to 11 on 99% of its tasks. Each suite's tasks are drawn
-      // uniformly over its distinct training contents, as the held-out ones are (drawn by task, restapi's steps go
-      // mostly to the few questions SFT already memorized). One epoch a step: the update is most of a step's time.
-      // Negative advantages count a quarter: at full weight the many failed household episodes (most cut off at 12
-      // turns) raise the policy's entropy and lower its success, and at a twentieth the digit or unit arith and
-      // restapi miscopy in an otherwise right episode is hardly pushed down. Up to 72 steps: the shorter SFT leaves
-      // GRPO about 7.5 minutes, 57-72 steps of 6.0-7.6 s on the 2-core AMD EPYC. The time budget ends GRPO sooner
-      // on a slow machine (the schedule is not re-planned), and the table then says so. After the warm-up the
-      // learning rate decays along a cosine to a tenth at step 72: at a constant rate household's training
-      // success rose for 16-40 steps and fell back in the last 16-24, in games repeating a refused command until
-      // cut off (with seed 3: +4.4 points held out after 63 steps, inside its interval); with the decay, from the
-      // same SFT policy, it held to the end (+9.0), and restapi gained +5.3 where it had +3.1.
-      grpo: quick
-        ? { steps: 2, batchTasks: 4, groupSize: 4, lr: 3e-4, epochs: 1, klCoef: 0.04, maxTurns: 4, maxTokensPerTurn: 48, maxContextTokens: 2048, concurrency: 16 }
-        : { steps: 72, batchTasks: 32, groupSize: 8, estimator: "dr-grpo", lr: 2e-4, lrSchedule: "cosine", minLrRatio: 0.1, negativeAdvantageScale: 0.25, warmupSteps: 5, epochs: 1, taskSampling: "content", klCoef: 0.04, maxTurns: 12, maxTokensPerTurn: 96, maxContextTokens: 2048, concurrency: 256, temperature: 1 },
-      // Held-out tasks, each distinct and unseen in training (planSuites): for arith, 2,000 asked and a third
-      // of its 5,672 distinct problems given (95% intervals of about +-2 points), for household 1,600 asked and
-      // a third of its 4,384 distinct games given, 1,461 (+-2.4; with 800, +-3.3, its typical gain of 4-7
-      // points stayed inside its interval), 2,000 for restapi (of its 11,958 distinct unit conversions: +-2 where
-      // 450 gave +-4.5; about 34 s an evaluation) and 80 for sql (a third of its 240). The split decides which
-      // tasks SFT sees, so changing it draws another SFT policy.
-      eval: quick ? { tasksPerSuite: 4, samples: 1, temperature: 1 } : { tasksPerSuite: 400, samples: 1, temperature: 1 },
-      checkpointEvery: 4,
-    },
-    "the demo config",
-  );
 }
 
 /** One suite's row of the results table: success after SFT and after RL, the change, and its verdict. */

@@ -22,7 +22,7 @@ import type { Trajectory } from "../rollout/trajectory.js";
 import { drillLossSteps, drillMaxExamples, type TrainConfig } from "./config.js";
 import { groupAdvantage } from "../rl/advantages.js";
 import { grpoUpdate, scaleNegativeAdvantages, type GrpoStepMetrics, type TrainSequence } from "../rl/grpo.js";
-import { COPY_DRILL_SOURCE, copyDrillExamples } from "../rl/copy-drill.js";
+import { COPY_DRILL_SOURCE, copyDrillExamples } from "../recipes/copy-drill.js";
 import { replannedSteps, sftSteps, sftTrain, stepsThatFit, type LeadExtension, type SftExample } from "../rl/sft.js";
 import { evalOptionsOf, evaluate, type SuiteEval } from "./evaluate.js";
 import { createPolicy, loadPolicy, savePolicy, type Policy } from "./policy.js";

@@ -1,41 +1,69 @@
+/**
+ * The demo's recipe as data: configs/demo.yaml and configs/demo-quick.yaml, loaded and scaled by
+ * demoConfig, must give exactly the configs the recipe gave when it was code (captured into
+ * fixtures/demo-configs.json from that code), and the results table's wording. Light: no task is
+ * generated here (the suites' held-out split is checked in demo-plan.test.ts).
+ */
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { registerBundledEnvs } from "../../src/envs/index.js";
 import { bf16Available } from "../../src/kernels/index.js";
-import { demoConfig, demoSuiteRow, formatDemoTable, grpoCutShort, sftCutShort } from "../../src/pipeline/demo.js";
+import { loadConfigFile, validateConfig } from "../../src/pipeline/config.js";
+import { demoSuiteRow, formatDemoTable, grpoCutShort, sftCutShort } from "../../src/pipeline/demo.js";
+import { demoConfig, demoConfigFile } from "../../src/recipes/index.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
 import { wilsonInterval } from "../../src/pipeline/stats.js";
-import { planSuites } from "../../src/pipeline/tasks.js";
 
-registerBundledEnvs();
+/**
+ * Keyed "full|quick"-"<minutes>min"-"bf16|fp32", each demoConfig({ runsDir: "runs", quick, minutes, matmul })
+ * of the code recipe, validated again here so that a field the schema gained since (with its default) is
+ * filled in; every value the recipe set stays pinned.
+ */
+const captured = JSON.parse(readFileSync(new URL("./fixtures/demo-configs.json", import.meta.url), "utf8")) as Record<string, unknown>;
+const plain = (x: unknown) => JSON.parse(JSON.stringify(x)) as unknown;
+const expected = Object.fromEntries(Object.entries(captured).map(([key, config]) => [key, plain(validateConfig(config, key))]));
+const auto = bf16Available() ? "bf16" : "fp32";
 
-describe("the demo's config", () => {
-  it("is valid, and every suite holds out its evaluation tasks (at most a third of its distinct ones)", async () => {
-    for (const [quick, matmul] of [[true, "fp32"], [false, "fp32"], [false, "bf16"]] as const) {
-      const cfg = demoConfig({ runsDir: "unused", quick, matmul });
-      expect(cfg.model.matmul).toBe(matmul);
-      expect(cfg.suites).toHaveLength(4);
-      const plans = await planSuites(cfg);
-      plans.forEach((p, i) => {
-        const total = p.trainTasks.length + p.evalTasks.length;
-        // At most the suite's count, and at most a third of its distinct tasks (planSuites' own test checks that bound).
-        expect(p.evalTasks.length, p.name).toBeLessThanOrEqual(Math.min(cfg.suites[i]!.evalTasks ?? cfg.eval.tasksPerSuite, Math.floor(total / 3)));
-        expect(p.evalTasks.length, p.name).toBeGreaterThanOrEqual(quick ? 4 : 80);
-        expect(p.trainTasks.length, p.name).toBeGreaterThanOrEqual(2 * p.evalTasks.length);
-        expect(new Set([...p.trainTasks, ...p.evalTasks]).size).toBe(p.trainTasks.length + p.evalTasks.length);
-        // The expert episodes (one per training task, in order) have tasks of their own to play.
-        if (!quick) expect(p.trainTasks.length, p.name).toBeGreaterThanOrEqual(Math.min(cfg.sft.expertEpisodes, total - p.evalTasks.length));
-      });
+describe("the demo's config, loaded from configs/demo.yaml", () => {
+  it("is deep-equal to the code recipe's for the default run, --quick, --minutes 40 and --matmul fp32", () => {
+    expect(plain(demoConfig({ runsDir: "runs" }))).toStrictEqual(expected[`full-20min-${auto}`]);
+    expect(plain(demoConfig({ runsDir: "runs", quick: true }))).toStrictEqual(expected[`quick-20min-${auto}`]);
+    expect(plain(demoConfig({ runsDir: "runs", minutes: 40 }))).toStrictEqual(expected[`full-40min-${auto}`]);
+    expect(plain(demoConfig({ runsDir: "runs", matmul: "fp32" }))).toStrictEqual(expected["full-20min-fp32"]);
+  });
+
+  it("is deep-equal to the code recipe's for every captured run (quick or not, 10 to 40 minutes, bf16 and fp32)", () => {
+    expect(Object.keys(expected)).toHaveLength(12);
+    for (const [key, config] of Object.entries(expected)) {
+      const [size, minutes, matmul] = key.split("-") as [string, string, "bf16" | "fp32"];
+      const m = Number.parseInt(minutes, 10);
+      expect(plain(demoConfig({ runsDir: "runs", quick: size === "quick", minutes: m === 20 ? undefined : m, matmul })), key).toStrictEqual(config);
     }
-  }, 60_000);
+  });
 
-  it("gives SFT 1.4 times the expert episodes with bf16 products, and picks bf16 by itself only where the CPU has a bf16 unit (AMX or AVX512-BF16)", () => {
-    const fp32 = demoConfig({ runsDir: "unused", matmul: "fp32" });
-    const bf16 = demoConfig({ runsDir: "unused", matmul: "bf16" });
+  it("scales SFT's counts with the minutes (never below 20's) and by 1.4 under bf16 products, as the file's scale section declares", () => {
+    const fp32 = demoConfig({ runsDir: "runs", matmul: "fp32" });
+    const bf16 = demoConfig({ runsDir: "runs", matmul: "bf16" });
     expect(bf16.sft.expertEpisodes).toBe(Math.round(fp32.sft.expertEpisodes * 1.4));
+    expect(demoConfig({ runsDir: "runs", matmul: "fp32", minutes: 40 }).sft.expertEpisodes).toBe(2 * fp32.sft.expertEpisodes);
+    expect(demoConfig({ runsDir: "runs", matmul: "fp32", minutes: 5 }).sft.expertEpisodes).toBe(fp32.sft.expertEpisodes);
     bf16.suites.forEach((s, i) => {
       if (s.sftEpisodes !== undefined) expect(s.sftEpisodes).toBe(Math.round(fp32.suites[i]!.sftEpisodes! * 1.4));
     });
-    expect(demoConfig({ runsDir: "unused" }).model.matmul).toBe(bf16Available() ? "bf16" : "fp32");
+    // The quick recipe declares no scale: its counts stay.
+    expect(demoConfig({ runsDir: "runs", quick: true, minutes: 60, matmul: "bf16" }).sft.expertEpisodes).toBe(8);
+    expect(demoConfig({ runsDir: "runs" }).model.matmul).toBe(auto);
+  });
+
+  it("is usable as it is by `sinkflex train --config`: the file alone gives the fp32, 20-minute recipe", () => {
+    expect(plain(loadConfigFile(demoConfigFile()))).toStrictEqual(expected["full-20min-fp32"]);
+    expect(plain(loadConfigFile(demoConfigFile(true)))).toStrictEqual(expected["quick-20min-fp32"]);
+    expect(plain(loadConfigFile(demoConfigFile(), { matmul: "bf16", minutes: 40 }))).toStrictEqual(expected["full-40min-bf16"]);
+  });
+
+  it("takes the seed, the run folder and a name from its caller", () => {
+    const cfg = demoConfig({ runsDir: "elsewhere", seed: 3, name: "mine", matmul: "fp32" });
+    expect(cfg).toMatchObject({ runsDir: "elsewhere", seed: 3, name: "mine" });
+    expect(demoConfig({ runsDir: "runs", quick: true }).name).toBe("demo-quick");
   });
 });
 

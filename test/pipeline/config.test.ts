@@ -2,7 +2,11 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfigFile, referenceGrpo, validateConfig } from "../../src/pipeline/config.js";
+/**
+ * The training config's schema (src/pipeline/config.ts): defaults, errors that name the field, config
+ * files, and a recipe file's `scale` section.
+ */
+import { ConfigError, loadConfigFile, referenceGrpo, scaleRecipe, validateConfig } from "../../src/pipeline/config.js";
 
 const minimal = { suites: [{ env: "sinkflex/arith-v0" }], model: { init: {} } };
 
@@ -64,6 +68,37 @@ describe("training config", () => {
     expect(() => loadConfigFile(join(dir, "b.json"))).toThrow(ConfigError);
     expect(() => loadConfigFile(join(dir, "b.json"))).toThrow(/b\.json is not valid JSON/);
     expect(() => loadConfigFile(join(dir, "missing.yaml"))).toThrow(/cannot read/);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  it("applies a file's scale section for the run's minutes and matmul, and names what is wrong with it", () => {
+    const dir = mkdtempSync(join(tmpdir(), "cfg-"));
+    const recipe = (scale: string) => `suites:\n  - env: sinkflex/arith-v0\n    sftEpisodes: 100\n  - env: sinkflex/arith-v0\nmodel:\n  init: {}\nsft: { expertEpisodes: 30 }\n${scale}`;
+    const file = join(dir, "r.yaml");
+    writeFileSync(file, recipe("scale: { baseMinutes: 20, bf16Factor: 1.5, counts: [sft.expertEpisodes, suites.*.sftEpisodes] }\n"));
+    const counts = (cfg: ReturnType<typeof validateConfig>) => [cfg.sft.expertEpisodes, cfg.suites[0]!.sftEpisodes, cfg.suites[1]!.sftEpisodes];
+    // As written: the base minutes and the file's own matmul (fp32); the validated config has no scale.
+    expect(counts(loadConfigFile(file))).toEqual([30, 100, undefined]);
+    expect(loadConfigFile(file)).not.toHaveProperty("scale");
+    expect(counts(loadConfigFile(file, { minutes: 50 }))).toEqual([75, 250, undefined]);
+    expect(counts(loadConfigFile(file, { minutes: 10 }))).toEqual([30, 100, undefined]); // never below the base
+    const bf16 = loadConfigFile(file, { matmul: "bf16", minutes: 40 });
+    expect(counts(bf16)).toEqual([90, 300, undefined]);
+    expect(bf16.model.matmul).toBe("bf16");
+    // Without a scale section minutes change nothing; matmul is still set.
+    writeFileSync(file, recipe(""));
+    expect(counts(loadConfigFile(file, { minutes: 60, matmul: "bf16" }))).toEqual([30, 100, undefined]);
+    const bad = (scale: string) => {
+      writeFileSync(file, recipe(scale));
+      return () => loadConfigFile(file);
+    };
+    expect(bad("scale: { baseMinutes: 20, counts: [grpo.steps] }\n")).toThrow(/scale\.counts\.0: must be one of "sft\.expertEpisodes", "suites\.\*\.sftEpisodes", "sft\.copyDrill\.examples"/);
+    expect(bad("scale: { baseMinutes: 0, counts: [sft.expertEpisodes] }\n")).toThrow(/scale\.baseMinutes/);
+    expect(bad("scale: { baseMinutes: 20, bf16Factor: 0.5, counts: [sft.expertEpisodes] }\n")).toThrow(/scale\.bf16Factor: must be at least 1/);
+    expect(bad("scale: { baseMinutes: 20, counts: [sft.expertEpisodes], per: 2 }\n")).toThrow(/scale: unknown field\(s\) "per"/);
+    expect(bad("scale: { baseMinutes: 20, counts: [sft.copyDrill.examples] }\n")).toThrow(/scale\.counts names sft\.copyDrill\.examples, which the file does not set/);
+    // A config object (not a file) with a scale section says where scale belongs.
+    expect(() => validateConfig({ ...minimal, scale: { baseMinutes: 20, counts: ["sft.expertEpisodes"] } })).toThrow(/scale: a config file's scale section is applied when the file is loaded/);
+    expect(() => scaleRecipe({ ...minimal, scale: { baseMinutes: 20, counts: ["suites.*.sftEpisodes"] } }, "x")).toThrow(/x: scale\.counts names suites\.\*\.sftEpisodes, which the file does not set/);
     rmSync(dir, { recursive: true, force: true });
   });
 });

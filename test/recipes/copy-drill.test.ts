@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { COPY_DRILL_SOURCE, copyDrillExamples } from "../../src/rl/copy-drill.js";
+import { COPY_DRILL_SOURCE, copyDrillExamples } from "../../src/recipes/copy-drill.js";
 import { leadFirst, promptGroups, type SftExample } from "../../src/rl/sft.js";
 
 /** An SFT example: a system prompt of `prompt` tokens (ids 900+), then `context` distinct ids from `base`. */

@@ -18,7 +18,7 @@
  * only, and they all lead the first epoch (see `leadFirst`).
  */
 import { Rng } from "../gym/rng.js";
-import type { SftExample } from "./sft.js";
+import type { SftExample } from "../rl/sft.js";
 
 /** The source the drill's examples carry (SFT reports their loss under it). */
 export const COPY_DRILL_SOURCE = "copy-drill";
