@@ -121,9 +121,10 @@ export function launchArgv(spec: LaunchSpec): string[] {
  * parent would already be another process) and execs `argv`.
  */
 function diesWithOwner(owner: number, argv: string[]): string[] {
-  const [setpriv, ...rest] = argv[0] === "setpriv" ? argv : [undefined, ...argv];
-  const credentials = setpriv ? rest.slice(0, rest.indexOf("--")) : [];
-  const program = setpriv ? rest.slice(rest.indexOf("--") + 1) : rest;
+  // An argv that is already `setpriv <credentials> -- program...` gets the signal in the same setpriv.
+  const split = argv[0] === "setpriv" ? argv.indexOf("--") : -1;
+  const credentials = split > 0 ? argv.slice(1, split) : [];
+  const program = split > 0 ? argv.slice(split + 1) : argv;
   const guard = `[ "$PPID" = "$1" ] || { echo "sandbox: its owner process $1 is gone" >&2; exit 125; }; shift; exec "$@"`;
   return ["setpriv", "--pdeathsig", "KILL", ...credentials, "--", "/bin/sh", "-c", guard, "sandbox-owner", String(owner), ...program];
 }
