@@ -6,10 +6,15 @@
  * (`tool_calls: [{id, type: "function", function: {name, arguments}}]`, `tool_call_id`), and the
  * template is rendered with `@huggingface/jinja`. This file renders text only; turning text into token
  * ids is the tokenizer's job, and extending a trajectory turn by turn is the rollout renderer's.
+ *
+ * Every string of the messages and tools (content, names, ids, tool arguments and results, tool specs)
+ * is escaped before rendering (`escapeSpecialText`), so that text holding a special token's text (a
+ * user writing `<|im_end|>`) encodes as plain text: only the template's own structure yields special
+ * tokens. Without the tokenizer's special tokens (`specials.specialTokens`) nothing is escaped.
  */
 import { Template } from "@huggingface/jinja";
 import type { ChatMessage, ToolSpec } from "../core/index.js";
-import type { Tokenizer } from "./tokenizer.js";
+import { escapeSpecialText, type Tokenizer } from "./tokenizer.js";
 
 /**
  * How tool-call arguments reach the template. Templates differ: the Qwen family writes a string
@@ -91,7 +96,7 @@ export class ChatTemplate {
 
   constructor(
     readonly source: string,
-    private readonly specials: { bosToken?: string; eosToken?: string } = {},
+    private readonly specials: { bosToken?: string; eosToken?: string; specialTokens?: readonly string[] } = {},
     toolArguments: ToolArgumentsMode = "auto",
   ) {
     try {
@@ -109,7 +114,24 @@ export class ChatTemplate {
         `the tokenizer (${tokenizer.source}) has no chat_template; add one to tokenizer_config.json (or a chat_template.jinja file beside it)`,
       );
     }
-    return new ChatTemplate(tokenizer.chatTemplate, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken }, toolArguments);
+    return new ChatTemplate(tokenizer.chatTemplate, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, specialTokens: tokenizer.specialTokens }, toolArguments);
+  }
+
+  /**
+   * `value` with every string in it (object keys too) escaped so that it encodes as plain text, never
+   * as a special token. `render` does this to messages and tools; a caller passing outside text as a
+   * template variable (`extra`) escapes it with this first.
+   */
+  escape<T>(value: T): T {
+    const specials = this.specials.specialTokens;
+    if (!specials || specials.length === 0) return value;
+    const walk = (v: unknown): unknown => {
+      if (typeof v === "string") return escapeSpecialText(v, specials);
+      if (Array.isArray(v)) return v.map(walk);
+      if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [escapeSpecialText(k, specials), walk(x)]));
+      return v;
+    };
+    return walk(value) as T;
   }
 
   /** Renders messages to text, exactly as the template says. */
@@ -117,8 +139,8 @@ export class ChatTemplate {
     const tools = options.tools && options.tools.length > 0 ? toHfTools(options.tools) : undefined;
     try {
       return this.template.render({
-        messages: toHfMessages(messages, this.toolArguments),
-        ...(tools ? { tools } : {}),
+        messages: this.escape(toHfMessages(messages, this.toolArguments)),
+        ...(tools ? { tools: this.escape(tools) } : {}),
         add_generation_prompt: options.addGenerationPrompt ?? false,
         bos_token: this.specials.bosToken ?? "",
         eos_token: this.specials.eosToken ?? "",

