@@ -1,10 +1,12 @@
 /**
  * `sinkflex dashboard`: serves the run dashboard over a runs folder and opens it in a browser.
+ * It binds to loopback by default; beyond loopback it needs a key (--key or SINKFLEX_DASHBOARD_KEY)
+ * or --insecure. It is not the server itself (see dashboard/server.ts).
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
-import { startDashboard } from "../../dashboard/server.js";
+import { exposureRefusal, isLoopbackHost, startDashboard } from "../../dashboard/server.js";
 import { UsageError } from "../usage-error.js";
 
 /** Opens a URL in the desktop's browser when there is one; does nothing on a headless machine. */
@@ -19,21 +21,39 @@ export function openInBrowser(url: string): void {
   } catch {}
 }
 
+interface DashboardFlags {
+  runs: string;
+  port: string;
+  host: string;
+  key?: string;
+  insecure?: boolean;
+  open: boolean;
+}
+
 export function registerDashboardCommands(program: Command): void {
   program
     .command("dashboard")
     .description("Serve the run dashboard (live curves, per-suite success, trajectory viewer) over a runs folder")
     .option("--runs <dir>", "the runs folder to show", "runs")
     .option("--port <port>", "port to listen on (0 = any free port)", "8484")
-    .option("--host <host>", "address to bind (loopback by default; the dashboard has no authentication)", "127.0.0.1")
+    .option("--host <host>", "address to bind (loopback by default; any other address needs --key or --insecure)", "127.0.0.1")
+    .option("--key <key>", "require this key for the API: open the page as /?key=KEY or send Authorization: Bearer KEY (default: $SINKFLEX_DASHBOARD_KEY, else none)")
+    .option("--insecure", "allow serving beyond loopback without a key (anyone who reaches it can read every run)")
     .option("--no-open", "do not open a browser")
-    .action(async (opts: { runs: string; port: string; host: string; open: boolean }) => {
+    .action(async (opts: DashboardFlags) => {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got "${opts.port}"`);
+      if (opts.key !== undefined && opts.key.trim() === "") throw new UsageError("--key must not be empty: pass a secret, or leave --key out");
       if (!existsSync(opts.runs)) throw new UsageError(`the runs folder "${opts.runs}" does not exist; start a run with \`sinkflex demo\` or pass --runs DIR`);
-      const { server, url } = await startDashboard({ runsDir: opts.runs, port, host: opts.host });
-      console.log(`dashboard: ${url} (runs folder ${opts.runs}); Ctrl-C to stop`);
-      if (opts.open) openInBrowser(url);
+      const key = opts.key ?? (process.env.SINKFLEX_DASHBOARD_KEY || undefined);
+      const refusal = exposureRefusal(opts.host, key, opts.insecure);
+      if (refusal) throw new UsageError(refusal);
+      if (!isLoopbackHost(opts.host) && !key) {
+        console.error(`warning: serving the dashboard on ${opts.host} without a key (--insecure): anyone who can reach it can read every run in ${opts.runs}`);
+      }
+      const { server, url } = await startDashboard({ runsDir: opts.runs, port, host: opts.host, key, insecure: opts.insecure });
+      console.log(`dashboard: ${url} (runs folder ${opts.runs})${key ? "; open it as " + url + "?key=KEY with your key" : ""}; Ctrl-C to stop`);
+      if (opts.open) openInBrowser(key ? `${url}?key=${encodeURIComponent(key)}` : url);
       await new Promise<void>((resolve) => {
         const stop = () => server.close(() => resolve());
         process.once("SIGINT", stop);

@@ -1,14 +1,16 @@
 // The dashboard app: picks a run, polls its metrics, draws the curves, the per-suite table and the
-// trajectory viewer. Talks only to this server's read-only /api.
+// trajectory viewer. Talks only to this server's read-only /api; when the server has a key, the page is
+// opened as /?key=KEY and sends it with every API request.
 import { lineChart, escapeHtml } from "./charts.js";
 import { renderGroup } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { run: null, compare: null, metrics: {}, next: {}, trajectories: null, trajFile: null, pinnedFile: false };
+const state = { run: null, compare: null, metrics: {}, cursor: {}, notes: {}, trajectories: null, trajFile: null, pinnedFile: false };
+const key = new window.URLSearchParams(location.search).get("key");
 
 async function api(path) {
-  const res = await fetch(path);
-  const body = await res.json();
+  const res = await fetch(path, key ? { headers: { authorization: `Bearer ${key}` } } : {});
+  const body = await res.json().catch(() => ({}));
   if (!res.ok) throw new Error(body.error || res.statusText);
   return body;
 }
@@ -27,19 +29,34 @@ async function loadRuns() {
   if (!state.run) $("summary").innerHTML = `<div class="empty">no runs yet in this folder: start one with <code>sinkflex train</code> or <code>sinkflex demo</code></div>`;
 }
 
+// metrics.jsonl is read from where the last poll stopped (a byte offset in that file); a large backlog
+// comes as its tail, and a rewritten file starts over.
 async function pollMetrics(run) {
-  const from = state.next[run] ?? 0;
-  const { records, next } = await api(`/api/runs/${encodeURIComponent(run)}/metrics?from=${from}`);
-  state.metrics[run] = (state.metrics[run] || []).concat(records);
-  state.next[run] = next;
+  const cur = state.cursor[run] || { next: 0, file: "" };
+  const page = await api(`/api/runs/${encodeURIComponent(run)}/metrics?from=${cur.next}&file=${encodeURIComponent(cur.file)}`);
+  if (page.reset) { state.metrics[run] = []; state.notes[run] = { skipped: 0, omittedBytes: 0 }; }
+  state.metrics[run] = (state.metrics[run] || []).concat(page.records);
+  const notes = state.notes[run] || (state.notes[run] = { skipped: 0, omittedBytes: 0 });
+  notes.skipped += page.skipped || 0;
+  notes.omittedBytes += page.omittedBytes || 0;
+  state.cursor[run] = { next: page.next, file: page.file || "" };
 }
 
-function seriesFor(run, key, stage, xKey = "step") {
+function notesHtml(run) {
+  const n = state.notes[run];
+  if (!n) return "";
+  const out = [];
+  if (n.skipped) out.push(`${n.skipped} line${n.skipped === 1 ? "" : "s"} of metrics.jsonl skipped (not a JSON object)`);
+  if (n.omittedBytes) out.push(`earlier records not loaded (${(n.omittedBytes / 1048576).toFixed(1)} MiB of metrics.jsonl before the last ones)`);
+  return out.length ? ` · <span class="note">${escapeHtml(out.join("; "))}</span>` : "";
+}
+
+function seriesFor(run, path, stage, xKey = "step") {
   const pts = [];
   for (const m of state.metrics[run] || []) {
     if (stage && m.stage !== stage) continue;
-    const v = key.split(".").reduce((o, k) => (o == null ? undefined : o[k]), m);
-    if (typeof v === "number") pts.push([m[xKey], v]);
+    const v = path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), m);
+    if (typeof v === "number" && typeof m[xKey] === "number") pts.push([m[xKey], v]);
   }
   return pts;
 }
@@ -50,7 +67,7 @@ function drawCharts() {
   const alpha = Number($("smoothing").value);
   const runs = [state.run, state.compare].filter(Boolean);
   const suites = new Set();
-  for (const r of runs) for (const m of state.metrics[r] || []) for (const s of Object.keys(m.reward || {})) suites.add(s);
+  for (const r of runs) for (const m of state.metrics[r] || []) if (m.reward && typeof m.reward === "object") for (const s of Object.keys(m.reward)) suites.add(s);
   const series = (key, stage, xKey) => runs.map((r) => ({ label: runs.length > 1 ? r : key, points: seriesFor(r, key, stage, xKey) }));
   // Per-suite GRPO measures: one chart each, one line per suite (and per run when comparing).
   const perSuite = (key) => {
@@ -85,19 +102,21 @@ function drawCharts() {
 
 async function drawEval() {
   const ev = await api(`/api/runs/${encodeURIComponent(state.run)}/eval`);
-  const before = ev.stages?.["before-rl"] || {};
-  const after = ev.stages?.["after-rl"] || {};
+  const obj = (v) => (v && typeof v === "object" ? v : {});
+  const before = obj(obj(ev.stages)["before-rl"]);
+  const after = obj(obj(ev.stages)["after-rl"]);
   const suites = [...new Set([...Object.keys(before), ...Object.keys(after)])];
   if (suites.length === 0) {
     $("eval-table").innerHTML = `<div class="empty">no evaluation yet</div>`;
     return;
   }
-  const pct = (x) => (x == null ? "–" : `${(100 * x.rate).toFixed(1)}% <small>[${(100 * x.ciLow).toFixed(0)}–${(100 * x.ciHigh).toFixed(0)}]</small>`);
+  const num = (v) => Number(v);
+  const pct = (x) => (x == null || typeof x !== "object" ? "–" : `${(100 * num(x.rate)).toFixed(1)}% <small>[${(100 * num(x.ciLow)).toFixed(0)}–${(100 * num(x.ciHigh)).toFixed(0)}]</small>`);
   const rows = suites.map((s) => {
     const b = before[s], a = after[s];
-    const d = a && b ? 100 * (a.rate - b.rate) : null;
+    const d = a && b ? 100 * (num(a.rate) - num(b.rate)) : null;
     const cls = d == null ? "" : d > 0 ? "up" : d < 0 ? "down" : "";
-    return `<tr><td>${escapeHtml(s)}</td><td>${pct(b)}</td><td>${pct(a)}</td><td class="${cls}">${d == null ? "–" : `${d > 0 ? "+" : ""}${d.toFixed(1)}`}</td><td>${a ? a.avgReward.toFixed(3) : "–"}</td><td>${a ? a.trials : b ? b.trials : "–"}</td></tr>`;
+    return `<tr><td>${escapeHtml(s)}</td><td>${pct(b)}</td><td>${pct(a)}</td><td class="${cls}">${d == null ? "–" : `${d > 0 ? "+" : ""}${d.toFixed(1)}`}</td><td>${a ? num(a.avgReward).toFixed(3) : "–"}</td><td>${escapeHtml(a ? a.trials : b ? b.trials : "–")}</td></tr>`;
   });
   $("eval-table").innerHTML = `<table><thead><tr><th>suite</th><th>before RL</th><th>after RL</th><th>Δ points</th><th>avg reward</th><th>tasks</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
 }
@@ -131,7 +150,7 @@ function fillTasks() {
   $("traj-task").innerHTML = groups
     .map((g) => {
       const r = state.trajectories.find((x) => x.suite === suite && x.group === g);
-      return `<option value="${g}">group ${g} · task ${r.taskIndex}</option>`;
+      return `<option value="${escapeHtml(g)}">group ${escapeHtml(g)} · task ${escapeHtml(r.taskIndex)}</option>`;
     })
     .join("");
   showGroup();
@@ -148,9 +167,9 @@ async function refresh() {
   try {
     await Promise.all([state.run, state.compare].filter(Boolean).map(pollMetrics));
     const status = await api(`/api/runs/${encodeURIComponent(state.run)}/status`);
-    $("run-status").textContent = status ? `${status.state} · ${status.stage} step ${status.step}/${status.totalSteps}` : "";
+    $("run-status").textContent = status && typeof status === "object" ? `${status.state} · ${status.stage} step ${status.step}/${status.totalSteps}` : "";
     const last = (state.metrics[state.run] || []).slice(-1)[0];
-    $("summary").innerHTML = last ? `<b>${escapeHtml(state.run)}</b> · last record: stage ${escapeHtml(last.stage)}, step ${last.step}, ${Math.round(last.time ?? 0)} s` : `<b>${escapeHtml(state.run)}</b>`;
+    $("summary").innerHTML = last ? `<b>${escapeHtml(state.run)}</b> · last record: stage ${escapeHtml(last.stage)}, step ${escapeHtml(last.step)}, ${Math.round(Number(last.time) || 0)} s${notesHtml(state.run)}` : `<b>${escapeHtml(state.run)}</b>${notesHtml(state.run)}`;
     drawCharts();
     await drawEval();
     await loadTrajectoryFiles();
@@ -166,7 +185,11 @@ $("traj-file").addEventListener("change", (e) => { state.pinnedFile = true; load
 $("traj-suite").addEventListener("change", fillTasks);
 $("traj-task").addEventListener("change", showGroup);
 
-await loadRuns();
-await refresh();
+try {
+  await loadRuns();
+  await refresh();
+} catch (err) {
+  $("summary").innerHTML = `<div class="empty">${escapeHtml(err.message)}</div>`;
+}
 document.body.dataset.ready = "1";
 setInterval(refresh, 2000);
