@@ -3,7 +3,8 @@
  *
  * Sessions live on the client as token ids; each sample is one `/v1/completions` request whose prompt
  * is those ids, asking for the sampled token ids (`return_token_ids`, or `return_tokens_as_token_ids`
- * in the log-probs) and their log-probs, with `stop_token_ids` for the end-of-turn token. Prefix
+ * in the log-probs) and their log-probs, with `stop_token_ids` for the stop tokens asked for and
+ * `ignore_eos` so that the model's EOS token stops a sample only when it is one of them. Prefix
  * reuse is the server's business (vLLM and SGLang cache prefixes). Note that vLLM reports the model's
  * raw log-probs unless started with `--logprobs-mode processed_logprobs`; at temperature 1 without
  * top-p/top-k they are the same. This file knows no chat template: the rollout renders and parses.
@@ -96,6 +97,8 @@ export class OpenAIPolicy implements Sampler {
 
   /** One `/v1/completions` request with a token-id prompt. */
   async complete(prompt: number[], params: SampleParams): Promise<SampleResult> {
+    // A budget of 0 samples nothing, as in the embedded engine (servers refuse max_tokens 0).
+    if (params.maxTokens === 0) return { tokens: [], logprobs: [], finishReason: "length" };
     const body: Record<string, unknown> = {
       model: this.options.model,
       prompt,
@@ -107,6 +110,8 @@ export class OpenAIPolicy implements Sampler {
       return_tokens_as_token_ids: true,
       skip_special_tokens: false,
       include_stop_str_in_output: true,
+      // Only the stop tokens asked for end a sample: servers stop at the model's EOS token by default.
+      ignore_eos: true,
     };
     if (params.topK) body.top_k = params.topK;
     if (params.seed !== undefined) body.seed = params.seed;

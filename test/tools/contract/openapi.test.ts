@@ -4,14 +4,15 @@
  * episodes (an OpenAPI source has no per-episode isolation) and checks arguments only as far as it
  * cares to, so ToolEnv's schema check is what stands in front of it.
  */
-import { openApiTools } from "../../../src/tools/openapi.js";
+import { openApiTools, type OpenApiDocument } from "../../../src/tools/openapi.js";
 import { startPetstore } from "../fixtures/petstore.js";
 import { toolSourceContract } from "./tool-source.contract.js";
 
 toolSourceContract("OpenAPI tools of a pet store on 127.0.0.1", { deterministic: true, isolatesEpisodes: false, checksArgumentsItself: false }, async () => {
   const store = await startPetstore();
   // The slow operation is left out: it only waits.
-  const tools = openApiTools(await (await fetch(`${store.url}/openapi.json`)).json(), { include: (op) => op.name !== "slow", requestTimeoutMs: 5_000 });
+  const document = (await (await fetch(`${store.url}/openapi.json`)).json()) as OpenApiDocument;
+  const tools = openApiTools(document, { include: (op) => op.name !== "slow", requestTimeoutMs: 5_000 });
   let stopped = false;
   return {
     tools,
