@@ -1,12 +1,16 @@
 /**
- * Sink-normalized attention: the probe and its SinkProfile, the canonical mask description, the
+ * Sink-normalized attention: the probe and its SinkProfile, the canonical mask description (and the
+ * sink-window settings, `SinkWindow`, with their checkpoint file), the
  * rewriter, the masked (evicting) KV session, and the learnable per-head sink logit. This file only
  * re-exports the module's public API.
  */
 export {
-  attentionSettings, canonicalMask, checkMaskConfig, documentPositions, keeps, keptKeys, keyBound, MaskError,
-  type CanonicalMask, type SinkMaskConfig,
+  canonicalMask, checkMaskConfig, documentPositions, keeps, keptKeys, keyBound, MaskError, type CanonicalMask, type SinkWindow,
 } from "./mask.js";
+export {
+  ATTENTION_MODES, describeSinkWindow, parseSinkWindowRecord, resolveSinkWindow, SINK_WINDOW_FILE, SINK_WINDOW_FORMAT,
+  sinkWindowOf, sinkWindowRecord, type AttentionChoice, type AttentionMode,
+} from "./sink-window.js";
 export {
   formatProfile, ProfileError, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
   type LayerSinks, type PositionSink, type SinkProfile, type TokenSink,

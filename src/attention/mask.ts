@@ -16,16 +16,14 @@
  *
  * Shapes: T = sequence length; docIds, pinned are [T].
  */
-import { documentPositions as rowPositions, maskKeeps, SHARED_DOC, type AttentionMask } from "../kernels/kernels.js";
-import type { AttentionSettings } from "../model/transformer.js";
+import { documentPositions as rowPositions, maskKeeps, SHARED_DOC, type AttentionMask, type SinkWindow } from "../kernels/kernels.js";
 
-/** The mask settings shared by every sequence of a model: K sink slots and the window W. */
-export interface SinkMaskConfig {
-  /** K: the first `sinks` positions of each document are kept by every later query of that document. */
-  sinks: number;
-  /** W: a query keeps the kv positions with q - kv < W. 0 = no window (full causal attention). */
-  window: number;
-}
+/**
+ * The mask settings shared by every sequence of a model: K sink slots and the window W ({0, 0} = full
+ * attention). Defined beside the attention kernels that read it (src/kernels/kernels.ts); this module
+ * is its owner: it validates it, and writes it into and reads it from checkpoints (sink-window.ts).
+ */
+export type { SinkWindow };
 
 /**
  * The mask of one sequence: the settings plus its per-position document ids and pinned flags.
@@ -49,7 +47,7 @@ export class MaskError extends Error {
 }
 
 /** Checks K and W (integers >= 0) and returns them normalized (an infinite window becomes 0). */
-export function checkMaskConfig(cfg: SinkMaskConfig): SinkMaskConfig {
+export function checkMaskConfig(cfg: SinkWindow): SinkWindow {
   const window = cfg.window === Infinity ? 0 : cfg.window;
   if (!(Number.isInteger(cfg.sinks) && cfg.sinks >= 0)) {
     throw new MaskError(`sinks (K) must be an integer >= 0, got ${cfg.sinks}`);
@@ -62,7 +60,7 @@ export function checkMaskConfig(cfg: SinkMaskConfig): SinkMaskConfig {
 
 /** A mask for one sequence of T tokens; docIds and pinned must have T entries when given. */
 export function canonicalMask(
-  cfg: SinkMaskConfig, T: number, docIds: Int32Array | null = null, pinned: Uint8Array | null = null,
+  cfg: SinkWindow, T: number, docIds: Int32Array | null = null, pinned: Uint8Array | null = null,
 ): CanonicalMask {
   const { sinks, window } = checkMaskConfig(cfg);
   if (docIds) {
@@ -99,12 +97,6 @@ export function keptKeys(mask: CanonicalMask, docPos: Int32Array, q: number): nu
   const out: number[] = [];
   for (let kv = 0; kv <= q; kv++) if (keeps(mask, docPos, q, kv)) out.push(kv);
   return out;
-}
-
-/** The engine's per-model settings for this mask (window and sink-slot count). */
-export function attentionSettings(cfg: SinkMaskConfig): AttentionSettings {
-  const { sinks, window } = checkMaskConfig(cfg);
-  return { window, sinks };
 }
 
 /** The largest number of keys any query keeps: K + pinned + W (Infinity without a window). */

@@ -9,10 +9,10 @@
  *
  * K, W and the pin budget are configuration. This file decides layout only; it runs no model.
  */
-import { canonicalMask, checkMaskConfig, MaskError, type CanonicalMask, type SinkMaskConfig } from "./mask.js";
+import { canonicalMask, checkMaskConfig, MaskError, type CanonicalMask, type SinkWindow } from "./mask.js";
 import { secondarySinkTokens, sinkPositions, type SinkProfile } from "./profile.js";
 
-export interface RewriterConfig extends SinkMaskConfig {
+export interface RewriterConfig extends SinkWindow {
   /** Most pinned positions per document. */
   pinBudget: number;
 }

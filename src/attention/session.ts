@@ -22,7 +22,7 @@ import { resolveSampleParams, Sampler } from "../engine/sampler.js";
 import type { SampleParams, SampleResult } from "../engine/types.js";
 import { Rng } from "../core/index.js";
 import { CachedWorkspace, cachedForward, type KvStorage, type Model } from "../model/transformer.js";
-import { canonicalMask, checkMaskConfig, MaskError, type CanonicalMask, type SinkMaskConfig } from "./mask.js";
+import { canonicalMask, checkMaskConfig, MaskError, type CanonicalMask, type SinkWindow } from "./mask.js";
 
 export interface MaskedSessionOptions {
   /** Most new tokens computed in one `cachedForward` call during a prefill. Default 256. */
@@ -84,7 +84,7 @@ class SlotStorage implements KvStorage {
 
 /** A sampling session whose KV cache is bounded by the canonical mask. */
 export class MaskedSession {
-  readonly config: SinkMaskConfig;
+  readonly config: SinkWindow;
   private readonly model: Model;
   private readonly ws: CachedWorkspace;
   private readonly storage: SlotStorage;
@@ -108,7 +108,7 @@ export class MaskedSession {
   private regionHead = 0;
   private logits: Float32Array;
 
-  constructor(model: Model, config: SinkMaskConfig, opts: MaskedSessionOptions = {}) {
+  constructor(model: Model, config: SinkWindow, opts: MaskedSessionOptions = {}) {
     this.config = checkMaskConfig(config);
     this.model = model;
     this.maxChunk = opts.maxChunk ?? 256;

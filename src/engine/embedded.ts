@@ -19,6 +19,7 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../attention/index.js";
 import { SHARED_DOC, type Kernels } from "../kernels/kernels.js";
 import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
@@ -31,7 +32,7 @@ import { Rng } from "../core/index.js";
 import { readSafetensors, type StDtype } from "../model/safetensors.js";
 import {
   CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
-  type AttentionSettings, type Model,
+  type Model,
 } from "../model/transformer.js";
 import { KvBlockPool } from "./kv-cache.js";
 import { resolveSampleParams, Sampler, type ResolvedSampleParams } from "./sampler.js";
@@ -47,8 +48,11 @@ export class EngineError extends Error {
 export interface EmbeddedEngineOptions {
   /** Kernel set; default: `getKernels()` (native, or the reference when the addon is missing). */
   kernels?: Kernels;
-  /** Canonical attention mask (window, sink slots); default full causal attention. */
-  attention?: AttentionSettings;
+  /**
+   * Canonical attention mask (window, sink slots); default full causal attention. Saved with every
+   * checkpoint; `loadEngine` defaults to the checkpoint's and refuses settings that differ from it.
+   */
+  attention?: SinkWindow;
   /** Tokens per KV-cache block. Default 16. */
   blockSize?: number;
   /** Folder whose tokenizer files are copied into saved checkpoints. */
@@ -429,6 +433,7 @@ export class EmbeddedEngine implements Engine {
       maxShardBytes: opts.maxShardBytes,
       tokenizerFrom: this.tokenizerDir,
       meta: { policyVersion: this.policyVersion, optimizerStep: this.adamw?.step ?? 0 },
+      attention: this.model.attention,
       extraFiles,
     });
   }
@@ -448,6 +453,12 @@ export class EmbeddedEngine implements Engine {
       ck.entries.length === this.weights.entries.length &&
       ck.entries.every((e, i) => e.name === this.weights.entries[i]!.name && e.size === this.weights.entries[i]!.size);
     if (!same) throw new EngineError(`load: ${dir} has a different model shape than this engine; use loadEngine instead`);
+    const mine = this.model.attention;
+    if (ck.attention && (ck.attention.window !== mine.window || ck.attention.sinks !== mine.sinks)) {
+      throw new EngineError(
+        `load: ${dir} was trained with ${describeSinkWindow(ck.attention)} (its ${SINK_WINDOW_FILE}), but this engine runs ${describeSinkWindow(mine)}; use loadEngine to get an engine with the checkpoint's mask`,
+      );
+    }
     this.weights.data.set(ck.data);
     this.weightsChanged();
     this.policyVersion = ck.meta?.policyVersion ?? this.policyVersion;
@@ -802,13 +813,20 @@ export function createRandomModel(
   return new EmbeddedEngine(randomWeights(cfg, seed, { std: opts.std, sinkLogits: opts.sinkLogits, attentionInit: opts.attentionInit }), opts);
 }
 
-/** An engine over a Hugging Face checkpoint folder (its tokenizer files are carried into saves). */
+/**
+ * An engine over a Hugging Face checkpoint folder (its tokenizer files are carried into saves), with the
+ * sink-window mask saved in the folder (sinkflex_attention.json) unless `opts.attention` is given; given
+ * settings that differ from the saved ones are an error naming both. A folder without the file runs
+ * `opts.attention`, else full attention.
+ */
 export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): EmbeddedEngine {
   const ck = loadCheckpoint(dir);
   const engine = new EmbeddedEngine(ck, {
     tokenizerDir: dir,
     policyVersion: ck.meta?.policyVersion ?? 0,
     ...opts,
+    // The mask the checkpoint was trained with, unless settings are given (that differ: an error).
+    attention: resolveSinkWindow(ck.attention, opts.attention, dir),
   });
   engine.restoreOptimizer(dir, ck.meta?.optimizerStep);
   return engine;

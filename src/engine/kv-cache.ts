@@ -5,9 +5,30 @@
  * still references (copy on write).
  *
  * This file is bookkeeping and storage; it does not compute attention (the kernels do) and does not know
- * sessions' tokens (embedded.ts does).
+ * sessions' tokens (embedded.ts does). It evicts nothing yet: see `KvEvictionPolicy`.
  */
+import type { SinkWindow } from "../attention/index.js";
 import type { KvStorage } from "../model/transformer.js";
+
+/**
+ * Where an eviction policy for engine sessions plugs in, driven by the canonical sink-window mask: with
+ * a window W and K sink slots, a session's cached rows that no later query keeps (not a sink slot, not
+ * pinned, more than W positions behind the newest) could return their blocks to the pool, bounding KV
+ * memory per session by about K + pinned + W rows. The embedded engine does not evict today: every
+ * session keeps every row, and the attention kernels apply the mask when they read the cache (so the
+ * log-probs are the mask's either way). `MaskedSession` (src/attention/session.ts) evicts by the same
+ * rule in its own cache. A policy implementing this interface is what `KvBlockPool.evictionPolicy`
+ * will hold once sessions consult it.
+ */
+export interface KvEvictionPolicy {
+  /** The mask whose keep rule decides what may go. */
+  readonly mask: SinkWindow;
+  /**
+   * The cached positions of a session holding `length` rows that no query at position >= `length` keeps,
+   * in increasing order (`pinned[t]` = 1 for pinned positions, or null).
+   */
+  evictable(length: number, pinned: Uint8Array | null): number[];
+}
 
 export class KvBlockPool implements KvStorage {
   kCache: Float32Array[];
@@ -16,6 +37,11 @@ export class KvBlockPool implements KvStorage {
   capacity: number;
   private refs: Int32Array;
   private free: number[] = [];
+  /**
+   * The eviction policy sessions will consult (see `KvEvictionPolicy`). Always null today: no session
+   * evicts, every row is kept until its session is disposed.
+   */
+  readonly evictionPolicy: KvEvictionPolicy | null = null;
 
   constructor(
     readonly numLayers: number,

@@ -29,14 +29,13 @@ export type Trans = boolean;
 export const SHARED_DOC = -1;
 
 /**
- * Which kv positions a query may attend to: the canonical sink mask.
- * keep(q, kv) = kv <= q  AND  (doc(q) == doc(kv) OR doc(kv) == SHARED_DOC)
- *               AND  (kv is a sink slot OR kv is pinned OR pos(q) - pos(kv) < window)
- * Positions q, kv are indices along T within one batch row. pos(t) is t's index within its document,
- * counting the shared prefix: t for a prefix position, P + (t - the document's start) otherwise, where P
- * is the row's prefix length (0 without one). The sink slots are the positions with pos < sinks.
+ * The canonical sink-window mask's settings, shared by every sequence of a model: K sink slots and a
+ * sliding window of W tokens; { window: 0, sinks: 0 } is full causal attention. The one type for this
+ * pair in sinkflex: defined here because the attention kernels are the lowest level that read it, and
+ * re-exported by src/attention (which validates it and writes it into checkpoints), the model and the
+ * engine.
  */
-export interface AttentionMask {
+export interface SinkWindow {
   /** Sliding window W: kv is kept when pos(q) - pos(kv) < W. 0 (or Infinity) = no window (full causal). */
   window: number;
   /**
@@ -44,6 +43,18 @@ export interface AttentionMask {
    * slots, kept by every later query of that document whatever the window. 0 = none.
    */
   sinks: number;
+}
+
+/**
+ * Which kv positions a query may attend to: the canonical sink mask (a `SinkWindow` plus the batch's
+ * document ids and pinned positions).
+ * keep(q, kv) = kv <= q  AND  (doc(q) == doc(kv) OR doc(kv) == SHARED_DOC)
+ *               AND  (kv is a sink slot OR kv is pinned OR pos(q) - pos(kv) < window)
+ * Positions q, kv are indices along T within one batch row. pos(t) is t's index within its document,
+ * counting the shared prefix: t for a prefix position, P + (t - the document's start) otherwise, where P
+ * is the row's prefix length (0 without one). The sink slots are the positions with pos < sinks.
+ */
+export interface AttentionMask extends SinkWindow {
   /**
    * [B, T] document id of each position; null = each batch row is one document. SHARED_DOC (-1) marks
    * a shared prefix at the start of a row.

@@ -2,13 +2,16 @@
  * Checkpoint folders in the Hugging Face layout: `config.json`, `model.safetensors` (or shards plus
  * `model.safetensors.index.json`), `generation_config.json`, and the tokenizer files passed through.
  * Loads folders written by transformers' `save_pretrained`; writes folders transformers loads. Writes are
- * atomic: everything goes to a temporary sibling folder which is then renamed into place.
+ * atomic: everything goes to a temporary sibling folder which is then renamed into place. Beside the
+ * Hugging Face files, sinkflex writes its own: `sinkflex.json` (policy version) and `sinkflex_attention.json`
+ * (the sink-window mask the weights were trained with; its format is src/attention's).
  *
  * This file maps tensors to the parameter layout (params.ts); it does not run the model, and it does not
  * parse tokenizers (it only copies their files).
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
+import { parseSinkWindowRecord, SINK_WINDOW_FILE, sinkWindowRecord, type SinkWindow } from "../attention/index.js";
 import { parseHfConfig, toHfConfig, type ModelConfig } from "./config.js";
 import type { ModelWeights } from "./instance.js";
 import { paramLayout, type ParamEntry } from "./params.js";
@@ -36,6 +39,8 @@ export interface LoadedCheckpoint extends ModelWeights {
   sinkLogits: boolean;
   generationConfig: Record<string, unknown> | null;
   meta: SinkflexMeta | null;
+  /** The sink-window mask saved with the weights (sinkflex_attention.json); null when the folder has none. */
+  attention: SinkWindow | null;
   dir: string;
 }
 
@@ -83,6 +88,17 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
   }
   const genPath = join(dir, "generation_config.json");
   const metaPath = join(dir, SINKFLEX_META_FILE);
+  const attentionPath = join(dir, SINK_WINDOW_FILE);
+  let attention: SinkWindow | null = null;
+  if (existsSync(attentionPath)) {
+    let json: unknown;
+    try {
+      json = JSON.parse(readFileSync(attentionPath, "utf8"));
+    } catch (e) {
+      throw new CheckpointError(`${attentionPath}: not valid JSON (${(e as Error).message}); rewrite it or remove it to load with full attention`);
+    }
+    attention = parseSinkWindowRecord(json, attentionPath);
+  }
   return {
     cfg: config,
     entries,
@@ -90,6 +106,7 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     sinkLogits,
     generationConfig: existsSync(genPath) ? JSON.parse(readFileSync(genPath, "utf8")) : null,
     meta: existsSync(metaPath) ? JSON.parse(readFileSync(metaPath, "utf8")) : null,
+    attention,
     dir,
   };
 }
@@ -113,6 +130,8 @@ export interface SaveOptions {
   tokenizerFrom?: string;
   generationConfig?: Record<string, unknown> | null;
   meta?: SinkflexMeta;
+  /** The sink-window mask the weights were trained with, written to sinkflex_attention.json ({0, 0} = full attention). */
+  attention?: SinkWindow;
   /** Extra tensors written to `name` (e.g. optimizer state) as safetensors in the same folder. */
   extraFiles?: { name: string; tensors: TensorMap }[];
 }
@@ -140,6 +159,7 @@ export function saveCheckpoint(
     };
     writeFileSync(join(tmp, "generation_config.json"), JSON.stringify(gen, null, 2) + "\n");
     if (opts.meta) writeFileSync(join(tmp, SINKFLEX_META_FILE), JSON.stringify(opts.meta, null, 2) + "\n");
+    if (opts.attention) writeFileSync(join(tmp, SINK_WINDOW_FILE), JSON.stringify(sinkWindowRecord(opts.attention), null, 2) + "\n");
     if (opts.tokenizerFrom && existsSync(opts.tokenizerFrom)) {
       for (const f of readdirSync(opts.tokenizerFrom)) {
         if (TOKENIZER_FILE.test(f)) copyFileSync(join(opts.tokenizerFrom, f), join(tmp, f));

@@ -4,12 +4,12 @@
  *
  * This file holds no compute (transformer.ts) and no file formats (checkpoint.ts).
  */
-import type { Kernels } from "../kernels/kernels.js";
+import type { Kernels, SinkWindow } from "../kernels/kernels.js";
 import { validateConfig, type ModelConfig } from "./config.js";
 import { bindParams, initParams, paramLayout, type ParamEntry } from "./params.js";
 import { RopeTable } from "./rope.js";
 import { applyMimeticAttention } from "./mimetic.js";
-import type { AttentionSettings, Model } from "./transformer.js";
+import type { Model } from "./transformer.js";
 
 export interface ModelWeights {
   cfg: ModelConfig;
@@ -18,10 +18,11 @@ export interface ModelWeights {
   data: Float32Array;
 }
 
-export const FULL_ATTENTION: AttentionSettings = { window: 0, sinks: 0 };
+/** No window and no sink slots: full causal attention. */
+export const FULL_ATTENTION: SinkWindow = { window: 0, sinks: 0 };
 
 /** A runnable model over `weights.data` (shared, not copied). */
-export function buildModel(weights: ModelWeights, kernels: Kernels, attention: AttentionSettings = FULL_ATTENTION): Model {
+export function buildModel(weights: ModelWeights, kernels: Kernels, attention: SinkWindow = FULL_ATTENTION): Model {
   return {
     cfg: weights.cfg,
     params: bindParams(weights.cfg, weights.entries, weights.data),

@@ -14,19 +14,17 @@
  * Shapes: N packed tokens, C hidden, H query heads, KVH kv heads, D head size, Q = H*D, KV = KVH*D,
  * F MLP width, V vocabulary, L layers.
  */
-import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels } from "../kernels/kernels.js";
+import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels, type SinkWindow } from "../kernels/kernels.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
 import { hasQkNorm, type ModelParams } from "./params.js";
 import { RopeTable } from "./rope.js";
 
-/** The canonical attention mask settings shared by every sequence of a model (see attention/). */
-export interface AttentionSettings {
-  /** Sliding window W; 0 = full causal attention. */
-  window: number;
-  /** K sink slots at the start of each document; 0 = none. */
-  sinks: number;
-}
+/**
+ * The former name of the sink-window mask's settings: the same type as `SinkWindow` (src/kernels, re-exported
+ * by src/attention), kept for importers not yet switched. New code names `SinkWindow`.
+ */
+export type AttentionSettings = SinkWindow;
 
 /** A model ready to run: config, parameters, kernels, RoPE tables and mask settings. */
 export interface Model {
@@ -34,7 +32,8 @@ export interface Model {
   params: ModelParams;
   kernels: Kernels;
   rope: RopeTable;
-  attention: AttentionSettings;
+  /** The canonical sink-window mask every sequence of this model attends with ({0, 0} = full attention). */
+  attention: SinkWindow;
   /**
    * Packed weight matrices reused by `cachedForward`'s products with several rows; absent = every product
    * reads the weights as stored. Must be cleared whenever the weights change.

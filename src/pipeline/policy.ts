@@ -4,17 +4,18 @@
  *
  * A fresh policy is a random Qwen2-shaped model whose vocabulary is trimmed to the ids the suites'
  * conversations use (plus every byte token). A saved policy is a Hugging Face checkpoint folder with
- * `sinkflex-vocab.json` beside the weights when the vocabulary is trimmed.
+ * `sinkflex-vocab.json` beside the weights when the vocabulary is trimmed, and `sinkflex_attention.json`
+ * with the sink-window mask it was trained with.
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { SinkWindow } from "../attention/index.js";
 import { createRandomModel, EmbeddedEngine, loadEngine } from "../engine/embedded.js";
 import type { ChatMessage, ToolSpec } from "../gym/chat.js";
 import { ChatTemplate } from "../model/chat-template.js";
 import { parseHfConfig } from "../model/config.js";
 import { STABLE_TOOL_TEMPLATE } from "../model/stable-template.js";
 import type { AttentionInit } from "../model/instance.js";
-import type { AttentionSettings } from "../model/transformer.js";
 import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/vocab.js";
 
@@ -50,7 +51,7 @@ export function createPolicy(
   init: ModelInit,
   corpus: { messages: ChatMessage[]; tools: ToolSpec[] }[],
   seed: number,
-  attention?: AttentionSettings,
+  attention?: SinkWindow,
 ): Policy {
   const tokenizer = loadQwen3Tokenizer();
   // A model trained from scratch uses the prefix-stable template, so no trajectory drifts.
@@ -91,8 +92,12 @@ export function createPolicy(
   return { engine, tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS };
 }
 
-/** A policy from a checkpoint folder (its own tokenizer files when present, else Qwen3's). */
-export function loadPolicy(dir: string, attention?: AttentionSettings): Policy {
+/**
+ * A policy from a checkpoint folder (its own tokenizer files when present, else Qwen3's), with the
+ * sink-window mask it was trained with (see `loadEngine`): `attention` undefined takes the checkpoint's,
+ * and settings that differ from the checkpoint's are an error naming both.
+ */
+export function loadPolicy(dir: string, attention?: SinkWindow): Policy {
   if (!existsSync(dir)) throw new Error(`no checkpoint folder at ${dir}`);
   const tokenizer = existsSync(`${dir}/tokenizer.json`) ? Tokenizer.fromDir(dir) : loadQwen3Tokenizer();
   const template = ChatTemplate.fromTokenizer(tokenizer);
