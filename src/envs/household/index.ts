@@ -3,7 +3,7 @@
  * `sinkflex/alfworld-gen-v0` (generated houses and tasks, levels 1-3) with the gym registry, and the
  * suite (scripted expert, gold replay) with the suite list. Called once from src/envs/index.ts.
  */
-import type { AgentTurn } from "../../gym/chat.js";
+import type { AgentTurn } from "../../core/index.js";
 import { make, register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";

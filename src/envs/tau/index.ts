@@ -3,7 +3,7 @@
  * registry, and the suite (scripted expert, gold replay) with the suite list. Called once from
  * src/envs/index.ts. The public API of the folder is re-exported here.
  */
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import { unwrap, type Env } from "../../gym/env.js";
 import { make, register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
