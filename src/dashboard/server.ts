@@ -52,9 +52,9 @@ export const JSON_FILE_MAX_BYTES = 16 * MIB;
 /** Largest trajectories file (one step's rollouts) the dashboard reads. */
 export const TRAJECTORY_FILE_MAX_BYTES = 64 * MIB;
 /** Most bytes of metrics.jsonl one response reads: a larger backlog is answered with its tail. */
-export const METRICS_WINDOW_BYTES = 16 * MIB;
+export const METRICS_WINDOW_BYTES = 8 * MIB;
 /** Most metrics records one response carries: a longer backlog is answered with its last ones. */
-export const METRICS_WINDOW_RECORDS = 50_000;
+export const METRICS_WINDOW_RECORDS = 20_000;
 const NL = 0x0a;
 // Never follow a link at the last step, and never wait on a FIFO's writer while opening.
 const OPEN_FLAGS = fsConstants.O_RDONLY | (fsConstants.O_NOFOLLOW ?? 0) | (fsConstants.O_NONBLOCK ?? 0);
