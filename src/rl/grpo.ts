@@ -68,6 +68,12 @@ export interface GrpoStepMetrics {
   /** Mean (current version - sampling version) over the batch. */
   staleness: number;
   advantageAbsMean: number;
+  /**
+   * The advantages the loss used, one list per input group (one entry per sequence, in order): after
+   * the negative ones were scaled and `balanceSuites` scaled each suite's; null for a group left out as
+   * degenerate (`filterDegenerateGroups`).
+   */
+  advantages: (number[] | null)[];
 }
 
 /** Shifts per-token arrays to the engine's log-prob positions: entry t predicts token t+1. */
@@ -134,8 +140,15 @@ export async function grpoUpdate(
   }
   scaleNegativeAdvantages(advantages, hp.negativeAdvantageScale ?? 1);
   if (hp.balanceSuites) balanceSuiteAdvantages(sequences, advantages, hp.aggregation);
+  const trained: (number[] | null)[] = groups.map(() => null);
+  let at = 0;
+  for (const g of adv.kept) {
+    trained[g] = advantages.slice(at, at + groups[g]!.length);
+    at += groups[g]!.length;
+  }
   const version = engine.policyVersion;
   const base = {
+    advantages: trained,
     degenerateGroups: adv.degenerateGroups,
     groups: groups.length,
     sequences: sequences.length,

@@ -175,27 +175,6 @@ export function inContextLossPhase(step: number, total: number, hp: Pick<SftHpar
 }
 
 /**
- * The steps a run can plan for under a time budget: those done, plus what the time left buys at the
- * measured rate (with 2% to spare), never more than every epoch's nor fewer than those done.
- */
-export function stepsThatFit(o: { step: number; totalSteps: number; msPerStep: number; msLeft: number }): number {
-  const more = o.msPerStep > 0 ? Math.floor((0.98 * Math.max(0, o.msLeft)) / o.msPerStep) : Infinity;
-  return Math.min(o.totalSteps, o.step + more);
-}
-
-/**
- * The plan after a new measure: kept unless the steps that fit differ from it by 20% or more. The last
- * steps of a decaying schedule have its smallest learning rates, so a deadline that cuts some of them
- * costs little; re-planning moves the whole schedule and the context-loss phase, and makes a run's
- * result depend on the noise in its step times. (In the demo, SFT re-planned over 2,358 of its 2,705
- * steps, because its first steps measured 5% slower, left arith at 2% on its held-out tasks; the
- * whole plan cut at that same step left it at 62%, and cut at step 2,633 at 77%.)
- */
-export function replannedSteps(planned: number, fits: number): number {
-  return 5 * Math.abs(fits - planned) >= planned ? fits : planned;
-}
-
-/**
  * The loss mask of an example in the context-loss phase: every token from `contextStart` on, except its
  * untrained ranges; its own loss mask where the example opts out (`contextLoss: false`).
  */

@@ -117,4 +117,31 @@ describe("a GRPO update", () => {
     expect(m.trainedTokens).toBe(0);
     expect(engine.weights.data).toEqual(weights);
   });
+
+  it("returns the advantages it trained on: degenerate groups left out, negatives scaled, suites balanced", async () => {
+    const engine = make();
+    // dr-grpo: reward minus the group's mean. Group 1's rewards are all equal (degenerate, filtered out).
+    const groups = await onPolicyGroups(engine, [[1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 1, 0]]);
+    groups[0]!.forEach((s) => (s.suite = "a"));
+    groups[1]!.forEach((s) => (s.suite = "a"));
+    groups[2]!.forEach((s) => (s.suite = "b"));
+    const m = await grpoUpdate(engine, undefined, groups, { ...hp, negativeAdvantageScale: 0.5, balanceSuites: true });
+    expect(m.degenerateGroups).toBe(1);
+    expect(m.advantages).toHaveLength(3);
+    expect(m.advantages[1]).toBeNull();
+    // Every completion has 8 trained tokens: suite a and suite b have 32 each, so balancing keeps the
+    // scale at 64 / (2 x 32) = 1; the negatives are halved.
+    expect(m.advantages[0]).toEqual([0.5, -0.25, -0.25, 0.5]);
+    expect(m.advantages[2]!.map((x) => Math.round(x * 1e12) / 1e12)).toEqual([-0.125, -0.125, 0.75, -0.125]);
+    // Unequal suites: suite a's 2 groups (the degenerate one kept) against suite b's 1 are scaled apart.
+    const unfiltered = await grpoUpdate(make(), undefined, await onPolicyGroups(make(), [[1, 0, 0, 1], [1, 0, 1, 1], [0, 0, 1, 0]]).then((gs) => {
+      gs[0]!.forEach((s) => (s.suite = "a"));
+      gs[1]!.forEach((s) => (s.suite = "a"));
+      gs[2]!.forEach((s) => (s.suite = "b"));
+      return gs;
+    }), { ...hp, balanceSuites: true });
+    // 96 tokens in all, suite a 64, suite b 32: a's advantages x 96 / (2 x 64) = 0.75, b's x 96 / (2 x 32) = 1.5.
+    expect(unfiltered.advantages[0]).toEqual([0.375, -0.375, -0.375, 0.375]);
+    expect(unfiltered.advantages[2]!.map((x) => Math.round(x * 1e12) / 1e12)).toEqual([-0.375, -0.375, 1.125, -0.375]);
+  });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/index.js";
 import { learningRateAt } from "../../src/rl/lr-schedule.js";
-import { inContextLossPhase, leadFirst, replannedSteps, sftTrain, stepsThatFit, type SftExample } from "../../src/rl/sft.js";
+import { inContextLossPhase, leadFirst, sftTrain, type SftExample } from "../../src/rl/sft.js";
 import { randomTokens, tinyConfig } from "../engine/helpers.js";
 
 describe("SFT schedule", () => {
@@ -16,21 +16,6 @@ describe("SFT schedule", () => {
     expect(learningRateAt(100, 100, cos)).toBeCloseTo(0.2e-3, 12);
     const rates = Array.from({ length: 90 }, (_, i) => learningRateAt(11 + i, 100, cos));
     expect(rates.every((r, i) => i === 0 || r <= rates[i - 1]!)).toBe(true);
-  });
-
-  it("re-plans only when the steps that fit are 20% or more off the plan", () => {
-    // 2,358 of 2,705 (13% short): the deadline cuts the last steps, the plan stays.
-    expect(replannedSteps(2705, 2358)).toBe(2705);
-    expect(replannedSteps(2705, 2165)).toBe(2705);
-    expect(replannedSteps(2705, 2164)).toBe(2164);
-    expect(replannedSteps(1000, 1199)).toBe(1000);
-    expect(replannedSteps(1000, 1200)).toBe(1200);
-  });
-
-  it("plans the steps that fit a time budget, between those done and every epoch's", () => {
-    expect(stepsThatFit({ step: 25, totalSteps: 1000, msPerStep: 500, msLeft: 100_000 })).toBe(25 + 196);
-    expect(stepsThatFit({ step: 25, totalSteps: 100, msPerStep: 500, msLeft: 100_000 })).toBe(100);
-    expect(stepsThatFit({ step: 25, totalSteps: 1000, msPerStep: 500, msLeft: -10 })).toBe(25);
   });
 
   it("moves the leading fraction of a source's batches to the front, each part in its order", () => {

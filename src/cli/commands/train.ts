@@ -1,13 +1,14 @@
 /**
- * `sinkflex train --config FILE` and `sinkflex eval <checkpoint>`: the training pipeline and the
- * evaluation table from the command line.
+ * `sinkflex train --config FILE` (or one stage of a run: `--stage NAME --run FOLDER`) and
+ * `sinkflex eval <checkpoint>`: the training pipeline and the evaluation table from the command line.
  */
 import type { Command } from "commander";
 import { existsSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { evalOptionsOf, evaluate, type SuiteEval } from "../../pipeline/evaluate.js";
 import { loadPolicy } from "../../pipeline/policy.js";
 import { planSuites } from "../../pipeline/tasks.js";
-import { attentionOf, train } from "../../pipeline/train.js";
+import { attentionOf, RunFolderError, runStage, STAGES, train, type StageName } from "../../pipeline/train.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { ConfigError, loadConfigFile, validateConfig } from "../../pipeline/config.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
@@ -47,6 +48,16 @@ export async function dashboardForRun(runsDir: string, open: boolean): Promise<(
   }
 }
 
+/** One stage of a run; a run folder that lacks what the stage needs is a usage error (the message says which stage to run first). */
+async function runStageOrExplain(...args: Parameters<typeof runStage>): ReturnType<typeof runStage> {
+  try {
+    return await runStage(...args);
+  } catch (err) {
+    if (err instanceof ConfigError || err instanceof RunFolderError) throw new UsageError(err.message);
+    throw err;
+  }
+}
+
 export function formatEvalTable(table: Record<string, SuiteEval>): string {
   const rows = [["suite", "success", "95% CI", `pass@k`, "avg reward", "tasks", "tokens", "wall"]];
   for (const [suite, e] of Object.entries(table)) {
@@ -76,28 +87,43 @@ export function registerTrainCommands(program: Command): void {
   program
     .command("train")
     .description("Train a policy: SFT -> GRPO -> evaluation, from one config file (YAML or JSON)")
-    .requiredOption("--config <file>", "the training config (see docs/training.md for every field)")
+    .option("--config <file>", "the training config (see docs/training.md for every field); with --stage, it names the run folder (<runsDir>/<name>)")
     .option("--resume", "continue the run in the config's run folder from its latest checkpoint")
+    .option("--stage <stage>", `run one stage of a run, from its run folder (its saved config and the latest checkpoint of the stage before): ${STAGES.join(", ")}; a whole run is prepare, sft, evaluate, grpo, evaluate`)
+    .option("--run <folder>", "with --stage: the run folder (default: the one --config names)")
     .option("--name <name>", "run name (overrides the config's name; the run folder is <runsDir>/<name>)")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
     .option("--no-open", "serve the dashboard but do not open a browser")
-    .action(async (opts: { config: string; resume?: boolean; name?: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
-      if (!existsSync(opts.config)) throw new UsageError(`no config file at ${opts.config}`);
+    .action(async (opts: { config?: string; resume?: boolean; stage?: string; run?: string; name?: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+      if (opts.stage !== undefined && !(STAGES as readonly string[]).includes(opts.stage)) throw new UsageError(`--stage must be one of ${STAGES.join(", ")}, got ${JSON.stringify(opts.stage)}`);
+      if (opts.run !== undefined && opts.stage === undefined) throw new UsageError("--run names the run folder of --stage; pass --stage too (a whole run takes --config alone)");
+      if (opts.stage !== undefined && opts.resume) throw new UsageError("--stage always continues the stage from the run's latest checkpoint; drop --resume");
+      if (opts.config === undefined && opts.run === undefined) throw new UsageError(opts.stage ? "--stage needs the run folder: pass --run FOLDER (or --config FILE, whose runsDir and name give it)" : "pass --config FILE (the training config)");
+      if (opts.config !== undefined && !existsSync(opts.config)) throw new UsageError(`no config file at ${opts.config}`);
+      if (opts.run !== undefined && !existsSync(opts.run)) throw new UsageError(`no run folder at ${opts.run}`);
       let cfg;
       try {
-        cfg = loadConfigFile(opts.config);
-        if (opts.name) cfg = validateConfig({ ...cfg, name: opts.name }, opts.config);
+        if (opts.config !== undefined) {
+          cfg = loadConfigFile(opts.config);
+          if (opts.name) cfg = validateConfig({ ...cfg, name: opts.name }, opts.config);
+        }
       } catch (err) {
         if (err instanceof ConfigError) throw new UsageError(err.message);
         throw err;
       }
       const stopper = installStopHandler();
-      const closeDashboard = opts.dashboard ? await dashboardForRun(cfg.runsDir, opts.open) : undefined;
+      const runsDir = opts.run !== undefined ? dirname(resolve(opts.run)) : cfg!.runsDir;
+      const closeDashboard = opts.dashboard ? await dashboardForRun(runsDir, opts.open) : undefined;
       try {
-        const result = await train(cfg, { resume: opts.resume, quiet: opts.quiet, shouldStop: stopper.shouldStop });
+        const options = { quiet: opts.quiet, shouldStop: stopper.shouldStop };
+        const result = opts.stage !== undefined
+          ? await runStageOrExplain(opts.stage as StageName, { runDir: opts.run, cfg }, options)
+          : await train(cfg!, { ...options, resume: opts.resume });
         if (result.evalBefore && result.evalAfter) {
           console.log(`\nbefore RL (after SFT):\n${formatEvalTable(result.evalBefore)}\n\nafter RL:\n${formatEvalTable(result.evalAfter)}`);
+        } else if (opts.stage === "evaluate" && result.evalBefore) {
+          console.log(`\nbefore RL (after SFT):\n${formatEvalTable(result.evalBefore)}`);
         }
         console.log(`\nrun folder: ${result.runDir}${result.checkpoint ? `\ncheckpoint: ${result.checkpoint}` : ""}`);
         if (result.stopped) process.exitCode = 130;
