@@ -3,17 +3,18 @@
  * (chat completions with tools, completions, streaming, log-probs, token ids, the model list).
  *
  * It loads the weights into the embedded engine, the tokenizer and chat template from the same folder,
- * and the trimmed vocabulary when the folder has one. `openServer` does the same for tests and other
- * commands. The HTTP side is src/serve/openai-server.ts.
+ * and the trimmed vocabulary when the folder has one. The context limit defaults to the model's
+ * positions and may not exceed them; beyond loopback it needs an API key (or `--insecure`). `openServer`
+ * does the same for tests and other commands. The HTTP side is src/serve/openai-server.ts.
  */
 import { existsSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import type { Command } from "commander";
-import { loadEngine } from "../../engine/embedded.js";
+import { loadEngine, type EmbeddedEngine } from "../../engine/embedded.js";
 import { ChatTemplate } from "../../model/chat-template.js";
 import { Tokenizer } from "../../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab } from "../../model/vocab.js";
-import { OpenAIServer, type ServeOptions } from "../../serve/openai-server.js";
+import { checkExposure, OpenAIServer, type ServeOptions } from "../../serve/openai-server.js";
 import { UsageError } from "../usage-error.js";
 
 export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" | "codec" | "template">> {
@@ -21,14 +22,36 @@ export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" 
   host?: string;
 }
 
-/** Loads a checkpoint folder and starts serving it; returns the server, its base URL and a closer. */
-export async function openServer(checkpoint: string, opts: OpenServerOptions = {}): Promise<{ server: OpenAIServer; url: string; close: () => Promise<void> }> {
+/** `checkExposure` with a usage error: the warning to print, or undefined. */
+function exposure(host: string, apiKey: string | undefined, insecure: boolean | undefined): string | undefined {
+  try {
+    return checkExposure(host, apiKey, insecure);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+/**
+ * Loads a checkpoint folder and starts serving it; returns the server, its base URL, the engine (its
+ * open sessions show what requests hold) and a closer.
+ */
+export async function openServer(checkpoint: string, opts: OpenServerOptions = {}): Promise<{ server: OpenAIServer; url: string; engine: EmbeddedEngine; close: () => Promise<void> }> {
   const dir = resolve(checkpoint);
+  const host = opts.host ?? "127.0.0.1";
+  exposure(host, opts.apiKey, opts.insecure);
   if (!existsSync(dir)) throw new UsageError(`no checkpoint folder at ${dir}; pass a folder with config.json, safetensors and tokenizer files`);
   if (!existsSync(resolve(dir, "tokenizer.json"))) {
     throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
   }
   const engine = loadEngine(dir);
+  const positions = engine.config.maxPositionEmbeddings;
+  const maxContextTokens = opts.maxContextTokens ?? positions;
+  if (maxContextTokens > positions) {
+    engine.dispose();
+    throw new UsageError(
+      `--max-context ${maxContextTokens} is more than the model's ${positions} positions (max_position_embeddings in ${dir}/config.json); pass --max-context ${positions} or less, or leave it out`,
+    );
+  }
   const tokenizer = Tokenizer.fromDir(dir);
   const vocab = TrimmedVocab.load(dir);
   const codec = tokenCodec(tokenizer, vocab);
@@ -38,11 +61,18 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
       `the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`,
     );
   }
-  const server = new OpenAIServer({ sampler: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, modelName: opts.modelName ?? basename(dir) });
-  const url = await server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1");
+  const server = new OpenAIServer({ sampler: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
+  let url: string;
+  try {
+    url = await server.listen(opts.port ?? 0, host);
+  } catch (err) {
+    engine.dispose();
+    throw err;
+  }
   return {
     server,
     url,
+    engine,
     close: async () => {
       await server.close();
       engine.dispose();
@@ -50,10 +80,10 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
   };
 }
 
-function positiveInt(name: string) {
+function intAtLeast(name: string, min: number) {
   return (v: string) => {
     const n = Number(v);
-    if (!Number.isInteger(n) || n < 0) throw new UsageError(`${name} must be a non-negative integer, got "${v}"`);
+    if (!Number.isInteger(n) || n < min) throw new UsageError(`${name} must be an integer of at least ${min}, got "${v}"`);
     return n;
   };
 }
@@ -63,28 +93,38 @@ export function registerServeCommands(program: Command): void {
     .command("serve")
     .description("Serve a checkpoint as an OpenAI-compatible API (chat completions with tools, completions, streaming, log-probs, token ids).")
     .argument("<checkpoint>", "checkpoint folder (config.json, safetensors, tokenizer.json, tokenizer_config.json)")
-    .option("--port <port>", "TCP port (0 picks a free one)", positiveInt("--port"), 8000)
-    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .option("--port <port>", "TCP port (0 picks a free one)", intAtLeast("--port", 0), 8000)
+    .option("--host <host>", "address to listen on; beyond loopback (127.0.0.0/8, ::1, localhost) an API key is required unless --insecure", "127.0.0.1")
     .option("--model-name <name>", "model id clients send and /v1/models lists (default: the folder name)")
     .option("--api-key <key>", "require Authorization: Bearer <key> (default: $SINKFLEX_API_KEY, else no key)")
-    .option("--max-tokens <n>", "largest max_tokens a request may ask for", positiveInt("--max-tokens"), 4096)
-    .option("--max-context <n>", "largest prompt + completion in tokens", positiveInt("--max-context"), 32768)
-    .option("--max-body <bytes>", "largest request body in bytes", positiveInt("--max-body"), 4 * 1024 * 1024)
-    .action(async (checkpoint: string, o: { port: number; host: string; modelName?: string; apiKey?: string; maxTokens: number; maxContext: number; maxBody: number }) => {
-      const { url, close } = await openServer(checkpoint, {
-        port: o.port,
-        host: o.host,
-        modelName: o.modelName,
-        apiKey: o.apiKey ?? process.env.SINKFLEX_API_KEY,
-        maxTokens: o.maxTokens,
-        maxContextTokens: o.maxContext,
-        maxBodyBytes: o.maxBody,
-      });
-      console.log(`sinkflex serve: ${checkpoint} at ${url} (POST ${url}/chat/completions, ${url}/completions; GET ${url}/models). Ctrl-C stops.`);
-      await new Promise<void>((r) => {
-        process.once("SIGINT", r);
-        process.once("SIGTERM", r);
-      });
-      await close();
-    });
+    .option("--insecure", "serve beyond loopback without an API key (anyone who reaches the address can use the model)", false)
+    .option("--max-tokens <n>", "largest max_tokens a request may ask for", intAtLeast("--max-tokens", 1), 4096)
+    .option("--max-context <n>", "largest prompt + completion in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
+    .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
+    .action(
+      async (
+        checkpoint: string,
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number },
+      ) => {
+        const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
+        const warning = exposure(o.host, apiKey, o.insecure);
+        if (warning) console.error(`sinkflex serve: ${warning}`);
+        const { url, close } = await openServer(checkpoint, {
+          port: o.port,
+          host: o.host,
+          modelName: o.modelName,
+          apiKey,
+          insecure: o.insecure,
+          maxTokens: o.maxTokens,
+          maxContextTokens: o.maxContext,
+          maxBodyBytes: o.maxBody,
+        });
+        console.log(`sinkflex serve: ${checkpoint} at ${url} (POST ${url}/chat/completions, ${url}/completions; GET ${url}/models). Ctrl-C stops.`);
+        await new Promise<void>((r) => {
+          process.once("SIGINT", r);
+          process.once("SIGTERM", r);
+        });
+        await close();
+      },
+    );
 }

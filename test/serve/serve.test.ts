@@ -15,7 +15,7 @@ import { qwen3TokenizerDir } from "../../src/model/tokenizer.js";
 import { Rollout } from "../../src/rollout/agent-loop.js";
 import { OpenAIPolicy } from "../../src/rollout/openai-policy.js";
 import { checkTrajectory } from "../../src/rollout/trajectory.js";
-import { groupTask, stockCodec, template, tinyEngine } from "./helpers.js";
+import { groupTask, stockCodec, template, tinyEngine } from "../rollout/helpers.js";
 
 const codec = stockCodec();
 let dir: string;
