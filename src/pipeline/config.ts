@@ -19,6 +19,8 @@ import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
 
 const positiveInt = z.number().int().positive();
+/** Every count has an upper bound, so that a typo (1e12 steps) is refused here rather than failing mid-run. */
+const atMost = (max: number) => `must be at most ${max}`;
 
 const JudgeEntry = z
   .object({
@@ -30,10 +32,10 @@ const JudgeEntry = z
     rubric: z.string().min(1),
     /** The name of an environment variable that holds the API key (keys stay out of config files). */
     apiKeyEnv: z.string().optional(),
-    concurrency: positiveInt.default(4),
+    concurrency: positiveInt.max(1024, atMost(1024)).default(4),
     requestsPerSecond: z.number().min(0).default(0),
-    timeoutMs: positiveInt.default(30_000),
-    retries: z.number().int().min(0).default(2),
+    timeoutMs: positiveInt.max(3600000, atMost(3600000)).default(30_000),
+    retries: z.number().int().min(0).max(100, atMost(100)).default(2),
     /** A JSONL file that keeps the judge's answers across runs. */
     cacheFile: z.string().optional(),
   })
@@ -47,9 +49,9 @@ const SuiteEntry = z
     /** Options for the held-out evaluation tasks (defaults to `options`). */
     evalOptions: z.record(z.string(), z.unknown()).optional(),
     /** Held-out tasks of this suite (default eval.tasksPerSuite): more where episodes are cheap, for narrower intervals. */
-    evalTasks: positiveInt.optional(),
+    evalTasks: positiveInt.max(1000000, atMost(1000000)).optional(),
     /** Expert episodes of this suite for SFT (default sft.expertEpisodes): more for a suite that needs more to learn. */
-    sftEpisodes: z.number().int().min(0).optional(),
+    sftEpisodes: z.number().int().min(0).max(1000000, atMost(1000000)).optional(),
     /**
      * false: SFT's context-loss phase (sft.contextLossFraction) leaves this suite's episodes on the
      * assistant's tokens alone, for a suite whose user and tool text is mostly what no model can predict
@@ -68,7 +70,7 @@ const SuiteEntry = z
      * so RL learns on tasks as new to the policy as the held-out ones (default: GRPO draws from the
      * tasks SFT trained on). At most half of the suite's training contents.
      */
-    rlTasks: positiveInt.optional(),
+    rlTasks: positiveInt.max(1000000, atMost(1000000)).optional(),
     /**
      * The chance, before each turn of an expert episode, that the expert first makes a typical mistake
      * (which changes nothing and is never trained on) and then recovers: SFT data that shows what to do
@@ -103,12 +105,12 @@ const ModelSection = z
     init: z
       .object({
         family: z.enum(["qwen2", "llama"]).default("qwen2"),
-        hiddenSize: positiveInt.default(128),
-        layers: positiveInt.default(4),
-        heads: positiveInt.default(4),
-        kvHeads: positiveInt.default(2),
-        intermediateSize: positiveInt.default(384),
-        maxPositions: positiveInt.default(4096),
+        hiddenSize: positiveInt.max(65536, atMost(65536)).default(128),
+        layers: positiveInt.max(1024, atMost(1024)).default(4),
+        heads: positiveInt.max(1024, atMost(1024)).default(4),
+        kvHeads: positiveInt.max(1024, atMost(1024)).default(2),
+        intermediateSize: positiveInt.max(262144, atMost(262144)).default(384),
+        maxPositions: positiveInt.max(1000000, atMost(1000000)).default(4096),
         /** How the attention weights start: "random" (N(0, 0.02)) or "mimetic" (query-key and value-output products near a projection; src/model/mimetic.ts). */
         attentionInit: z.enum(ATTENTION_INITS).default("random"),
       })
@@ -128,8 +130,8 @@ const ModelSection = z
 const AttentionSection = z
   .object({
     mode: z.enum(["full", "sink-window"]).default("full"),
-    sinks: z.number().int().min(0).default(4),
-    window: positiveInt.default(1024),
+    sinks: z.number().int().min(0).max(1024, atMost(1024)).default(4),
+    window: positiveInt.max(1000000, atMost(1000000)).default(1024),
   })
   .strict();
 
@@ -144,15 +146,17 @@ const SftSection = z
   .object({
     enabled: z.boolean().default(true),
     /** Expert episodes generated per suite as training data. */
-    expertEpisodes: z.number().int().min(0).default(64),
+    expertEpisodes: z.number().int().min(0).max(1000000, atMost(1000000)).default(64),
     /** Extra OpenAI-chat JSONL files (with tools and tool_calls). */
     data: z.array(z.string()).default([]),
-    epochs: positiveInt.default(2),
+    epochs: positiveInt.max(1000, atMost(1000)).default(2),
     lr: z.number().positive().default(1e-3),
-    batchSize: positiveInt.default(8),
+    batchSize: positiveInt.max(65536, atMost(65536)).default(8),
     weightDecay: z.number().min(0).default(0.0),
     /** Steps of linear learning-rate warm-up. */
-    warmupSteps: z.number().int().min(0).default(0),
+    warmupSteps: z.number().int().min(0).max(1000000, atMost(1000000)).default(0),
+    /** Save a checkpoint every N SFT steps: a run killed during SFT loses at most N steps (--resume). */
+    checkpointEvery: positiveInt.max(1000000, atMost(1000000)).default(250),
     /** "constant", or "cosine" decay to minLrRatio x lr at the last planned step. */
     ...LrScheduleFields,
     /**
@@ -169,11 +173,11 @@ const SftSection = z
     copyDrill: z
       .object({
         /** How many drill examples (batchSize of them a step). */
-        examples: z.number().int().min(1),
+        examples: z.number().int().min(1).max(1000000, atMost(1000000)),
         /** The shortest and the longest span, in tokens (default [8, 47]). */
-        spanTokens: z.tuple([z.number().int().min(2), z.number().int().min(2)]).default([8, 47]),
+        spanTokens: z.tuple([z.number().int().min(2).max(65536, atMost(65536)), z.number().int().min(2).max(65536, atMost(65536))]).default([8, 47]),
         /** An example grows by doubled spans until it has at least this many tokens (default 200). */
-        tokens: positiveInt.default(200),
+        tokens: positiveInt.max(1000000, atMost(1000000)).default(200),
         /** The share of examples whose spans are written once each, then again in a shuffled order (default 0). */
         recall: z.number().min(0).max(1).optional(),
         /**
@@ -183,9 +187,9 @@ const SftSection = z
          */
         untilLoss: z.number().positive().optional(),
         /** The steps untilLoss's mean is taken over (default 100; `drillLossSteps`). */
-        lossSteps: positiveInt.optional(),
+        lossSteps: positiveInt.max(1000000, atMost(1000000)).optional(),
         /** The most drill examples with untilLoss (default twice `examples`; `drillMaxExamples`). */
-        maxExamples: positiveInt.optional(),
+        maxExamples: positiveInt.max(1000000, atMost(1000000)).optional(),
       })
       .strict()
       .refine((d) => d.spanTokens[0] <= d.spanTokens[1], { path: ["spanTokens"], message: "the shortest span (first) must not be longer than the longest (second)" })
@@ -209,21 +213,21 @@ const SftSection = z
 const GrpoSection = z
   .object({
     enabled: z.boolean().default(true),
-    steps: z.number().int().min(0).default(10),
-    batchTasks: positiveInt.default(32),
-    groupSize: positiveInt.default(8),
+    steps: z.number().int().min(0).max(1000000, atMost(1000000)).default(10),
+    batchTasks: positiveInt.max(65536, atMost(65536)).default(32),
+    groupSize: positiveInt.max(1024, atMost(1024)).default(8),
     lr: z.number().positive().default(5e-6),
     /**
      * Steps of linear learning-rate warm-up. RL starts a fresh AdamW, whose first updates move every
      * weight by about lr whatever its gradient's size; a warm-up keeps those first moves small.
      */
-    warmupSteps: z.number().int().min(0).default(0),
+    warmupSteps: z.number().int().min(0).max(1000000, atMost(1000000)).default(0),
     /**
      * "constant", or "cosine" decay to minLrRatio x lr at the last planned step (grpo.steps; a time budget
      * that ends GRPO sooner does not re-plan it).
      */
     ...LrScheduleFields,
-    epochs: positiveInt.default(3),
+    epochs: positiveInt.max(1000, atMost(1000)).default(3),
     klCoef: z.number().min(0).default(0.04),
     klEstimator: z.enum(["k3"]).default("k3"),
     estimator: z.enum(ADVANTAGE_ESTIMATORS as unknown as ["grpo", "dr-grpo", "rloo"]).default("grpo"),
@@ -253,16 +257,16 @@ const GrpoSection = z
      * chosen. Default "task".
      */
     taskSampling: z.enum(["task", "content"]).default("task"),
-    maxStaleness: z.number().int().min(0).default(0),
+    maxStaleness: z.number().int().min(0).max(1000000, atMost(1000000)).default(0),
     maxGradNorm: z.number().min(0).default(1),
     weightDecay: z.number().min(0).default(0),
     temperature: z.number().positive().default(1),
     topP: z.number().gt(0).max(1).default(1),
-    maxTurns: positiveInt.default(20),
-    maxTokensPerTurn: positiveInt.default(256),
-    maxContextTokens: positiveInt.default(8192),
+    maxTurns: positiveInt.max(10000, atMost(10000)).default(20),
+    maxTokensPerTurn: positiveInt.max(1000000, atMost(1000000)).default(256),
+    maxContextTokens: positiveInt.max(1000000, atMost(1000000)).default(8192),
     /** Trajectories in flight at once. */
-    concurrency: positiveInt.default(16),
+    concurrency: positiveInt.max(65536, atMost(65536)).default(16),
     /** Pack a group's sequences into one with one copy of their shared prompt (same loss, fewer tokens). */
     packPrefixes: z.boolean().default(true),
   })
@@ -270,9 +274,9 @@ const GrpoSection = z
 
 const EvalSection = z
   .object({
-    tasksPerSuite: positiveInt.default(50),
+    tasksPerSuite: positiveInt.max(1000000, atMost(1000000)).default(50),
     /** Samples per task for pass@k (k <= samples). */
-    samples: positiveInt.default(1),
+    samples: positiveInt.max(1024, atMost(1024)).default(1),
     temperature: z.number().min(0).default(0),
   })
   .strict();
@@ -297,9 +301,9 @@ export const TrainConfigSchema = z
     grpo: GrpoSection.prefault({}),
     eval: EvalSection.prefault({}),
     /** Save a checkpoint every N GRPO steps (and at the end of each stage). */
-    checkpointEvery: positiveInt.default(5),
+    checkpointEvery: positiveInt.max(1000000, atMost(1000000)).default(5),
     /** Keep the last N checkpoints. */
-    keepCheckpoints: positiveInt.default(2),
+    keepCheckpoints: positiveInt.max(1000, atMost(1000)).default(2),
   })
   .strict()
   .superRefine((cfg, ctx) => {
