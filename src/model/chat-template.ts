@@ -125,10 +125,18 @@ export class ChatTemplate {
   escape<T>(value: T): T {
     const specials = this.specials.specialTokens;
     if (!specials || specials.length === 0) return value;
+    // Copies only what changes: harmless messages come back as they were.
     const walk = (v: unknown): unknown => {
       if (typeof v === "string") return escapeSpecialText(v, specials);
-      if (Array.isArray(v)) return v.map(walk);
-      if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [escapeSpecialText(k, specials), walk(x)]));
+      if (Array.isArray(v)) {
+        const out = v.map(walk);
+        return out.some((x, i) => x !== v[i]) ? out : v;
+      }
+      if (v !== null && typeof v === "object") {
+        const entries = Object.entries(v);
+        const out = entries.map(([k, x]) => [escapeSpecialText(k, specials), walk(x)] as const);
+        return out.some(([k, x], i) => k !== entries[i]![0] || x !== entries[i]![1]) ? Object.fromEntries(out) : v;
+      }
       return v;
     };
     return walk(value) as T;

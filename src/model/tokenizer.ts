@@ -76,22 +76,23 @@ function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
-/** The regular expressions that find special-token text, per list of special tokens. */
-const escapers = new WeakMap<readonly string[], RegExp>();
+/** Per list of special tokens: the characters they start with (a fast test) and a regular expression finding them. */
+const escapers = new WeakMap<readonly string[], { firsts: string[]; re: RegExp }>();
 
 /**
  * `text` with every special token's text (and U+FDD0) replaced by a stand-in that `Tokenizer.encode`
  * spells with ordinary tokens, so escaped text never becomes a special token.
  */
 export function escapeSpecialText(text: string, specialTokens: readonly string[]): string {
-  let re = escapers.get(specialTokens);
-  if (!re) {
+  let escaper = escapers.get(specialTokens);
+  if (!escaper) {
     const alternatives = [STAND_IN_OPEN, ...specialTokens.filter((t) => t.length > 0)].sort((a, b) => b.length - a.length);
-    re = new RegExp(alternatives.map(escapeRegExp).join("|"), "g");
-    escapers.set(specialTokens, re);
+    escaper = { firsts: [...new Set(alternatives.map((a) => a[0]!))], re: new RegExp(alternatives.map(escapeRegExp).join("|"), "g") };
+    escapers.set(specialTokens, escaper);
   }
-  re.lastIndex = 0;
-  return re.test(text) ? text.replace(re, standIn) : text;
+  if (!escaper.firsts.some((c) => text.includes(c))) return text;
+  escaper.re.lastIndex = 0;
+  return escaper.re.test(text) ? text.replace(escaper.re, standIn) : text;
 }
 
 export class Tokenizer {
