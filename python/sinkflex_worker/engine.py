@@ -1,0 +1,405 @@
+"""The worker's engine: one Hugging Face causal LM (transformers, fp32 weights; bf16 autocast on CUDA),
+its KV-cache sessions, sampling, teacher-forced log-probs, the two halves of forwardBackward, AdamW and
+checkpoints. Shapes: B sequences, T tokens (padded), V vocabulary.
+
+It runs full causal attention only: a checkpoint saved with a sink-window mask (sinkflex_attention.json
+with window > 0) is refused. It does not know sockets or frames (server.py) nor any loss: backward
+receives dLoss/dLogprobs from the caller.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+META_FILE = "sinkflex.json"
+ATTENTION_FILE = "sinkflex_attention.json"
+TOKENIZER_FILE = re.compile(
+    r"^(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.(jinja|json)|sinkflex-vocab.*)$"
+)
+
+
+class EngineError(Exception):
+    """A request the engine cannot serve (bad input or state); the message says what to do."""
+
+
+@dataclass
+class Session:
+    tokens: List[int] = field(default_factory=list)
+    cache: object = None
+    """Keys and values of tokens[:cached] (a transformers Cache), or None."""
+    cached: int = 0
+    logits: Optional[torch.Tensor] = None
+    """[V] fp32 logits after tokens[len-1], valid when logits_for == len(tokens)."""
+    logits_for: int = -1
+
+
+@dataclass
+class PendingForward:
+    handle: int
+    logprobs: torch.Tensor  # [B, T-1] with graph
+    valid: torch.Tensor  # [B, T-1] bool: real predictions (not padding)
+    scored: Optional[torch.Tensor]  # [B, T-1] bool, or None = all
+    lengths: List[int]
+
+
+def _crop(cache, n: int):
+    """The cache cut to its first n entries (None when it cannot be cut in place: recompute instead)."""
+    if cache is None or n <= 0 or not hasattr(cache, "crop"):
+        return None
+    drop = int(cache.get_seq_length()) - n
+    if drop > 0:
+        cache.crop(-drop)  # a negative count removes that many entries (every transformers release with crop)
+    return cache
+
+
+def _forward_kwargs(model, cache, pos: torch.Tensor) -> dict:
+    """The cache arguments under this transformers' names (`cache` in 5.x, `past_key_values` before)."""
+    params = inspect.signature(model.forward).parameters
+    kw = {"cache": cache} if "cache" in params else {"past_key_values": cache}
+    if "cache_position" in params:
+        kw["cache_position"] = pos
+    if "logits_to_keep" in params:
+        kw["logits_to_keep"] = 1
+    return kw
+
+
+class TorchEngine:
+    def __init__(self, device: str = "cpu", autocast: Optional[str] = None):
+        self.device = torch.device(device)
+        if autocast is None:
+            autocast = "bf16" if self.device.type == "cuda" else "off"
+        if autocast not in ("off", "bf16"):
+            raise EngineError(f"autocast must be 'off' or 'bf16' (got {autocast!r})")
+        self.autocast = autocast
+        self.model = None
+        self.vocab_size = 0
+        self.policy_version = 0
+        self.optimizer: Optional[torch.optim.AdamW] = None
+        self.optimizer_step = 0
+        self.source_dir: Optional[str] = None
+        self.attention_record: Optional[dict] = None
+        self.generator = torch.Generator(device="cpu").manual_seed(0)
+        self.pending: Optional[PendingForward] = None
+        self.next_handle = 1
+
+    # ---- checkpoints ------------------------------------------------------------------------------------
+
+    def load(self, directory: str) -> dict:
+        from transformers import AutoModelForCausalLM
+
+        if not os.path.isfile(os.path.join(directory, "config.json")):
+            raise EngineError(f"{directory}: no config.json; pass a Hugging Face checkpoint folder")
+        attention = None
+        apath = os.path.join(directory, ATTENTION_FILE)
+        if os.path.isfile(apath):
+            with open(apath) as f:
+                attention = json.load(f)
+            if int(attention.get("window", 0)) != 0:
+                raise EngineError(
+                    f"{apath}: the checkpoint was trained with sink-window attention (window {attention.get('window')}, "
+                    f"sinks {attention.get('sinks')}); the torch engine runs full attention only: use the embedded engine"
+                )
+        try:
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        except TypeError:
+            model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
+        model.to(self.device)
+        model.eval()  # no dropout: training and sampling see the same function
+        self.model = model
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        meta = {}
+        mpath = os.path.join(directory, META_FILE)
+        if os.path.isfile(mpath):
+            with open(mpath) as f:
+                meta = json.load(f)
+        self.policy_version = int(meta.get("policyVersion", 0))
+        self.optimizer = None
+        self.optimizer_step = 0
+        self.source_dir = directory
+        self.attention_record = attention
+        self.pending = None
+        return {
+            "vocabSize": self.vocab_size,
+            "policyVersion": self.policy_version,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "architecture": type(model).__name__,
+        }
+
+    def save(self, directory: str) -> None:
+        model = self._model()
+        parent = os.path.dirname(os.path.abspath(directory))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            with open(os.path.join(tmp, META_FILE), "w") as f:
+                json.dump({"policyVersion": self.policy_version, "optimizerStep": self.optimizer_step}, f, indent=2)
+            if self.attention_record is not None:
+                with open(os.path.join(tmp, ATTENTION_FILE), "w") as f:
+                    json.dump(self.attention_record, f, indent=2)
+            if self.source_dir and os.path.isdir(self.source_dir):
+                for name in os.listdir(self.source_dir):
+                    if TOKENIZER_FILE.match(name):
+                        shutil.copyfile(os.path.join(self.source_dir, name), os.path.join(tmp, name))
+            if os.path.exists(directory):
+                shutil.rmtree(directory)
+            os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    # ---- sessions ---------------------------------------------------------------------------------------
+
+    def check_ids(self, ids: Sequence[int], what: str) -> None:
+        self._model()
+        if len(ids) and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            bad = next(i for i in ids if i < 0 or i >= self.vocab_size)
+            raise EngineError(f"{what}: token id {bad} is outside the vocabulary [0, {self.vocab_size})")
+
+    def fork(self, s: Session) -> Session:
+        return Session(
+            tokens=list(s.tokens), cache=copy.deepcopy(s.cache), cached=s.cached,
+            logits=s.logits, logits_for=s.logits_for,
+        )
+
+    def truncate(self, s: Session, n: int) -> None:
+        if n >= len(s.tokens):
+            return
+        del s.tokens[n:]
+        if s.cached > n:
+            s.cache = _crop(s.cache, n)
+            s.cached = n if s.cache is not None else 0
+        if s.logits_for > n:
+            s.logits_for = -1
+            s.logits = None
+
+    def _autocast(self):
+        if self.autocast == "bf16" and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @torch.no_grad()
+    def next_logits(self, s: Session) -> torch.Tensor:
+        """Logits [V] (fp32, CPU) after the session's last token; computes its pending tokens."""
+        from transformers import DynamicCache
+
+        if s.logits_for == len(s.tokens) and s.logits is not None:
+            return s.logits
+        if not s.tokens:
+            raise EngineError("the session is empty; append a prompt first")
+        if s.cached == len(s.tokens):  # the last token is cached but its logits are gone: recompute it
+            s.cache = _crop(s.cache, s.cached - 1)
+            s.cached = s.cached - 1 if s.cache is not None else 0
+        if s.cache is None:
+            s.cache = DynamicCache()
+            s.cached = 0
+        new = s.tokens[s.cached:]
+        ids = torch.tensor([new], dtype=torch.long, device=self.device)
+        pos = torch.arange(s.cached, len(s.tokens), device=self.device)
+        with self._autocast():
+            out = self.model(input_ids=ids, use_cache=True, position_ids=pos[None], **_forward_kwargs(self.model, s.cache, pos))
+        s.cached = len(s.tokens)
+        s.logits = out.logits[0, -1].float().cpu()
+        s.logits_for = len(s.tokens)
+        return s.logits
+
+    def sample(self, s: Session, p: dict, stop: Sequence[int]) -> dict:
+        """Samples up to p['maxTokens'] tokens into the session (see SampleParams in src/engine/types.ts)."""
+        temperature = float(p.get("temperature", 1.0))
+        top_p = float(p.get("topP", 1.0))
+        top_k = int(p.get("topK", 0))
+        max_tokens = int(p["maxTokens"])
+        seed = p.get("seed")
+        gen = self.generator if seed is None else torch.Generator(device="cpu").manual_seed(int(seed) & 0xFFFFFFFFFFFF)
+        stops = set(int(t) for t in stop)
+        tokens: List[int] = []
+        logprobs: List[float] = []
+        finish = "length"
+        for _ in range(max_tokens):
+            logits = self.next_logits(s)
+            tok, lp = pick(logits, temperature, top_p, top_k, gen)
+            tokens.append(tok)
+            logprobs.append(lp)
+            s.tokens.append(tok)
+            s.logits_for = -1
+            s.logits = None
+            if tok in stops:
+                finish = "stop"
+                break
+        return {"tokens": tokens, "logprobs": logprobs, "finishReason": finish}
+
+    # ---- scoring and training ---------------------------------------------------------------------------
+
+    def _batch(self, seqs: List[np.ndarray]):
+        for i, q in enumerate(seqs):
+            if len(q) == 0:
+                raise EngineError(f"sequence {i} is empty")
+            self.check_ids(q.tolist(), f"sequence {i}")
+        T = max(len(q) for q in seqs)
+        ids = torch.zeros((len(seqs), T), dtype=torch.long)
+        att = torch.zeros((len(seqs), T), dtype=torch.long)
+        for i, q in enumerate(seqs):
+            ids[i, : len(q)] = torch.from_numpy(q.astype(np.int64))
+            att[i, : len(q)] = 1
+        return ids.to(self.device), att.to(self.device)
+
+    def _token_logprobs(self, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        """[B, T-1]: log p(ids[:, t+1] | ids[:, :t+1]) at temperature 1 (padding rows are garbage)."""
+        T = ids.shape[1]
+        pos = torch.arange(T, device=self.device)[None].expand(ids.shape[0], T)
+        with self._autocast():
+            logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+    def logprobs(self, seqs: List[np.ndarray], scored: Optional[List[np.ndarray]]) -> np.ndarray:
+        self._model()
+        with torch.no_grad():
+            ids, att = self._batch(seqs)
+            if ids.shape[1] < 2:
+                return np.zeros(0, dtype=np.float32)
+            lp = self._token_logprobs(ids, att).cpu()
+        return _flatten(lp, [len(q) for q in seqs], scored)
+
+    def forward(self, seqs: List[np.ndarray], scored: Optional[List[np.ndarray]]) -> tuple:
+        """The first half of forwardBackward: log-probs with the graph kept until backward (or the next forward)."""
+        self._model()
+        self.pending = None
+        if not seqs:
+            raise EngineError("forwardBackward: no sequences")
+        ids, att = self._batch(seqs)
+        lengths = [len(q) for q in seqs]
+        with torch.enable_grad():
+            lp = self._token_logprobs(ids, att) if ids.shape[1] >= 2 else torch.zeros((len(seqs), 0), device=self.device)
+        valid = att[:, 1:].bool() if ids.shape[1] >= 2 else torch.zeros((len(seqs), 0), dtype=torch.bool, device=self.device)
+        sc = None
+        if scored is not None:
+            sc = torch.zeros_like(valid)
+            for i, m in enumerate(scored):
+                sc[i, : len(m)] = torch.from_numpy(m != 0)
+        handle = self.next_handle
+        self.next_handle += 1
+        self.pending = PendingForward(handle, lp, valid, sc, lengths)
+        return handle, _flatten(lp.detach().cpu(), lengths, scored)
+
+    def backward(self, handle: int, dlogprobs: np.ndarray) -> None:
+        """The second half: applies dLoss/dLogprobs ([sum(L-1)] flat) to the kept graph; gradients accumulate."""
+        pf = self.pending
+        if pf is None or pf.handle != handle:
+            raise EngineError(f"backward: forward {handle} is not pending (each forward gets one backward, and a newer forward replaces it)")
+        self.pending = None
+        expected = sum(n - 1 for n in pf.lengths)
+        if dlogprobs.shape[0] != expected:
+            raise EngineError(f"backward: {dlogprobs.shape[0]} gradient values for {expected} predictions")
+        if not np.all(np.isfinite(dlogprobs)):
+            raise EngineError("backward: dLogprobs holds a non-finite value; check the loss")
+        grad = torch.zeros(pf.logprobs.shape, dtype=torch.float32)
+        off = 0
+        for i, n in enumerate(pf.lengths):
+            grad[i, : n - 1] = torch.from_numpy(np.asarray(dlogprobs[off: off + n - 1], dtype=np.float32))
+            off += n - 1
+        if pf.scored is not None and bool(((grad != 0) & ~pf.scored.cpu()).any()):
+            raise EngineError("backward: dLogprobs gives gradient to a prediction that masks.scored leaves out")
+        pf.logprobs.backward(grad.to(self.device))
+
+    def release(self) -> None:
+        self.pending = None
+
+    def optim_step(self, h: dict) -> float:
+        """AdamW (torch.optim.AdamW, one parameter group) after global-norm clipping; returns the pre-clip norm."""
+        model = self._model()
+        self.pending = None
+        lr = float(h["lr"])
+        beta1 = float(h.get("beta1", 0.9))
+        beta2 = float(h.get("beta2", 0.999))
+        eps = float(h.get("eps", 1e-8))
+        wd = float(h.get("weightDecay", 0.01))
+        clip = float(h.get("maxGradNorm", 0.0))
+        if not (math.isfinite(lr) and lr >= 0):
+            raise EngineError(f"AdamW: lr must be a finite number >= 0 (got {lr})")
+        if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
+            raise EngineError(f"AdamW: beta1 and beta2 must be in [0, 1) (got {beta1}, {beta2})")
+        if not (eps > 0 and wd >= 0 and clip >= 0):
+            raise EngineError(f"AdamW: eps must be > 0, weightDecay >= 0, maxGradNorm >= 0 (got {eps}, {wd}, {clip})")
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params])))
+        if not math.isfinite(norm):
+            for p in params:
+                p.grad.zero_()
+            raise EngineError(f"optimStep: the gradient norm is {norm}; the step was skipped and gradients dropped")
+        if clip > 0:
+            scale = min(1.0, clip / (norm + 1e-6))
+            if scale < 1:
+                for p in params:
+                    p.grad.mul_(scale)
+        if self.optimizer is None:
+            self.optimizer = torch.optim.AdamW(params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=wd)
+        for g in self.optimizer.param_groups:
+            g.update(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=wd)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_step += 1
+        self.policy_version += 1
+        return norm
+
+    def _model(self):
+        if self.model is None:
+            raise EngineError("no model is loaded; send load first")
+        return self.model
+
+
+def _flatten(lp: torch.Tensor, lengths: List[int], scored: Optional[List[np.ndarray]]) -> np.ndarray:
+    out = np.zeros(sum(n - 1 for n in lengths), dtype=np.float32)
+    off = 0
+    arr = lp.float().numpy()
+    for i, n in enumerate(lengths):
+        row = arr[i, : n - 1]
+        if scored is not None:
+            row = np.where(scored[i] != 0, row, 0.0)
+        out[off: off + n - 1] = row
+        off += n - 1
+    return out
+
+
+def pick(logits: torch.Tensor, temperature: float, top_p: float, top_k: int, gen: torch.Generator) -> tuple:
+    """One token from logits [V] and its log-prob under the distribution sampled (after truncation)."""
+    if temperature == 0:
+        return int(torch.argmax(logits)), 0.0
+    x = logits.double() / temperature
+    V = x.shape[0]
+    keep = torch.ones(V, dtype=torch.bool)
+    if 0 < top_k < V:
+        kth = torch.topk(x, top_k).values[-1]
+        keep &= x >= kth
+        if int(keep.sum()) > top_k:  # ties at the k-th value: keep the lowest ids among them
+            idx = torch.nonzero(keep).squeeze(-1)
+            order = torch.argsort(-x[idx], stable=True)[:top_k]
+            keep = torch.zeros(V, dtype=torch.bool)
+            keep[idx[order]] = True
+    if top_p < 1:
+        xs = torch.where(keep, x, torch.tensor(-math.inf, dtype=x.dtype))
+        probs = torch.softmax(xs, dim=-1)
+        order = torch.argsort(-probs, stable=True)
+        cum = torch.cumsum(probs[order], dim=0)
+        n = int(torch.searchsorted(cum, torch.tensor([top_p], dtype=cum.dtype))[0]) + 1
+        keep = torch.zeros(V, dtype=torch.bool)
+        keep[order[: min(n, V)]] = True
+    xs = torch.where(keep, x, torch.tensor(-math.inf, dtype=x.dtype))
+    logp = torch.log_softmax(xs, dim=-1)
+    tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
+    return tok, float(logp[tok])
