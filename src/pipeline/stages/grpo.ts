@@ -7,7 +7,8 @@
  * Every step's tasks are seeded from (config seed, step), so a resumed run repeats an uninterrupted
  * one. The time budget's deadline is budget.ts's; the loss is rl/grpo.ts's.
  */
-import { Rng } from "../../gym/rng.js";
+import { Rng } from "../../core/rng.js";
+import { mixSeed } from "../../core/seed.js";
 import type { EmbeddedEngine } from "../../engine/embedded.js";
 import { Rollout, type GroupTask } from "../../rollout/agent-loop.js";
 import { RolloutScheduler } from "../../rollout/scheduler.js";
@@ -23,12 +24,6 @@ import { scoreTrajectory, trajectoryMessages, type ScoredTrajectory } from "../s
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "../tasks.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 import type { RunData } from "./prepare.js";
-
-function mixSeed(a: number, b: number): number {
-  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(b + 1, 0xc2b2ae35);
-  h ^= h >>> 15;
-  return (Math.imul(h, 0x27d4eb2f) ^ (h >>> 13)) >>> 0;
-}
 
 /**
  * The GRPO step's tasks, seeded by step: every suite gets the whole part of its share of the batch
