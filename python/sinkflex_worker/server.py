@@ -111,7 +111,10 @@ class Connection:
         if not self.authed:
             raise RequestError("the first request must be hello with the worker's token")
         if op == "load":
-            return eng.load(_str(h, "dir")), None
+            info = eng.load(_str(h, "dir"))
+            for s in self.sessions.values():  # caches of the old weights: recomputed on next use
+                s.cache, s.cached, s.logits, s.logits_for = None, 0, None, -1
+            return info, None
         if op == "save":
             eng.save(_str(h, "dir"))
             return {}, None

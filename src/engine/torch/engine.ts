@@ -1,0 +1,340 @@
+/**
+ * The torch engine: the engine primitives (../types.ts) served by a Python worker (python/, package
+ * sinkflex_worker) that runs a Hugging Face checkpoint with PyTorch and transformers. It starts the worker
+ * as a child process (launcher.ts) or connects to a running one (`url`), and talks binary frames
+ * (frames.ts, client.ts; the protocol is python/README.md).
+ *
+ * Sessions keep their token ids here as well as in the worker, so `length`, `tokens()`, `fork()`,
+ * `truncate()` and `close()` answer at once; their requests are sent without waiting and the worker runs
+ * them in order, before any later request (a failure is reported by the session's next call).
+ * `forwardBackward` keeps the loss in TypeScript: the worker's forward returns the per-token log-probs
+ * (keeping its graph), the loss here returns dLoss/dLogprobs, the worker's backward applies them.
+ *
+ * The worker runs full causal attention: masks with several documents per sequence are refused (pinned
+ * positions mean nothing under full attention and are accepted). This file does not know losses,
+ * rollouts or environments.
+ */
+import { resolve as resolvePath } from "node:path";
+import { EngineError } from "../embedded.js";
+import { resolveHparams } from "../../model/optimizer.js";
+import { resolveSampleParams } from "../sampler.js";
+import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "../types.js";
+import { TorchWorkerError, WorkerClient, type WorkerInfo } from "./client.js";
+import type { FrameArray } from "./frames.js";
+import { launchWorker, type LaunchedWorker, type LaunchOptions } from "./launcher.js";
+
+export interface TorchEngineOptions extends LaunchOptions {
+  /** Hugging Face checkpoint folder to load (a path the worker can read). */
+  model: string;
+  /** Connect to a running worker (`unix:/path.sock` or `tcp://host:port`) instead of starting one. */
+  url?: string;
+  /** Token for a worker that requires one. Default: $SINKFLEX_WORKER_TOKEN. */
+  token?: string;
+}
+
+/** Starts (or connects to) a torch worker and loads `opts.model` into it. */
+export async function openTorchEngine(opts: TorchEngineOptions): Promise<TorchEngine> {
+  let worker: LaunchedWorker | null = null;
+  let url = opts.url;
+  if (!url) {
+    worker = await launchWorker(opts);
+    url = worker.address;
+  }
+  try {
+    const { client, info } = await WorkerClient.connect(url, { token: opts.token ?? process.env.SINKFLEX_WORKER_TOKEN });
+    if (worker) {
+      const w = worker;
+      client.explainEnd = () => w.waitExit(2000);
+    }
+    const engine = new TorchEngine(client, info, worker);
+    await engine.load(worker ? resolvePath(opts.model) : opts.model);
+    return engine;
+  } catch (e) {
+    worker?.stop();
+    throw e;
+  }
+}
+
+export class TorchEngine implements Engine {
+  policyVersion = 0;
+  /** Token ids 0..vocabSize-1 are valid (set by load). */
+  vocabSize = 0;
+  private nextSid = 1;
+  private disposed = false;
+
+  /** Use openTorchEngine. */
+  constructor(
+    /** @internal */ readonly client: WorkerClient,
+    readonly info: WorkerInfo,
+    private readonly worker: LaunchedWorker | null,
+  ) {}
+
+  /** The worker's process id (its own report). */
+  get workerPid(): number {
+    return this.info.pid;
+  }
+
+  async load(dir: string): Promise<void> {
+    this.alive();
+    const { header } = await this.client.call("load", { dir });
+    this.vocabSize = header.vocabSize as number;
+    this.policyVersion = header.policyVersion as number;
+  }
+
+  async session(prefix: number[] = []): Promise<EngineSession> {
+    this.alive();
+    this.checkIds(prefix, "session prefix");
+    const s = new TorchSession(this, this.nextSid++, [...prefix]);
+    await this.client.call("open", { sid: s.sid }, { tokens: Int32Array.from(prefix) });
+    return s;
+  }
+
+  async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {
+    this.alive();
+    if (sessions.length !== params.length) {
+      throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
+    }
+    const list = sessions.map((s) => this.own(s));
+    if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
+    const ps = params.map(resolveSampleParams);
+    for (const s of list) {
+      s.ready();
+      if (s.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
+    }
+    if (list.length === 0) return [];
+    const stops = ps.map((p) => [...p.stopTokens]);
+    for (const s of list) s.busy = true;
+    try {
+      const { header, arrays } = await this.client.call(
+        "sample",
+        {
+          sids: list.map((s) => s.sid),
+          params: ps.map((p, i) => ({
+            temperature: p.temperature, topP: p.topP, topK: p.topK, maxTokens: p.maxTokens,
+            ...(p.seed === undefined ? {} : { seed: p.seed }), stopCount: stops[i]!.length,
+          })),
+        },
+        { stop: Int32Array.from(stops.flat()) },
+      );
+      const counts = header.counts as number[];
+      const finish = header.finish as ("stop" | "length")[];
+      const toks = arrays.get("tokens")!;
+      const lps = arrays.get("logprobs")!;
+      let off = 0;
+      return list.map((s, i) => {
+        const n = counts[i]!;
+        const tokens = Array.from(toks.subarray(off, off + n));
+        const logprobs = Array.from(lps.subarray(off, off + n));
+        off += n;
+        s.tokenList.push(...tokens);
+        return { tokens, logprobs, finishReason: finish[i]! };
+      });
+    } finally {
+      for (const s of list) s.busy = false;
+    }
+  }
+
+  async logprobs(sequences: number[][], masks: SequenceMasks = {}): Promise<Float32Array[]> {
+    this.alive();
+    if (sequences.length === 0) return [];
+    const { arrays } = await this.client.call("logprobs", {}, this.pack(sequences, masks));
+    return this.split(arrays.get("logprobs") as Float32Array, sequences);
+  }
+
+  async forwardBackward(
+    sequences: number[][], loss: TokenLoss, masks: SequenceMasks = {},
+  ): Promise<{ loss: number; metrics: Record<string, number> }> {
+    this.alive();
+    if (sequences.length === 0) throw new EngineError("forwardBackward: no sequences");
+    const { header, arrays } = await this.client.call("forward", {}, this.pack(sequences, masks));
+    const handle = header.handle as number;
+    const lps = this.split(arrays.get("logprobs") as Float32Array, sequences);
+    let dLogprob: Float32Array;
+    let out: ReturnType<TokenLoss>;
+    try {
+      out = loss(lps);
+      dLogprob = this.checkGradient(out, lps, masks);
+    } catch (e) {
+      await this.client.call("release").catch(() => {});
+      throw e;
+    }
+    await this.client.call("backward", { handle }, { dlogprobs: dLogprob });
+    const N = sequences.reduce((a, s) => a + s.length, 0);
+    return { loss: out.loss, metrics: { ...(out.metrics ?? {}), tokens: N, sequences: sequences.length } };
+  }
+
+  async optimStep(hparams: OptimHparams): Promise<{ gradNorm: number }> {
+    this.alive();
+    const h = resolveHparams(hparams);
+    const { header } = await this.client.call("optim_step", { ...h });
+    this.policyVersion = header.policyVersion as number;
+    return { gradNorm: header.gradNorm as number };
+  }
+
+  /** Writes a Hugging Face checkpoint folder (written by the worker: a path on its machine). */
+  async save(dir: string): Promise<void> {
+    this.alive();
+    await this.client.call("save", { dir: this.worker ? resolvePath(dir) : dir });
+  }
+
+  /** Closes the connection and stops a worker this engine started. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.client.close();
+    this.worker?.stop();
+  }
+
+  // ---- internals ------------------------------------------------------------------------------------
+
+  /** @internal */ send(s: TorchSession, op: string, header: Record<string, unknown>, arrays: Record<string, FrameArray> = {}): void {
+    this.client.call(op, { ...header, sid: s.sid }, arrays).catch((e: unknown) => {
+      s.failure ??= e instanceof Error ? e : new TorchWorkerError(String(e));
+    });
+  }
+
+  /** @internal */ newSid(): number {
+    return this.nextSid++;
+  }
+
+  /** @internal */ alive(): void {
+    if (this.disposed) throw new EngineError("the engine was disposed; create a new one");
+    if (this.client.closed) throw new EngineError("the connection to the torch worker is closed; open a new engine");
+  }
+
+  /** @internal */ checkIds(ids: number[], what: string): void {
+    for (const id of ids) {
+      if (!(Number.isInteger(id) && id >= 0 && id < this.vocabSize)) throw new EngineError(`${what}: token id ${id} is outside the vocabulary [0, ${this.vocabSize})`);
+    }
+  }
+
+  private own(s: EngineSession): TorchSession {
+    if (!(s instanceof TorchSession) || s.engine !== this) {
+      throw new EngineError("this session belongs to another engine; create it with this engine's session()");
+    }
+    return s;
+  }
+
+  private pack(sequences: number[][], masks: SequenceMasks): Record<string, FrameArray> {
+    sequences.forEach((s, i) => {
+      if (s.length === 0) throw new EngineError(`sequence ${i} is empty`);
+      this.checkIds(s, `sequence ${i}`);
+    });
+    masks.docIds?.forEach((d, i) => {
+      if (d.length !== sequences[i]?.length) throw new EngineError(`docIds[${i}] has ${d.length} values for a sequence of ${sequences[i]?.length} tokens`);
+      const docs = new Set(Array.from(d).filter((x) => x >= 0));
+      if (docs.size > 1) {
+        throw new EngineError(`docIds[${i}] packs ${docs.size} documents in one sequence; the torch engine runs plain causal attention, so send one document per sequence (or use the embedded engine)`);
+      }
+    });
+    if (masks.docIds && masks.docIds.length !== sequences.length) throw new EngineError(`docIds: ${masks.docIds.length} arrays for ${sequences.length} sequences`);
+    const out: Record<string, FrameArray> = {
+      tokens: Int32Array.from(sequences.flat()),
+      lengths: Int32Array.from(sequences.map((s) => s.length)),
+    };
+    if (masks.scored) {
+      if (masks.scored.length !== sequences.length) throw new EngineError(`scored: ${masks.scored.length} arrays for ${sequences.length} sequences`);
+      masks.scored.forEach((a, i) => {
+        if (a.length !== sequences[i]!.length - 1) throw new EngineError(`scored[${i}] has ${a.length} values for a sequence of ${sequences[i]!.length} tokens (one per prediction: length - 1)`);
+      });
+      out.scored = Int32Array.from(masks.scored.flatMap((a) => Array.from(a)));
+    }
+    return out;
+  }
+
+  private split(flat: Float32Array, sequences: number[][]): Float32Array[] {
+    let off = 0;
+    return sequences.map((s) => {
+      const n = s.length - 1;
+      const a = flat.slice(off, off + n);
+      off += n;
+      return a;
+    });
+  }
+
+  private checkGradient(out: ReturnType<TokenLoss>, lps: Float32Array[], masks: SequenceMasks): Float32Array {
+    if (!Number.isFinite(out.loss)) throw new EngineError(`forwardBackward: the loss is ${out.loss}; check the loss function and data`);
+    if (!Array.isArray(out.dLogprobs) || out.dLogprobs.length !== lps.length) {
+      throw new EngineError(`forwardBackward: the loss returned ${out.dLogprobs?.length} gradient arrays for ${lps.length} sequences`);
+    }
+    const flat = new Float32Array(lps.reduce((a, l) => a + l.length, 0));
+    let off = 0;
+    out.dLogprobs.forEach((d, i) => {
+      if (d.length !== lps[i]!.length) {
+        throw new EngineError(`forwardBackward: dLogprobs[${i}] has ${d.length} values, expected ${lps[i]!.length} (sequence length - 1)`);
+      }
+      const scored = masks.scored?.[i];
+      for (let t = 0; t < d.length; t++) {
+        if (!Number.isFinite(d[t]!)) throw new EngineError(`forwardBackward: dLogprobs[${i}][${t}] is ${d[t]}; check the loss`);
+        if (scored && d[t] !== 0 && !scored[t]) throw new EngineError(`forwardBackward: dLogprobs[${i}][${t}] is ${d[t]}, but masks.scored leaves that prediction out; score it or give it no gradient`);
+      }
+      flat.set(d, off);
+      off += d.length;
+    });
+    return flat;
+  }
+}
+
+/** A KV-cache session held by the torch worker; its token ids are mirrored here. */
+export class TorchSession implements EngineSession {
+  closed = false;
+  /** @internal */ busy = false;
+  /** A request sent without waiting (fork, truncate, close) failed; the next call reports it. */
+  /** @internal */ failure: Error | null = null;
+
+  constructor(readonly engine: TorchEngine, /** @internal */ readonly sid: number, /** @internal */ readonly tokenList: number[]) {}
+
+  get length(): number {
+    return this.tokenList.length;
+  }
+
+  tokens(): number[] {
+    return [...this.tokenList];
+  }
+
+  async append(tokens: number[]): Promise<void> {
+    this.ready();
+    if (tokens.length === 0) return;
+    this.engine.checkIds(tokens, "append");
+    this.tokenList.push(...tokens);
+    try {
+      await this.engine.client.call("append", { sid: this.sid }, { tokens: Int32Array.from(tokens) });
+    } catch (e) {
+      this.failure ??= e as Error;
+      throw e;
+    }
+  }
+
+  async sample(params: SampleParams): Promise<SampleResult> {
+    return (await this.engine.sampleBatch([this], [params]))[0]!;
+  }
+
+  fork(): TorchSession {
+    this.ready();
+    const child = new TorchSession(this.engine, this.engine.newSid(), [...this.tokenList]);
+    this.engine.send(this, "fork", { child: child.sid });
+    return child;
+  }
+
+  truncate(n: number): void {
+    this.ready();
+    if (!(Number.isInteger(n) && n >= 0)) throw new EngineError(`truncate: n must be an integer >= 0 (got ${n})`);
+    if (n >= this.tokenList.length) return;
+    this.tokenList.length = n;
+    this.engine.send(this, "truncate", { n });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    if (this.busy) throw new EngineError("the session is sampling; close it after sample() finishes");
+    this.closed = true;
+    if (!this.engine.client.closed) this.engine.send(this, "close", {});
+  }
+
+  /** @internal */ ready(): void {
+    this.engine.alive();
+    if (this.closed) throw new EngineError("the session is closed");
+    if (this.busy) throw new EngineError("the session is sampling; wait for sample() to finish (or fork it before sampling)");
+    if (this.failure) throw new EngineError(`an earlier request of this session failed: ${this.failure.message}`);
+  }
+}
