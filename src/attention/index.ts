@@ -10,7 +10,7 @@ export {
 export {
   ATTENTION_MODES, describeSinkWindow, parseSinkWindowRecord, resolveSinkWindow, SINK_WINDOW_FILE, SINK_WINDOW_FORMAT,
   sinkWindowOf, sinkWindowRecord, type AttentionChoice, type AttentionMode,
-} from "./sink-window.js";
+} from "../model/sink-window.js";
 export {
   formatProfile, ProfileError, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
   type LayerSinks, type PositionSink, type SinkProfile, type TokenSink,

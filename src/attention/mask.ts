@@ -17,11 +17,14 @@
  * Shapes: T = sequence length; docIds, pinned are [T].
  */
 import { documentPositions as rowPositions, maskKeeps, SHARED_DOC, type AttentionMask, type SinkWindow } from "../kernels/kernels.js";
+import { checkMaskConfig, MaskError } from "../model/sink-window.js";
+
+export { checkMaskConfig, MaskError };
 
 /**
  * The mask settings shared by every sequence of a model: K sink slots and the window W ({0, 0} = full
- * attention). Defined beside the attention kernels that read it (src/kernels/kernels.ts); this module
- * is its owner: it validates it, and writes it into and reads it from checkpoints (sink-window.ts).
+ * attention). Defined beside the attention kernels that read it (src/kernels/kernels.ts); the model
+ * validates it and records it in checkpoints (src/model/sink-window.ts); this module builds masks from it.
  */
 export type { SinkWindow };
 
@@ -37,25 +40,6 @@ export interface CanonicalMask extends AttentionMask {
   docIds: Int32Array | null;
   /** [T] 1 = pinned (kept like a sink slot by every later query of its document), or null = none. */
   pinned: Uint8Array | null;
-}
-
-export class MaskError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "MaskError";
-  }
-}
-
-/** Checks K and W (integers >= 0) and returns them normalized (an infinite window becomes 0). */
-export function checkMaskConfig(cfg: SinkWindow): SinkWindow {
-  const window = cfg.window === Infinity ? 0 : cfg.window;
-  if (!(Number.isInteger(cfg.sinks) && cfg.sinks >= 0)) {
-    throw new MaskError(`sinks (K) must be an integer >= 0, got ${cfg.sinks}`);
-  }
-  if (!(Number.isInteger(window) && window >= 0)) {
-    throw new MaskError(`window (W) must be an integer >= 0 (0 = no window), got ${cfg.window}`);
-  }
-  return { sinks: cfg.sinks, window };
 }
 
 /** A mask for one sequence of T tokens; docIds and pinned must have T entries when given. */

@@ -19,7 +19,7 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../attention/index.js";
+import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../model/sink-window.js";
 import { SHARED_DOC, type Kernels } from "../kernels/kernels.js";
 import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
@@ -72,6 +72,11 @@ export interface EmbeddedEngineOptions {
    * longer prefill is split). Bounds the activation buffers. Default 2048.
    */
   maxForwardTokens?: number;
+  /**
+   * The ids sampling may produce: 0 .. usableTokens-1, the tokenizer's ids. Rows of the embedding past
+   * them (a published vocab_size padded above the tokenizer's count) are never sampled. Default: every row.
+   */
+  usableTokens?: number;
 }
 
 export interface EngineSaveOptions {
@@ -124,6 +129,7 @@ export class EmbeddedEngine implements Engine {
     this.trainWs = new TrainWorkspace(cfg);
     this.cachedWs = new CachedWorkspace(cfg);
     this.sampler = new Sampler(cfg.vocabSize, (n, v, t, x, out) => this.model.kernels.softmaxRows(n, v, t, x, out));
+    if (opts.usableTokens !== undefined) this.usableTokens = opts.usableTokens;
     this.rng = new Rng(opts.seed ?? 0, "xoshiro128**");
     this.policyVersion = opts.policyVersion ?? 0;
     this.tokenizerDir = opts.tokenizerDir;
@@ -484,6 +490,21 @@ export class EmbeddedEngine implements Engine {
     opt.m.set(m.data);
     opt.v.set(v.data);
     opt.step = typeof step === "number" ? step : 0;
+  }
+
+  /** The ids sampling may produce (0 .. usableTokens-1); the embedding's rows past them are padding. */
+  get usableTokens(): number {
+    return this.sampler.usable;
+  }
+
+  /** Restricts sampling to the tokenizer's ids; more than the embedding's rows is an error. */
+  set usableTokens(n: number) {
+    if (!(Number.isInteger(n) && n >= 1 && n <= this.config.vocabSize)) {
+      throw new EngineError(
+        `usableTokens ${n}: the model has ${this.config.vocabSize} embedding rows; the tokenizer's id count must be between 1 and that`,
+      );
+    }
+    this.sampler.usable = n;
   }
 
   /** Closes every session (pending samples are rejected) and refuses further calls. */

@@ -14,4 +14,4 @@ export { CheckpointError, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint 
 export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors, writeSafetensorsDir, type StDtype } from "../model/safetensors.js";
 export { randomWeights, type ModelWeights } from "../model/instance.js";
 export { AdamW, OptimizerError } from "../model/optimizer.js";
-export type { SinkWindow } from "../attention/index.js";
+export type { SinkWindow } from "../kernels/kernels.js";

@@ -7,7 +7,7 @@
  * This file is bookkeeping and storage; it does not compute attention (the kernels do) and does not know
  * sessions' tokens (embedded.ts does). It evicts nothing yet: see `KvEvictionPolicy`.
  */
-import type { SinkWindow } from "../attention/index.js";
+import type { SinkWindow } from "../kernels/kernels.js";
 import type { KvStorage } from "../model/transformer.js";
 
 /**

@@ -6,13 +6,15 @@
  * Hugging Face files, sinkflex writes its own: `sinkflex.json` (policy version) and `sinkflex_attention.json`
  * (the sink-window mask the weights were trained with; its format is src/attention's).
  *
- * This file maps tensors to the parameter layout (params.ts); it does not run the model, and it does not
- * parse tokenizers (it only copies their files).
+ * This file maps a family's stored tensors (fused or renamed ones through the family's mapping, see
+ * ./families/) to the engine's parameter layout (params.ts) and back; it does not run the model, and it
+ * does not parse tokenizers (it only copies their files).
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
-import { parseSinkWindowRecord, SINK_WINDOW_FILE, sinkWindowRecord, type SinkWindow } from "../attention/index.js";
+import { parseSinkWindowRecord, SINK_WINDOW_FILE, sinkWindowRecord, type SinkWindow } from "./sink-window.js";
 import { parseHfConfig, toHfConfig, type ModelConfig } from "./config.js";
+import { familyOf } from "./families/index.js";
 import type { ModelWeights } from "./instance.js";
 import { paramLayout, type ParamEntry } from "./params.js";
 import {
@@ -46,43 +48,65 @@ export interface LoadedCheckpoint extends ModelWeights {
 
 const TOKENIZER_FILE = /^(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.(jinja|json)|sinkflex-vocab.*)$/;
 
-/** Loads a checkpoint folder (config + safetensors) into a flat parameter buffer. */
+/** Loads a checkpoint folder (config + safetensors) of any registered family into a flat parameter buffer. */
 export function loadCheckpoint(dir: string): LoadedCheckpoint {
   const cfgPath = join(dir, "config.json");
   if (!existsSync(cfgPath)) throw new CheckpointError(`${dir}: no config.json; pass a Hugging Face checkpoint folder`);
-  const config = parseHfConfig(JSON.parse(readFileSync(cfgPath, "utf8")));
+  let rawConfig: unknown;
+  try {
+    rawConfig = JSON.parse(readFileSync(cfgPath, "utf8"));
+  } catch (e) {
+    throw new CheckpointError(`${cfgPath}: not valid JSON (${(e as Error).message})`);
+  }
+  const config = parseHfConfig(rawConfig, cfgPath);
+  const family = familyOf(config.arch);
   // The layout depends on whether sink logits are present: read the headers first.
-  const names = tensorNames(dir);
+  const fileOf = tensorFiles(dir);
+  const names = [...fileOf.keys()];
   const sinkLogits = names.some((n) => n.endsWith(".self_attn.sinks"));
   const { entries, total } = paramLayout(config, { sinkLogits });
-  const known = new Set(entries.map((e) => e.name));
+  const stored = family.storedTensors(config, entries);
+  const storedNames = new Set(stored.map((t) => t.name));
   const unexpected = names.filter(
-    (n) => !known.has(n) && !n.endsWith("rotary_emb.inv_freq") && !(config.tieWordEmbeddings && n === "lm_head.weight"),
+    (n) => !storedNames.has(n) && !n.endsWith("rotary_emb.inv_freq") && !(config.tieWordEmbeddings && n === "lm_head.weight"),
   );
   if (unexpected.length > 0) {
     throw new CheckpointError(
-      `${dir}: unexpected tensors ${unexpected.slice(0, 5).join(", ")}${unexpected.length > 5 ? ", ..." : ""}; ` +
-        `this is not a plain Qwen2/Llama decoder checkpoint`,
+      `${dir}: unexpected tensors ${unexpected.slice(0, 5).join(", ")}${unexpected.length > 5 ? ", ..." : ""} (in ${fileOf.get(unexpected[0]!)}); ` +
+        `this is not a plain ${family.label} decoder checkpoint matching its config.json`,
     );
   }
   const data = new Float32Array(total);
   const byName = new Map(entries.map((e) => [e.name, e]));
-  const tensors = readSafetensorsDir(dir, (name, shape) => {
+  // Tensors stored under the engine's own names are read straight into the buffer; fused ones are read
+  // whole and split by the family's mapping.
+  const read = readSafetensorsDir(dir, (name, shape) => {
     const e = byName.get(name);
-    if (!e || shape.length !== e.shape.length || shape.some((x, i) => x !== e.shape[i])) return undefined;
+    if (!e || !storedNames.has(name) || shape.length !== e.shape.length || shape.some((x, i) => x !== e.shape[i])) return undefined;
     return data.subarray(e.offset, e.offset + e.size);
   });
-  for (const e of entries) {
-    const t = tensors.get(e.name);
+  const storedMap: TensorMap = new Map();
+  for (const want of stored) {
+    const t = read.get(want.name);
     if (!t) {
       throw new CheckpointError(
-        `${dir}: tensor "${e.name}" is missing; the weights do not match config.json (${config.arch}, ${config.numLayers} layers)`,
+        `${dir}: tensor "${want.name}" is missing from ${fileOf.size > 0 ? `${[...new Set(fileOf.values())].join(", ")}` : "the safetensors files"}; ` +
+          `the weights do not match config.json (${family.label}, ${config.numLayers} layers${sinkLogits ? ", sink logits" : ""})`,
       );
     }
-    if (t.shape.length !== e.shape.length || t.shape.some((s, i) => s !== e.shape[i])) {
+    if (t.shape.length !== want.shape.length || t.shape.some((x, i) => x !== want.shape[i])) {
       throw new CheckpointError(
-        `${dir}: tensor "${e.name}" has shape ${JSON.stringify(t.shape)}, config.json implies ${JSON.stringify(e.shape)}`,
+        `${join(dir, fileOf.get(want.name) ?? SINGLE_FILE)}: tensor "${want.name}" has shape ${JSON.stringify(t.shape)}, ` +
+          `config.json implies ${JSON.stringify(want.shape)}; the weights do not belong to this config.json`,
       );
+    }
+    storedMap.set(want.name, t);
+  }
+  const tensors = family.toEngine(config, storedMap);
+  for (const e of entries) {
+    const t = tensors.get(e.name);
+    if (!t || t.data.length !== e.size) {
+      throw new CheckpointError(`${dir}: the ${family.label} mapping gave no tensor of ${e.size} values for "${e.name}"; this is a bug in its family file`);
     }
     if (t.data.buffer !== data.buffer) data.set(t.data, e.offset);
   }
@@ -111,14 +135,15 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
   };
 }
 
-function tensorNames(dir: string): string[] {
+/** Every tensor name of a checkpoint folder with the file (relative to the folder) holding it. */
+function tensorFiles(dir: string): Map<string, string> {
   const indexPath = join(dir, INDEX_FILE);
   if (existsSync(indexPath)) {
     const index = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: Record<string, string> };
-    return Object.keys(index.weight_map ?? {});
+    return new Map(Object.entries(index.weight_map ?? {}));
   }
   const single = join(dir, SINGLE_FILE);
-  return existsSync(single) ? [...readSafetensorsHeader(single).entries.keys()] : [];
+  return new Map(existsSync(single) ? [...readSafetensorsHeader(single).entries.keys()].map((n) => [n, SINGLE_FILE]) : []);
 }
 
 export interface SaveOptions {
@@ -146,8 +171,10 @@ export function saveCheckpoint(
   const tmp = join(parent, `.${basename(target)}.tmp-${process.pid}-${Date.now()}`);
   mkdirSync(tmp);
   try {
-    const tensors: TensorMap = new Map();
-    for (const e of entries) tensors.set(e.name, { shape: e.shape, data: data.subarray(e.offset, e.offset + e.size) });
+    const engineTensors: TensorMap = new Map();
+    for (const e of entries) engineTensors.set(e.name, { shape: e.shape, data: data.subarray(e.offset, e.offset + e.size) });
+    // In the family's own names and fused layout (Phi-3's qkv_proj, gate_up_proj).
+    const tensors = familyOf(config.arch).toStored(config, engineTensors);
     writeSafetensorsDir(tmp, tensors, { dtype: opts.dtype, maxShardBytes: opts.maxShardBytes });
     const hf = toHfConfig(config);
     if (opts.dtype && opts.dtype !== "F32") hf.torch_dtype = opts.dtype === "BF16" ? "bfloat16" : "float16";

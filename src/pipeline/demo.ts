@@ -8,18 +8,18 @@
  * context outgrows the window their samples (and rewards) differ: the ratios are then per step.
  *
  * The recipe itself (suites, model, SFT and GRPO settings) is data, configs/demo.yaml, loaded by
- * src/recipes/demo.ts; this file runs it under the demo's time budget and prints the table. It is not
+ * src/pipeline/demo-recipe.ts; this file runs it under the demo's time budget and prints the table. It is not
  * the training pipeline (train.ts).
  */
 import type { MatmulPrecision } from "../kernels/index.js";
-import { demoConfig } from "../recipes/demo.js";
+import { demoConfig } from "./demo-recipe.js";
 import { validateConfig, type TrainConfig } from "./config.js";
 import { improvedBeyondInterval } from "./stats.js";
 import { train, type TrainResult } from "./train.js";
 import type { SuiteEval } from "./evaluate.js";
 import { join } from "node:path";
 
-export { demoConfig, demoConfigFile } from "../recipes/demo.js";
+export { demoConfig, demoConfigFile } from "./demo-recipe.js";
 
 export interface DemoOptions {
   runsDir: string;

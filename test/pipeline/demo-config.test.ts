@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { bf16Available } from "../../src/kernels/index.js";
 import { loadConfigFile, validateConfig } from "../../src/pipeline/config.js";
 import { demoSuiteRow, formatDemoTable, grpoCutShort, sftCutShort } from "../../src/pipeline/demo.js";
-import { demoConfig, demoConfigFile } from "../../src/recipes/index.js";
+import { demoConfig, demoConfigFile } from "../../src/pipeline/demo.js";
 import type { SuiteEval } from "../../src/pipeline/evaluate.js";
 import { wilsonInterval } from "../../src/pipeline/stats.js";
 

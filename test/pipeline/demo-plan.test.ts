@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { demoConfig } from "../../src/recipes/index.js";
+import { demoConfig } from "../../src/pipeline/demo.js";
 import { planSuites } from "../../src/pipeline/tasks.js";
 
 registerBundledEnvs();

@@ -2,11 +2,11 @@
  * The demo's recipe, loaded: configs/demo.yaml (or configs/demo-quick.yaml for --quick) with the file's
  * `scale` section applied for the run's minutes and matrix-product precision, in the caller's run folder.
  * The recipe's values and the reasons for them are in the files; this is only their loader, not the
- * demo's run (src/pipeline/demo.ts) nor the training pipeline.
+ * demo's run (demo.ts) nor the training pipeline.
  */
 import { fileURLToPath } from "node:url";
 import { bf16Available, type MatmulPrecision } from "../kernels/index.js";
-import { readConfigFile, scaleRecipe, validateConfig, type TrainConfig } from "../pipeline/config.js";
+import { readConfigFile, scaleRecipe, validateConfig, type TrainConfig } from "./config.js";
 
 export interface DemoConfigOptions {
   /** The smoke-test recipe (configs/demo-quick.yaml). */

@@ -8,9 +8,31 @@
  * the file are refused, naming both. A folder without the file (a Hugging Face checkpoint, or one written
  * before the file existed) loads with the given settings, or full attention.
  *
- * This file describes, parses and compares settings; the file I/O is the checkpoint's (src/model/checkpoint.ts).
+ * This file checks, describes, parses and compares settings; the file I/O is the checkpoint's (checkpoint.ts).
+ * Masks built from the settings (document ids, pinned positions, eviction) are the attention module's.
  */
-import { checkMaskConfig, MaskError, type SinkWindow } from "./mask.js";
+import type { SinkWindow } from "../kernels/kernels.js";
+
+export type { SinkWindow };
+
+export class MaskError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "MaskError";
+  }
+}
+
+/** Checks K and W (integers >= 0) and returns them normalized (an infinite window becomes 0). */
+export function checkMaskConfig(cfg: SinkWindow): SinkWindow {
+  const window = cfg.window === Infinity ? 0 : cfg.window;
+  if (!(Number.isInteger(cfg.sinks) && cfg.sinks >= 0)) {
+    throw new MaskError(`sinks (K) must be an integer >= 0, got ${cfg.sinks}`);
+  }
+  if (!(Number.isInteger(window) && window >= 0)) {
+    throw new MaskError(`window (W) must be an integer >= 0 (0 = no window), got ${cfg.window}`);
+  }
+  return { sinks: cfg.sinks, window };
+}
 
 /** The file, beside config.json, that holds a checkpoint's sink-window settings. */
 export const SINK_WINDOW_FILE = "sinkflex_attention.json";
