@@ -4,7 +4,8 @@
 Run by hand (never at test time); needs `pip install torch transformers safetensors numpy`.
 
   python scripts/make-fixtures.py build [--out test/fixtures/models]
-      Builds tiny random Qwen2 and Llama models and writes, per model, test/fixtures/models/<name>/:
+      Builds tiny random Qwen2, Qwen3, Llama and Phi-3 models (the family fixtures shrink a published
+      model's config.json, keeping its padded vocab, RoPE scaling, sliding window, tying and biases) and writes, per model, test/fixtures/models/<name>/:
         checkpoint/            the Hugging Face checkpoint folder (config.json, model.safetensors,
                                generation_config.json)
         expected.safetensors   input_ids [B, T] (as float), logits [B, T, V], grad.<param name> for every
@@ -33,6 +34,8 @@ from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -88,10 +91,68 @@ def tiny_models():
     # Qwen3: per-head q/k RMSNorm, no biases, head size 32 so that H * D (128) exceeds the hidden size (64).
     qwen3 = Qwen3Config(**common, head_dim=32, tie_word_embeddings=True, attention_bias=False, rope_theta=1000000.0)
     return [
+        *family_models(),
         ("qwen2-tiny", Qwen2ForCausalLM, qwen),
         ("qwen3-tiny", Qwen3ForCausalLM, qwen3),
         ("llama-tiny", LlamaForCausalLM, llama),
         ("llama-bias-mqa", LlamaForCausalLM, llama_bias),
+    ]
+
+
+def family_models():
+    """One tiny model per family, shaped like a published checkpoint's config.json with every size shrunk.
+
+    vocab_size stays padded above the ids a tokenizer would have (Qwen: 151936 rows for 151665 ids; Phi-3:
+    32064 for 32011), as published.
+    """
+    # Qwen2.5-7B-Instruct: untied embeddings, q/k/v biases, rope_theta 1e6, sliding_window present but off.
+    qwen25 = Qwen2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        vocab_size=160, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=False, use_sliding_window=False, sliding_window=256, max_window_layers=2,
+        bos_token_id=150, eos_token_id=151, attn_implementation="eager",
+    )
+    # Qwen3-0.6B: q/k norms, no biases, explicit head_dim with H * D above the hidden size, tied embeddings.
+    qwen3 = Qwen3Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=64, vocab_size=144, max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=True, attention_bias=False, use_sliding_window=False, sliding_window=None,
+        max_window_layers=2, bos_token_id=140, eos_token_id=141, attn_implementation="eager",
+    )
+    # Llama-3.2-1B-Instruct: tied embeddings, llama3 RoPE scaling (factor 32), several eos ids.
+    llama32 = LlamaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=8,
+        intermediate_size=64, vocab_size=136, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64},
+        tie_word_embeddings=True, attention_bias=False, mlp_bias=False, bos_token_id=128,
+        eos_token_id=[129, 130, 131], attn_implementation="eager",
+    )
+    # Phi-3.5-mini-instruct: fused qkv_proj / gate_up_proj, longrope (short and long factors, original 4096 of
+    # 131072 positions), sliding_window 262144, untied embeddings, padded vocab.
+    half = 4  # head_dim 8
+    phi35 = Phi3Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+        vocab_size=140, max_position_embeddings=1024, original_max_position_embeddings=32, rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.25, 1.75, 2.5][:half],
+                      "long_factor": [1.5, 3.0, 9.0, 24.0][:half]},
+        sliding_window=2048, tie_word_embeddings=False, bos_token_id=1, eos_token_id=132, pad_token_id=132,
+        attn_implementation="eager",
+    )
+    # Phi-3-mini-4k-instruct: no RoPE scaling, sliding_window 2047 of 4096 positions.
+    phi3_4k = Phi3Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+        vocab_size=140, max_position_embeddings=32, original_max_position_embeddings=32, rms_norm_eps=1e-5,
+        rope_theta=10000.0, rope_scaling=None, sliding_window=16, tie_word_embeddings=False, bos_token_id=1,
+        eos_token_id=132, pad_token_id=132, attn_implementation="eager",
+    )
+    return [
+        ("family-qwen2.5", Qwen2ForCausalLM, qwen25),
+        ("family-qwen3", Qwen3ForCausalLM, qwen3),
+        ("family-llama3.2", LlamaForCausalLM, llama32),
+        ("family-phi3.5", Phi3ForCausalLM, phi35),
+        ("family-phi3-4k", Phi3ForCausalLM, phi3_4k),
     ]
 
 
@@ -114,9 +175,11 @@ def mean_ce(model, ids):
     return logits, -tok.mean()
 
 
-def build(out_root):
+def build(out_root, only=None):
     torch.manual_seed(0)
     for name, cls, cfg in tiny_models():
+        if only and name not in only:
+            continue
         gen = torch.Generator().manual_seed(1234)
         model = cls(cfg).float()
         perturb(model, gen)
@@ -196,6 +259,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write the fixtures")
+    b.add_argument("--only", nargs="*", help="build only these fixtures (names as in tiny_models)")
     b.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "models"))
     c = sub.add_parser("check", help="check a sinkflex-written checkpoint against transformers")
     c.add_argument("checkpoint")
@@ -204,7 +268,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "build":
-        build(os.path.normpath(a.out))
+        build(os.path.normpath(a.out), a.only)
     else:
         check(a.checkpoint, a.ids, a.logits)
 

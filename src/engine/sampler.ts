@@ -4,6 +4,10 @@
  * temperature and truncation, renormalized). At temperature 1 with no truncation that is exactly
  * log_softmax(logits)[token], the teacher-forced log-prob.
  *
+ * Only ids below `usable` are ever sampled: a checkpoint's embedding may have more rows than its
+ * tokenizer has ids (Qwen2.5 and Qwen3 pad 151665 ids to 151936 rows), and those padding rows are
+ * excluded from every distribution here, as if their logits were -Infinity.
+ *
  * This file does not run the model and keeps no state besides reusable scratch buffers.
  */
 import type { SampleParams } from "./types.js";
@@ -76,19 +80,35 @@ export class Sampler {
    * `softmax` (a kernel set's `softmaxRows`), when given, computes the probabilities of plain temperature
    * sampling (no top-k / top-p); without it the sampler computes them itself.
    */
+  /** Ids below this are sampled; the rest (padding rows of the embedding) never are. Default V. */
+  private usableIds: number;
+
   constructor(
     readonly V: number,
     private readonly softmax?: (N: number, V: number, temperature: number, x: Float32Array, out: Float32Array) => void,
   ) {
+    this.usableIds = V;
     this.probs = new Float64Array(V);
     this.probs32 = new Float32Array(softmax ? V : 0);
     this.order = new Int32Array(V);
     this.bins = new Int32Array(V);
   }
 
+  /** The ids that may be sampled: 0 .. usable-1 (the tokenizer's ids); rows past them are padding. */
+  get usable(): number {
+    return this.usableIds;
+  }
+
+  set usable(n: number) {
+    if (!(Number.isInteger(n) && n >= 1 && n <= this.V)) {
+      throw new SampleParamsError(`usable ids must be an integer in [1, ${this.V}] (the embedding's rows); got ${n}`);
+    }
+    this.usableIds = n;
+  }
+
   /** Plain temperature sampling from the kernels' softmax: the inverse of the cumulative distribution at u. */
   private sampleSoftmax(logits: Float32Array, temperature: number, rng: Rng): { token: number; logprob: number } {
-    const V = this.V;
+    const V = this.usableIds;
     const q = this.probs32;
     this.softmax!(1, V, temperature, logits, q);
     const tok = inverseCdf(q, V, rng.uniform());
@@ -106,7 +126,8 @@ export class Sampler {
 
   /** Picks a token from logits [V]; returns it with its log-prob under the sampling distribution. */
   sample(logits: Float32Array, p: ResolvedSampleParams, rng: Rng): { token: number; logprob: number } {
-    const V = this.V;
+    // Every loop below runs over the usable ids only: padding rows get no probability.
+    const V = this.usableIds;
     if (p.temperature === 0) {
       let best = 0;
       let bestLogit = logits[0]!;

@@ -1,5 +1,6 @@
 /**
- * The parameter layout of a Qwen2 / Llama decoder: every weight's Hugging Face name, shape and place in
+ * The engine's parameter layout of a decoder (any family in ./families/): every weight's name (the Hugging
+ * Face name where the family stores it unfused; see a family's toEngine / toStored for the others), shape and place in
  * one flat Float32Array, and typed views into such an array (parameters, gradients and AdamW moments all
  * share the layout, so the optimizer and gradient norm are single passes over contiguous memory).
  *
@@ -7,6 +8,7 @@
  * files (see checkpoint.ts).
  */
 import type { ModelConfig } from "./config.js";
+import { familyOf } from "./families/index.js";
 import { Rng } from "../core/index.js";
 
 export interface ParamEntry {
@@ -53,12 +55,12 @@ export interface ParamOptions {
 
 /** Llama's and Qwen3's `attention_bias` puts a bias on q, k, v and o; Qwen2 has q/k/v biases only. */
 export function hasOBias(cfg: ModelConfig): boolean {
-  return cfg.arch !== "qwen2" && cfg.qkvBias;
+  return familyOf(cfg.arch).oBiasWithQkv && cfg.qkvBias;
 }
 
 /** Qwen3 RMS-normalizes every query and key head (weights [D]) before RoPE. */
 export function hasQkNorm(cfg: ModelConfig): boolean {
-  return cfg.arch === "qwen3";
+  return familyOf(cfg.arch).qkNorm;
 }
 
 /** The ordered list of parameters of a model, as named in Hugging Face checkpoints. */

@@ -104,9 +104,10 @@ export function loadPolicy(dir: string, attention?: SinkWindow): Policy {
   const vocab = TrimmedVocab.load(dir);
   const codec = tokenCodec(tokenizer, vocab);
   const engine = loadEngine(dir, { attention, tokenizerDir: existsSync(`${dir}/tokenizer.json`) ? dir : qwen3TokenizerDir() });
-  if (engine.config.vocabSize !== codec.size) {
-    throw new Error(`the checkpoint's vocab_size (${engine.config.vocabSize}) does not match its tokenizer/vocabulary (${codec.size} ids)`);
+  if (engine.config.vocabSize < codec.size) {
+    throw new Error(`the checkpoint's vocab_size (${engine.config.vocabSize}) is smaller than its tokenizer/vocabulary (${codec.size} ids); the tokenizer files do not belong to the weights`);
   }
+  engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
   return { engine, tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS };
 }
 
