@@ -18,6 +18,8 @@ import { resolveSampleParams, Sampler } from "../../src/engine/sampler.js";
 import { EmbeddedEngine } from "../../src/engine/embedded.js";
 import { loadPolicy } from "../../src/pipeline/policy.js";
 import { Rng } from "../../src/core/index.js";
+import { openServer } from "../../src/cli/commands/serve.js";
+import { qwen3TokenizerDir } from "../../src/model/tokenizer.js";
 import { FIXTURES, kernelSets, loadFixture } from "./fixtures.js";
 
 const kernels = await kernelSets();
@@ -205,22 +207,26 @@ describe("padded vocabulary", () => {
     engine.dispose();
   });
 
-  it("loadPolicy accepts a checkpoint padded past its tokenizer's ids, keeps the rows on save, and refuses fewer rows", () => {
+  it("serve and loadPolicy accept a checkpoint padded past its tokenizer's ids and refuse fewer rows", async () => {
     const dir = mkdtempSync(join(tmpdir(), "sinkflex-padded-"));
     try {
-      // No tokenizer files: loadPolicy falls back to Qwen3's tokenizer (151669 ids); the rows are Qwen3's 151936.
+      // Qwen3's tokenizer (151669 ids) with Qwen3's 151936 embedding rows, as published.
       const cfg = { arch: "qwen3", hiddenSize: 8, numLayers: 1, numHeads: 2, numKvHeads: 1, headDim: 4, intermediateSize: 8,
         vocabSize: 151936, rmsNormEps: 1e-6, ropeTheta: 1e6, ropeScaling: { type: "none" }, maxPositionEmbeddings: 64,
         tieWordEmbeddings: true, qkvBias: false } as const;
       const w = randomWeights(cfg, 1);
-      saveCheckpoint(join(dir, "padded"), w.cfg, w.entries, w.data);
+      saveCheckpoint(join(dir, "padded"), w.cfg, w.entries, w.data, { tokenizerFrom: qwen3TokenizerDir() });
+      const served = await openServer(join(dir, "padded"));
+      expect(served.engine.usableTokens).toBe(151669);
+      await served.close();
       const policy = loadPolicy(join(dir, "padded"));
       expect(policy.codec.size).toBe(151669);
       expect(policy.engine.usableTokens).toBe(151669);
       policy.engine.dispose();
       const small = randomWeights({ ...cfg, vocabSize: 151000 }, 1);
-      saveCheckpoint(join(dir, "small"), small.cfg, small.entries, small.data);
+      saveCheckpoint(join(dir, "small"), small.cfg, small.entries, small.data, { tokenizerFrom: qwen3TokenizerDir() });
       expect(() => loadPolicy(join(dir, "small"))).toThrow(/vocab_size \(151000\) is smaller than its tokenizer\/vocabulary \(151669 ids\)/);
+      await expect(openServer(join(dir, "small"))).rejects.toThrow(/the model has 151000 embedding rows but the tokenizer has 151669 ids/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -55,12 +55,13 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
   const tokenizer = Tokenizer.fromDir(dir);
   const vocab = TrimmedVocab.load(dir);
   const codec = tokenCodec(tokenizer, vocab);
-  if (codec.size !== engine.config.vocabSize) {
+  if (codec.size > engine.config.vocabSize) {
     engine.dispose();
     throw new UsageError(
       `the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`,
     );
   }
+  engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
   const server = new OpenAIServer({ sampler: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
   let url: string;
   try {
