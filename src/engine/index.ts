@@ -15,3 +15,7 @@ export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors
 export { randomWeights, type ModelWeights } from "../model/instance.js";
 export { AdamW, OptimizerError } from "../model/optimizer.js";
 export type { SinkWindow } from "../kernels/kernels.js";
+export {
+  openTorchEngine, TorchEngine, TorchSession, TorchWorkerError, launchWorker, parseWorkerAddress,
+  type LaunchOptions, type TorchEngineOptions,
+} from "./torch/index.js";
