@@ -7,9 +7,10 @@
  * owner. The mark is in the name, not in a file inside, because a tree is what the sandboxed command
  * sees and what snapshots compare. `removeStaleFolders` removes the marked folders whose owner no
  * longer runs; a folder whose owner is alive, whose owner lives in another pid namespace, or whose
- * name carries no mark is never touched.
+ * name carries no mark is never touched. `killStaleProcesses` ends the processes that still name a
+ * dead owner's sandbox folder.
  *
- * This file knows nothing of isolation or of what the folders hold.
+ * This file knows nothing of isolation or of what the folders hold, beyond the support folder's name.
  */
 import { readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -54,6 +55,44 @@ export function ownerGone(name: string): boolean | undefined {
   const [ns, pid, start] = [Number(m[1]), Number(m[2]), Number(m[3])];
   if (ns === 0 || start === 0 || ns !== pidNamespace()) return false; // cannot tell: keep it
   return processStartTime(pid) !== start;
+}
+
+/**
+ * SIGKILLs every process (other than this one) whose command line names a sandbox support folder
+ * (`sinkflex-sandbox-<mark>-XXXXXX`) whose owner is gone, and returns their pids. Only the launchers
+ * of a sandbox name that folder (bwrap binds its `etc/`, unshare's setup script mounts it); what is
+ * left of them is a namespace's first process that bwrap or unshare was still setting up when its
+ * owner died, which would otherwise wait forever. Processes it may not signal are skipped.
+ */
+export function killStaleProcesses(): number[] {
+  const killed: number[] = [];
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((n) => /^\d+$/.test(n) && Number(n) !== process.pid);
+  } catch {
+    return [];
+  }
+  const verdicts = new Map<string, boolean | undefined>();
+  for (const pid of pids) {
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      continue; // gone, or not ours to read
+    }
+    for (const m of cmdline.matchAll(/sinkflex-sandbox-\d+-\d+-\d+-[A-Za-z0-9]{6}/g)) {
+      if (!verdicts.has(m[0])) verdicts.set(m[0], ownerGone(m[0]));
+      if (verdicts.get(m[0]) !== true) continue;
+      try {
+        process.kill(Number(pid), "SIGKILL");
+        killed.push(Number(pid));
+      } catch {
+        // exited meanwhile, or another user's
+      }
+      break;
+    }
+  }
+  return killed;
 }
 
 /**

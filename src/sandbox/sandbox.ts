@@ -19,8 +19,9 @@
 import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import { detectIsolation, launchArgv, type IsolationKind } from "./isolation.js";
-import { removeStaleFolders } from "./owner.js";
+import { killStaleProcesses, removeStaleFolders } from "./owner.js";
 import { makeTreeDir, treeDiskUsage } from "./tree.js";
 
 export interface SandboxLimits {
@@ -108,6 +109,17 @@ export interface ExecResult {
   durationMs: number;
 }
 
+/**
+ * Started by the shell inside before the command (which does not get fd 3): it waits on the lifeline,
+ * a socket whose other end only the owner holds, and once that end closes (the owner died, however,
+ * or killed the sandbox) SIGKILLs every process of the sandbox it can signal, until none is left.
+ * The parent-death signals (isolation.ts) cannot cover the namespace's first process while bwrap or
+ * unshare is still setting it up: it arms its signal only then, and an owner that died in between
+ * would leave the command running for good. The watcher starts after that point and reads an end of
+ * file at once if the owner is already gone.
+ */
+const LIFELINE_WATCHER = "if { true <&3; } 2>/dev/null; then { read -r -u 3 _; while kill -KILL -1; do :; done; } </dev/null >/dev/null 2>&1 & fi";
+
 let uidCounter = 0;
 
 /** A dedicated uid per sandbox (when the host runs as root), so process limits are the sandbox's own. */
@@ -142,6 +154,7 @@ export class Sandbox {
     this.isolation = detectIsolation(options.isolation ?? "auto");
     const root = process.getuid?.() === 0;
     this.uid = root && (this.isolation === "unshare" || hasSetpriv()) ? allocateUid() : undefined;
+    killStaleProcesses(); // launchers of owners that died while bwrap or unshare was starting
     removeStaleFolders(); // trees and support folders of processes that died without cleaning up
     this.support = makeTreeDir("sinkflex-sandbox-");
     chmodSync(this.support, 0o755); // readable by the sandbox's uid; it holds only the generated /etc
@@ -168,12 +181,10 @@ export class Sandbox {
     const diskAllowed = Math.max(l.diskBytes, usedBefore); // a tree already over may still be cleaned up
     const fileBytes = Math.min(l.maxFileBytes, Math.max(0, l.diskBytes - usedBefore));
     const limitsLine = [
-      `ulimit -v ${Math.floor(l.memoryBytes / 1024)}`,
-      `ulimit -u ${l.maxProcesses}`,
-      `ulimit -f ${Math.floor(fileBytes / 1024)}`,
-      "ulimit -c 0",
-      'exec /bin/bash -c "$1"',
-    ].join(" && ");
+      [`ulimit -v ${Math.floor(l.memoryBytes / 1024)}`, `ulimit -u ${l.maxProcesses}`, `ulimit -f ${Math.floor(fileBytes / 1024)}`, "ulimit -c 0"].join(" && ") + " || exit",
+      LIFELINE_WATCHER,
+      'exec /bin/bash -c "$1" 3<&-',
+    ].join("\n");
     const argv = launchArgv({
       kind: this.isolation,
       tree: this.options.tree,
@@ -197,8 +208,11 @@ export class Sandbox {
     });
     const started = Date.now();
     return new Promise<ExecResult>((resolve) => {
-      const child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe"], detached: true });
+      // fd 3 is the lifeline: only this process holds its other end (see LIFELINE_WATCHER).
+      const child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe"], detached: true });
       const pid = child.pid;
+      const lifeline = child.stdio[3] as Duplex | null;
+      lifeline?.on("error", () => {});
       if (pid !== undefined) this.running.add(pid);
       const out: Buffer[] = [];
       const err: Buffer[] = [];
@@ -206,6 +220,7 @@ export class Sandbox {
       let limit: "timeout" | "output" | "disk" | undefined;
       let diskUsed = usedBefore;
       const kill = () => {
+        lifeline?.destroy(); // the watcher inside kills whatever the signal below cannot reach
         if (pid === undefined) return;
         try {
           process.kill(-pid, "SIGKILL");

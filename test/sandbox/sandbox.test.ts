@@ -1,5 +1,6 @@
 /**
- * The sandbox against escape attempts, on every isolation backend available here: network access,
+ * The sandbox against escape attempts, on each isolation backend (one not available here is reported
+ * as skipped, with why): network access,
  * writing or reading outside the tree, a fork bomb, endless output, a command that never returns,
  * memory and file-size bombs, filling the disk. Each must end with a clear limit or error and leave
  * nothing behind.
@@ -11,9 +12,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { formatResult } from "../../src/envs/bash/episode.js";
+import { describeRun } from "../../src/envs/code/workspace.js";
 import { buildTree, diffSnapshots, makeTreeDir, probeIsolation, removeTree, Sandbox, snapshotTree, treeDiskUsage, type IsolationKind } from "../../src/sandbox/index.js";
 
-const backends = (["bwrap", "unshare"] as IsolationKind[]).filter((k) => probeIsolation(k) === undefined);
+const KINDS: IsolationKind[] = ["bwrap", "unshare"];
+const backends = KINDS.filter((k) => probeIsolation(k) === undefined);
 
 /** Processes of a uid on the host (none may outlive a command). */
 function processesOf(uid: number | undefined): string {
@@ -41,7 +44,12 @@ describe("sandbox", () => {
     expect(backends.length, `no backend: bwrap: ${probeIsolation("bwrap")}; unshare: ${probeIsolation("unshare")}`).toBeGreaterThan(0);
   });
 
-  for (const kind of backends) {
+  for (const kind of KINDS) {
+    const unavailable = probeIsolation(kind);
+    if (unavailable) {
+      it.skip(`${kind}: not available on this machine (${unavailable})`, () => {});
+      continue;
+    }
     describe(kind, () => {
       let tree: string;
       let outside: string;
@@ -77,6 +85,7 @@ describe("sandbox", () => {
       });
 
       it("runs a shell in the tree, which it may change", async () => {
+        expect(sandbox.isolation).toBe(kind);
         const r = await sandbox.exec("pwd; cat a.txt; ls sub; echo new > c.txt; hostname");
         expect(r).toMatchObject({ stdout: "/testbed\nhello\nb.sh\nsandbox\n", exitCode: 0 });
         expect(readFileSync(join(tree, "c.txt"), "utf8")).toBe("new\n");
@@ -146,6 +155,9 @@ describe("sandbox", () => {
           const shown = formatResult(many, small.limits);
           expect(shown).toMatch(/disk quota of 8 MiB exceeded/);
           expect(shown).toMatch(/Delete files to make room/);
+          const described = describeRun(many, small.limits);
+          expect(described).toMatch(/disk quota of 8 MiB exceeded/);
+          expect(described).toMatch(/\[stopped: the files in \/repo went past their disk quota of 8 MiB; delete files to make room\]/);
 
           // Over the quota, a command may still delete files; then one big file is cut at the quota.
           const cleanup = await small.exec("rm -f f*; echo cleaned");
@@ -155,6 +167,7 @@ describe("sandbox", () => {
           expect(big.limit).toBe("disk");
           expect(big.stderr).toMatch(/disk quota of 8 MiB exceeded: no file may grow past/);
           expect(treeDiskUsage(own)).toBeLessThanOrEqual(quota);
+          expect(describeRun(big, small.limits)).toMatch(/\[the file was cut: the files in \/repo may hold at most 8 MiB \(disk quota\); delete files to make room\]/);
         } finally {
           small.close();
           removeTree(own);

@@ -1,7 +1,7 @@
 /**
  * One code episode's workspace: a fresh temporary folder holding the task's files, mounted read-write
  * at `/repo` in its own sandbox (src/sandbox: no network, read-only host, limits on time, memory,
- * processes and output). Commands (tests, snippets) run only inside the sandbox; the host reads and
+ * processes, output and disk). Commands (tests, snippets) run only inside the sandbox; the host reads and
  * edits files itself, and only through `resolveInside`, which refuses any path that leaves the folder,
  * symlinks included. `dispose` kills what runs and removes the folder.
  *
@@ -121,6 +121,15 @@ export function describeRun(r: ExecResult, limits: SandboxLimits): string {
   else if (r.limit === "output") parts.push(`[stopped: more than ${limits.maxOutputBytes} bytes of output]`);
   else if (r.limit === "memory") parts.push("[the program ran out of memory]");
   else if (r.limit === "processes") parts.push("[the program started too many processes]");
+  else if (r.limit === "disk") {
+    // Killed (exit status none) when the files grew past the quota; otherwise one file was cut at it.
+    const quota = `${Number((limits.diskBytes / 1024 ** 2).toFixed(1))} MiB`;
+    parts.push(
+      r.exitCode === null
+        ? `[stopped: the files in ${MOUNT_POINT} went past their disk quota of ${quota}; delete files to make room]`
+        : `[the file was cut: the files in ${MOUNT_POINT} may hold at most ${quota} (disk quota); delete files to make room]`,
+    );
+  }
   parts.push(`[exit status ${r.exitCode ?? "none"}]`);
   return parts.join("\n");
 }
