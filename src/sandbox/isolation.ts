@@ -17,7 +17,9 @@
  * parent is still the owner (closing the race where the owner dies before the signal is armed). The
  * namespace's first process keeps its credentials, so the parent-death signal that bwrap
  * (`--die-with-parent`) or unshare (`--kill-child`) gives it holds, and when it dies the kernel kills
- * every process of the pid namespace.
+ * every process of the pid namespace. Both bwrap and unshare arm that first process's signal only
+ * once it is set up; an owner that dies before then is covered by the lifeline in sandbox.ts and by
+ * `killStaleProcesses` (owner.ts).
  * This file builds argv only; spawning, time, output and disk limits are in sandbox.ts.
  */
 import { execFileSync } from "node:child_process";
