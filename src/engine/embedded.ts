@@ -53,6 +53,8 @@ export interface EmbeddedEngineOptions {
    * checkpoint; `loadEngine` defaults to the checkpoint's and refuses settings that differ from it.
    */
   attention?: SinkWindow;
+  /** `loadEngine` only: run with `attention` even where the checkpoint was trained with another mask (comparisons). */
+  overrideAttention?: boolean;
   /** Tokens per KV-cache block. Default 16. */
   blockSize?: number;
   /** Folder whose tokenizer files are copied into saved checkpoints. */
@@ -847,7 +849,7 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
     policyVersion: ck.meta?.policyVersion ?? 0,
     ...opts,
     // The mask the checkpoint was trained with, unless settings are given (that differ: an error).
-    attention: resolveSinkWindow(ck.attention, opts.attention, dir),
+    attention: opts.overrideAttention && opts.attention ? opts.attention : resolveSinkWindow(ck.attention, opts.attention, dir),
   });
   engine.restoreOptimizer(dir, ck.meta?.optimizerStep);
   return engine;

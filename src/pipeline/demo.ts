@@ -141,7 +141,7 @@ async function naiveComparison(config: TrainConfig, main: TrainResult, steps: nu
     "the naive demo config",
   );
   if (!options.quiet) process.stderr.write(`\nnaive pipeline: the first ${steps} GRPO step(s) again, re-encoding every turn with nothing shared\n`);
-  const naive = await train(naiveConfig, { quiet: options.quiet, rolloutMode: "recompute", skipEval: true, shouldStop: options.shouldStop });
+  const naive = await train(naiveConfig, { quiet: options.quiet, rolloutMode: "recompute", skipEval: true, shouldStop: options.shouldStop, attentionOverride: { window: 0, sinks: 0 } });
   const naiveTokens = naive.grpo.rolloutTokens + naive.grpo.trainTokens;
   const naiveMs = naive.grpo.rolloutMs + naive.grpo.trainMs;
   const per = (x: number) => x / steps;

@@ -97,13 +97,15 @@ export function createPolicy(
  * sink-window mask it was trained with (see `loadEngine`): `attention` undefined takes the checkpoint's,
  * and settings that differ from the checkpoint's are an error naming both.
  */
-export function loadPolicy(dir: string, attention?: SinkWindow): Policy {
+export function loadPolicy(dir: string, mask: SinkWindow | { attention?: SinkWindow; override?: boolean } = {}): Policy {
+  // A bare SinkWindow: settings that must agree with the checkpoint's; { override: true }: run with them anyway.
+  const { attention, override } = "window" in mask ? { attention: mask, override: false } : mask;
   if (!existsSync(dir)) throw new Error(`no checkpoint folder at ${dir}`);
   const tokenizer = existsSync(`${dir}/tokenizer.json`) ? Tokenizer.fromDir(dir) : loadQwen3Tokenizer();
   const template = ChatTemplate.fromTokenizer(tokenizer);
   const vocab = TrimmedVocab.load(dir);
   const codec = tokenCodec(tokenizer, vocab);
-  const engine = loadEngine(dir, { attention, tokenizerDir: existsSync(`${dir}/tokenizer.json`) ? dir : qwen3TokenizerDir() });
+  const engine = loadEngine(dir, { attention, overrideAttention: override, tokenizerDir: existsSync(`${dir}/tokenizer.json`) ? dir : qwen3TokenizerDir() });
   if (engine.config.vocabSize < codec.size) {
     throw new Error(`the checkpoint's vocab_size (${engine.config.vocabSize}) is smaller than its tokenizer/vocabulary (${codec.size} ids); the tokenizer files do not belong to the weights`);
   }

@@ -17,7 +17,7 @@ import { validateConfig, type TrainConfig } from "./config.js";
 import { loadPolicy, savePolicy, type Policy } from "./policy.js";
 import { PrepPool } from "./prep-pool.js";
 import { writeJsonAtomic } from "./run-dir.js";
-import { attentionOf, checkpointName, openRun, resumePoint, type RunContext, type TrainerState, type TrainOptions, type TrainResult } from "./stages/context.js";
+import { checkpointName, loadMaskOf, openRun, resumePoint, type RunContext, type TrainerState, type TrainOptions, type TrainResult } from "./stages/context.js";
 import { readEvalTables, runEvaluation } from "./stages/evaluate.js";
 import { runGrpo } from "./stages/grpo.js";
 import { prepareData, preparePolicy, savePrepared, sftExamples, type RunData } from "./stages/prepare.js";
@@ -117,7 +117,7 @@ export async function runStage(stage: StageName, where: { runDir?: string; cfg?:
     await prep.close();
     const totalGrpo = cfg.grpo.enabled ? cfg.grpo.steps : 0;
     if (stage === "grpo") {
-      const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir(ctx), attentionOf(cfg)).engine : undefined;
+      const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir(ctx), loadMaskOf(ctx)).engine : undefined;
       try {
         const evalBeforeMs = Object.values(readEvalTables(ctx).stages["before-rl"] ?? {}).reduce((ms, e) => ms + e.wallMs, 0);
         if ((await runGrpo(ctx, policy, reference, state, data, evalBeforeMs)) === "stopped") return stoppedResult(ctx, state);
@@ -169,7 +169,7 @@ async function prepareStage(ctx: RunContext): Promise<TrainResult> {
 /** Stages 3 to 5: the evaluation before RL, GRPO, the evaluation after RL and the final policy. */
 async function fromGrpo(ctx: RunContext, policy: Policy, state: TrainerState, data: RunData): Promise<TrainResult> {
   const { cfg, options } = ctx;
-  const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir(ctx), attentionOf(cfg)).engine : undefined;
+  const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir(ctx), loadMaskOf(ctx)).engine : undefined;
   try {
     // 3. Evaluation before RL (kept across resumes in eval.json).
     if (!options.skipEval) await runEvaluation(ctx, policy, data.plans, "before-rl", 0);

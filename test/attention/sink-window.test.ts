@@ -84,6 +84,13 @@ describe("the sink-window mask in checkpoints", () => {
     expect(() => loadEngine(dir, { attention: { window: 0, sinks: 0 } })).toThrow(/window 512, sinks 4.*full attention \(window 0, sinks 0\)/);
   }, 60_000);
 
+  it("a deliberate override (the demo's naive replay) runs a windowed checkpoint with full attention", async () => {
+    const dir = await checkpoint("naive", TRAINED);
+    const full = { window: 0, sinks: 0 };
+    expect(loadPolicy(dir, { attention: full, override: true }).engine.model.attention).toEqual(full);
+    expect(() => loadPolicy(dir, full)).toThrow(/window 512, sinks 4/);
+  }, 60_000);
+
   it("a checkpoint without the file loads as before: full attention unless told", async () => {
     const dir = await checkpoint("no-file", TRAINED);
     rmSync(join(dir, SINK_WINDOW_FILE));

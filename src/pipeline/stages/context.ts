@@ -8,7 +8,7 @@
  */
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { AttentionSettings } from "../../model/transformer.js";
+import type { SinkWindow } from "../../model/sink-window.js";
 import type { TrainConfig } from "../config.js";
 import type { TimeBudget } from "../budget.js";
 import type { SuiteEval } from "../evaluate.js";
@@ -29,6 +29,12 @@ export interface TrainOptions extends TimeBudget {
   skipEval?: boolean;
   /** Called with each metrics record as it is written. */
   onMetrics?: (record: Record<string, unknown>) => void;
+  /**
+   * Run the policy and its reference with this mask whatever their checkpoints were trained with (for a
+   * deliberate comparison, such as the demo's naive replay with full attention). Without it a loader
+   * uses the checkpoint's mask and refuses a config whose mask differs.
+   */
+  attentionOverride?: SinkWindow;
 }
 
 export interface PhaseTotals {
@@ -124,8 +130,14 @@ export function openRun(cfg: TrainConfig, options: TrainOptions, existing?: stri
 }
 
 /** The attention a config's policy runs with: its sink window, or full attention (undefined). */
-export function attentionOf(cfg: TrainConfig): AttentionSettings | undefined {
+export function attentionOf(cfg: TrainConfig): SinkWindow | undefined {
   return cfg.attention.mode === "sink-window" ? { window: cfg.attention.window, sinks: cfg.attention.sinks } : undefined;
+}
+
+/** The mask a run loads its checkpoints with: the options' override, else the config's (see `attentionOf`). */
+export function loadMaskOf(ctx: Pick<RunContext, "cfg" | "options">): { attention?: SinkWindow; override: boolean } {
+  const override = ctx.options.attentionOverride;
+  return override ? { attention: override, override: true } : { attention: attentionOf(ctx.cfg), override: false };
 }
 
 /** A checkpoint's folder name: "sft-00040", "grpo-00003". */

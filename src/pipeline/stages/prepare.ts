@@ -17,7 +17,7 @@ import { Progress } from "../progress.js";
 import { readChatJsonl, type Conversation } from "../sft-data.js";
 import { expertEpisodeCount, planSuites, type SuitePlan } from "../tasks.js";
 import { suiteRubric } from "../suite-reward.js";
-import { attentionOf, initialState, saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
+import { attentionOf, initialState, loadMaskOf, saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 
 /** At most this many conversations are read to build a new model's trimmed vocabulary. */
 const VOCAB_SAMPLE = 6000;
@@ -84,10 +84,10 @@ export function preparePolicy(ctx: RunContext, data: RunData, resumed: { dir: st
   if (matmul !== cfg.model.matmul) ctx.log(`model.matmul is "${cfg.model.matmul}", but this CPU (or OS) has no bf16 unit for it (AMX or AVX512-BF16): matrix products stay ${matmul}`);
   let start: Start;
   if (resumed) {
-    start = { policy: loadPolicy(resumed.dir, attentionOf(cfg)), state: resumed.state, from: resumed.dir };
+    start = { policy: loadPolicy(resumed.dir, loadMaskOf(ctx)), state: resumed.state, from: resumed.dir };
     ctx.log(`resuming from ${resumed.dir} (${resumed.state.stage} step ${resumed.state.step})`);
   } else if (cfg.model.checkpoint) {
-    start = { policy: loadPolicy(cfg.model.checkpoint, attentionOf(cfg)), state: initialState() };
+    start = { policy: loadPolicy(cfg.model.checkpoint, loadMaskOf(ctx)), state: initialState() };
   } else {
     // The vocabulary is read off an even sample of the conversations (ids the sample lacks are spelled
     // with smaller pieces, down to bytes): rendering all of them would cost as much again as the SFT data.
