@@ -64,6 +64,8 @@ export interface ModelConfig {
   slidingWindow?: number | null;
   bosTokenId?: number;
   eosTokenId?: number | number[];
+  /** config.json's pad_token_id, kept so a saved config loads as the original did (Phi-3 defaults it to 32000). */
+  padTokenId?: number;
 }
 
 /** Thrown when a config.json cannot be used; the message names the field and what to do. */
@@ -220,6 +222,7 @@ export function parseHfConfig(raw: unknown, src = "config.json"): ModelConfig {
   };
   if (part.slidingWindow !== null) cfg.slidingWindow = part.slidingWindow;
   if (typeof r.bos_token_id === "number") cfg.bosTokenId = r.bos_token_id;
+  if (typeof r.pad_token_id === "number") cfg.padTokenId = r.pad_token_id;
   if (typeof r.eos_token_id === "number" || Array.isArray(r.eos_token_id)) cfg.eosTokenId = r.eos_token_id as number | number[];
   return cfg;
 }
@@ -272,6 +275,7 @@ export function toHfConfig(cfg: ModelConfig): Record<string, unknown> {
     initializer_range: 0.02,
   };
   if (cfg.bosTokenId !== undefined) common.bos_token_id = cfg.bosTokenId;
+  if (cfg.padTokenId !== undefined) common.pad_token_id = cfg.padTokenId;
   if (cfg.eosTokenId !== undefined) common.eos_token_id = cfg.eosTokenId;
   const specific = familyOf(cfg.arch).writeConfig(cfg);
   return { architectures: specific.architectures, model_type: specific.model_type, ...common, ...specific };

@@ -122,7 +122,7 @@ describe("Phi-3 checkpoints", () => {
           .equals(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)), n).toBe(true);
       }
       const hf = JSON.parse(readFileSync(join(dir, "out", "config.json"), "utf8"));
-      expect(hf).toMatchObject({ model_type: "phi3", architectures: ["Phi3ForCausalLM"], sliding_window: 2048, original_max_position_embeddings: 32 });
+      expect(hf).toMatchObject({ model_type: "phi3", architectures: ["Phi3ForCausalLM"], sliding_window: 2048, original_max_position_embeddings: 32, pad_token_id: 132 });
       expect(loadCheckpoint(join(dir, "out")).data).toEqual(ck.data);
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -45,7 +45,7 @@ export const phi3Family: ModelFamily = {
   modelTypes: ["phi3"],
   architectures: ["Phi3ForCausalLM"],
   chatFormat: "phi3",
-  configFields: [...COMMON_FIELDS, "sliding_window", "original_max_position_embeddings", "attention_bias", "pad_token_id"],
+  configFields: [...COMMON_FIELDS, "sliding_window", "original_max_position_embeddings", "attention_bias"],
   ropeScalings: ["none", "linear", "longrope"],
   qkNorm: false,
   oBiasWithQkv: false,
@@ -62,6 +62,8 @@ export const phi3Family: ModelFamily = {
       architectures: ["Phi3ForCausalLM"],
       model_type: "phi3",
       attention_bias: false,
+      // transformers' Phi3Config defaults a missing pad_token_id to 32000, past a small vocab's rows.
+      pad_token_id: cfg.padTokenId ?? null,
       sliding_window: cfg.slidingWindow ?? null,
       ...(rs.type === "longrope" ? { original_max_position_embeddings: rs.originalMaxPositionEmbeddings } : {}),
     };

@@ -14,7 +14,7 @@ export const COMMON_FIELDS = [
   "model_type", "architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
   "num_key_value_heads", "head_dim", "hidden_act", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling",
   "rope_parameters", "max_position_embeddings", "tie_word_embeddings", "partial_rotary_factor", "mlp_bias",
-  "bos_token_id", "eos_token_id",
+  "bos_token_id", "eos_token_id", "pad_token_id",
 ] as const;
 
 export function sameTensors(_cfg: ModelConfig, entries: ParamEntry[]): StoredTensor[] {
