@@ -55,7 +55,7 @@ export function createPolicy(
 ): Policy {
   const tokenizer = loadQwen3Tokenizer();
   // A model trained from scratch uses the prefix-stable template, so no trajectory drifts.
-  const template = new ChatTemplate(STABLE_TOOL_TEMPLATE, { eosToken: tokenizer.eosToken, bosToken: tokenizer.bosToken });
+  const template = new ChatTemplate(STABLE_TOOL_TEMPLATE, { eosToken: tokenizer.eosToken, bosToken: tokenizer.bosToken, specialTokens: tokenizer.specialTokens });
   // The ids the corpus uses. Tokenizers split at special tokens before anything else, so each message
   // (from one <|im_start|> to the next) encodes alone to the same ids: a system prompt shared by
   // thousands of conversations is encoded once.

@@ -46,7 +46,7 @@ export type PrepMessage =
 
 export function policyTextFromSpec(spec: PolicyTextSpec): PolicyText {
   const tokenizer = Tokenizer.fromDir(spec.tokenizerDir);
-  const template = new ChatTemplate(spec.templateSource, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken }, spec.toolArguments);
+  const template = new ChatTemplate(spec.templateSource, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, specialTokens: tokenizer.specialTokens }, spec.toolArguments);
   const vocab = spec.vocab ? TrimmedVocab.fromJSON(spec.vocab) : undefined;
   return { tokenizer, template, codec: tokenCodec(tokenizer, vocab), vocab, templateVars: spec.templateVars };
 }
