@@ -240,7 +240,7 @@ export function generateCrmTasks(data: CrmData, options: CrmTaskOptions): CrmTas
     for (const { type, pool } of pools) {
       if (round < pool.length && tasks.length < options.count) tasks.push({ id: `crm/${options.seed}/${tasks.length}`, type, level: CRM_TASK_TYPES[type], ...pool[round]! });
     }
-    if (tasks.length === before) throw new Error(`could only generate ${tasks.length} of ${options.count} distinct CRM tasks of types ${types.join(", ")}; ask for fewer`);
+    if (tasks.length === before) throw new RangeError(`could only generate ${tasks.length} of ${options.count} distinct CRM tasks of types ${types.join(", ")}; ask for fewer`);
   }
   return tasks;
 }

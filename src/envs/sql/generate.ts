@@ -191,7 +191,7 @@ export function generateTasks(options: GenerateOptions): SqlTask[] {
     for (const { db } of opened.values()) db.close();
   }
   if (tasks.length < options.count) {
-    throw new Error(`could only generate ${tasks.length} of ${options.count} tasks at levels ${levels.join(",")} from ${options.dbDir}; ask for fewer or other levels`);
+    throw new RangeError(`could only generate ${tasks.length} of ${options.count} tasks at levels ${levels.join(",")} from the databases; ask for fewer or other levels`);
   }
   return tasks;
 }

@@ -75,7 +75,7 @@ const EXPECTED_COUNTS = {
   "aborted WebSocket upgrade": 16,
   "option reaching secrets/network/files (HTTP)": 14,
   "option reaching secrets/network/files (WebSocket)": 7,
-  "oversized generation option": 14,
+  "oversized generation option": 15,
   "out-of-type or out-of-bounds option": 16,
   "odd request target": 8,
   "missing or wrong API key": 12,
@@ -273,7 +273,14 @@ describe("sizes have declared bounds", () => {
       }
       await healthy(sql);
     }
-    // Measured well under a second for all twelve on a busy 2-core machine; 20 s leaves room.
+    // Within bounds but more than the generator can make at that level: the client's request, so a 400 too.
+    count("oversized generation option");
+    const unsatisfiable = await call(sql, "POST", "/sessions", { options: { taskSource: "generated", count: 500, levels: [1] } });
+    expect(unsatisfiable.status).toBe(400);
+    expect(unsatisfiable.body.error.message).toMatch(/could only generate \d+ of 500 tasks at levels 1/);
+    expect(unsatisfiable.text).not.toMatch(/shared\/data|spider/i);
+    await healthy(sql);
+    // Measured well under a second for all of them on a busy 2-core machine; 20 s leaves room.
     expect(Date.now() - started).toBeLessThan(20_000);
     expect(sql.sessionCount()).toBe(0);
   });
