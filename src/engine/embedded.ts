@@ -4,8 +4,11 @@
  * (forwardBackward + AdamW) and Hugging Face checkpoints.
  *
  * Sessions keep their tokens and KV-cache blocks; forks share the parent's blocks (reference counted,
- * copy on write of a partially filled last block only). Tokens are computed lazily: `append` (and a
- * session's prefix) and a sampled token only join the session's tokens, and their keys and values are
+ * copy on write of a partially filled last block only). Under a sink-window mask a session also returns
+ * to the pool the blocks no later query keeps (the pool's eviction policy, kv-cache.ts): it holds its K sink
+ * slots and last W positions, so KV memory per session stays flat however long it grows, in append, sample,
+ * sampleBatch and fork alike; `truncate` past evicted keys is an error naming them.
+ * Tokens are computed lazily: `append` (and a session's prefix) and a sampled token only join the session's tokens, and their keys and values are
  * computed by the next call that needs them (sampling, fork, `nextLogits`). That call computes the pending
  * tokens of all its sessions together, in forwards of up to `maxForwardTokens` rows, so the prompts of
  * many sessions are prefilled in one batched forward, and one decode step is one forward of every
@@ -34,7 +37,7 @@ import {
   CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
   type Model,
 } from "../model/transformer.js";
-import { KvBlockPool } from "./kv-cache.js";
+import { EVICTED_BLOCK, evictionFor, KvBlockPool } from "./kv-cache.js";
 import { resolveSampleParams, Sampler, type ResolvedSampleParams } from "./sampler.js";
 import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "./types.js";
 
@@ -57,6 +60,20 @@ export interface EmbeddedEngineOptions {
   overrideAttention?: boolean;
   /** Tokens per KV-cache block. Default 16. */
   blockSize?: number;
+  /**
+   * Under a sink-window mask (window > 0), sessions return to the pool the KV blocks no later query keeps
+   * (every row outside the K sink slots and the last W positions), so a session holds about K + W rows
+   * however long it grows. Default true; false keeps every row (the log-probs are the same: the kernels
+   * apply the mask either way). Full attention evicts nothing.
+   */
+  evictKv?: boolean;
+  /**
+   * Under KV eviction, rows kept past the window so that `truncate` can go back this many tokens before
+   * a session's last one (retrying a turn) without hitting evicted keys; costs that many rows per session.
+   * Default 0: truncating further back than the block holding the window's start is an error naming the
+   * evicted positions.
+   */
+  kvRewind?: number;
   /** Folder whose tokenizer files are copied into saved checkpoints. */
   tokenizerDir?: string;
   /** Starting policy version. Default 0. */
@@ -127,7 +144,8 @@ export class EmbeddedEngine implements Engine {
     this.model = buildModel(weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
     if (opts.packWeights ?? this.model.kernels.name === "native") this.model.packed = new PackedWeights(this.model.kernels);
     const cfg = weights.cfg;
-    this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16);
+    const eviction = opts.evictKv === false ? null : evictionFor(this.model.attention, opts.kvRewind ?? 0);
+    this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16, 64, eviction);
     this.trainWs = new TrainWorkspace(cfg);
     this.cachedWs = new CachedWorkspace(cfg);
     this.sampler = new Sampler(cfg.vocabSize, (n, v, t, x, out) => this.model.kernels.softmaxRows(n, v, t, x, out));
@@ -540,10 +558,14 @@ export class EmbeddedEngine implements Engine {
   /**
    * Computes every pending token of the sessions (each has at least one) and their last tokens' logits:
    * as few forwards as `maxForwardTokens` allows, sessions with equally many pending tokens side by side
-   * (one attention call each run); a session with more pending tokens than that goes in pieces.
+   * (one attention call each run); a session with more pending tokens than that goes in pieces. Under KV
+   * eviction a session's pieces are at most max(W, blockSize) tokens, so a long prefill holds about
+   * K + 2W rows at its peak instead of K + W + maxForwardTokens.
    */
   /** @internal */ computePending(list: EmbeddedSession[]): void {
     const cap = this.maxForwardTokens;
+    const policy = this.pool.evictionPolicy;
+    const piece = policy ? Math.min(cap, Math.max(policy.mask.window, this.pool.blockSize)) : cap;
     const pending = (s: EmbeddedSession) => s.length - s.cached;
     const order = list.length > 1 ? [...list].sort((a, b) => pending(a) - pending(b)) : list;
     let batch: EmbeddedSession[] = [];
@@ -556,7 +578,7 @@ export class EmbeddedEngine implements Engine {
       rows = 0;
     };
     for (const s of order) {
-      while (pending(s) > cap) this.forward([s], [cap]); // the front of a long prefill, alone
+      while (pending(s) > piece) this.forward([s], [piece]); // the front of a long prefill, alone
       const n = pending(s);
       if (rows + n > cap) flush();
       batch.push(s);
@@ -609,6 +631,11 @@ export class EmbeddedEngine implements Engine {
       newTokens[b] = n;
       seqLens[b] = s.cached + n;
       blockTable.set(s.blocks, b * maxBlocks);
+      if (s.evictedBlocks > 0) {
+        // evicted blocks are never read (outside the window, no sink slot); the kernels want a valid id there
+        const filler = s.blocks[s.blocks.length - 1]!;
+        for (let i = b * maxBlocks; i < b * maxBlocks + s.blocks.length; i++) if (blockTable[i] === EVICTED_BLOCK) blockTable[i] = filler;
+      }
       row += n;
       if (s.cached + n === s.length) {
         logitRows[withLogits.length] = row - 1;
@@ -627,7 +654,10 @@ export class EmbeddedEngine implements Engine {
     } else {
       this.stats.prefillTokens += M;
     }
-    for (let b = 0; b < B; b++) list[b]!.cached += counts[b]!;
+    for (let b = 0; b < B; b++) {
+      list[b]!.cached += counts[b]!;
+      list[b]!.evict();
+    }
     withLogits.forEach((s, r) => {
       if (!s.logits) s.logits = new Float32Array(V);
       s.logits.set(this.stepLogits.subarray(r * V, r * V + V));
@@ -693,6 +723,9 @@ export class EmbeddedSession implements EngineSession {
   /** @internal */ blocks: number[] = [];
   /** Cache entries computed (the first `cached` tokens). */
   /** @internal */ cached = 0;
+  /** Blocks of `blocks` that are EVICTED_BLOCK; every evicted block lies before `evictedTo`. */
+  /** @internal */ evictedBlocks = 0;
+  /** @internal */ evictedTo = 0;
   /** Logits after token `logitsFor - 1`, valid when logitsFor === length. */
   /** @internal */ logits: Float32Array | null = null;
   /** @internal */ logitsFor = -1;
@@ -710,9 +743,23 @@ export class EmbeddedSession implements EngineSession {
     return [...this.tokenList];
   }
 
-  /** Blocks of the KV cache this session references (shared ones included); pending tokens have none yet. */
+  /**
+   * Blocks of the KV cache this session references (shared ones included), indexed by position (block i
+   * holds positions i*blockSize ..); EVICTED_BLOCK (-1) where the blocks were evicted. Pending tokens have
+   * none yet.
+   */
   get blockIds(): readonly number[] {
     return this.blocks;
+  }
+
+  /** Blocks this session holds (evicted ones not counted; shared ones counted by each holder). */
+  get heldBlocks(): number {
+    return this.blocks.length - this.evictedBlocks;
+  }
+
+  /** Bytes of KV cache this session holds (keys and values, every layer, float32; shared blocks included). */
+  get kvBytes(): number {
+    return this.heldBlocks * this.engine.pool.blockBytes;
   }
 
   /** @internal */ get logitsValid(): boolean {
@@ -751,8 +798,10 @@ export class EmbeddedSession implements EngineSession {
     const child = this.engine.sessionSync();
     child.tokenList = [...this.tokenList];
     child.blocks = [...this.blocks];
-    for (const b of this.blocks) this.engine.pool.retain(b);
+    for (const b of this.blocks) if (b !== EVICTED_BLOCK) this.engine.pool.retain(b);
     child.cached = this.cached;
+    child.evictedBlocks = this.evictedBlocks;
+    child.evictedTo = this.evictedTo;
     if (this.logitsValid) {
       child.logits = this.logits!.slice();
       child.logitsFor = this.logitsFor;
@@ -764,6 +813,7 @@ export class EmbeddedSession implements EngineSession {
     this.check();
     if (!(Number.isInteger(n) && n >= 0)) throw new EngineError(`truncate: n must be an integer >= 0 (got ${n})`);
     if (n >= this.tokenList.length) return;
+    if (n < this.cached) this.checkHeld(n);
     this.tokenList.length = n;
     this.cached = Math.min(this.cached, n);
     if (this.logitsFor > n) this.logitsFor = -1;
@@ -773,8 +823,10 @@ export class EmbeddedSession implements EngineSession {
   close(): void {
     if (this.closed) return;
     if (this.busy) throw new EngineError("the session is sampling; close it after sample() finishes");
-    for (const b of this.blocks) this.engine.pool.release(b);
+    for (const b of this.blocks) if (b !== EVICTED_BLOCK) this.engine.pool.release(b);
     this.blocks = [];
+    this.evictedBlocks = 0;
+    this.evictedTo = 0;
     this.closed = true;
     this.logits = null;
     this.engine.forgetSession(this);
@@ -798,6 +850,48 @@ export class EmbeddedSession implements EngineSession {
     this.dropBlocksAfter(0);
   }
 
+  /**
+   * Returns to the pool the blocks the eviction policy says no later query keeps (none without a policy).
+   * Evicted blocks are left as EVICTED_BLOCK in the position-indexed block table.
+   */
+  /** @internal */ evict(): void {
+    const pool = this.engine.pool;
+    const policy = pool.evictionPolicy;
+    if (!policy) return;
+    const { first, end } = policy.evictableBlocks(this.cached, pool.blockSize);
+    const stop = Math.min(end, this.blocks.length);
+    for (let i = Math.max(first, this.evictedTo); i < stop; i++) {
+      const b = this.blocks[i]!;
+      if (b === EVICTED_BLOCK) continue;
+      pool.release(b);
+      this.blocks[i] = EVICTED_BLOCK;
+      this.evictedBlocks++;
+    }
+    this.evictedTo = Math.max(this.evictedTo, stop);
+  }
+
+  /**
+   * Checks that a session cut to its first n tokens can go on: the query at n - 1 (recomputed next) reads
+   * positions windowStart(n - 1) .. n - 1 besides the sink slots, and their blocks must still be held.
+   */
+  private checkHeld(n: number): void {
+    const pool = this.engine.pool;
+    const policy = pool.evictionPolicy;
+    if (!policy || n === 0 || this.evictedBlocks === 0) return;
+    const bs = pool.blockSize;
+    const from = policy.windowStart(n - 1);
+    for (let i = Math.floor(from / bs); i < Math.ceil(n / bs); i++) {
+      if (this.blocks[i] !== EVICTED_BLOCK) continue;
+      const { window, sinks } = policy.mask;
+      let held = i + 1;
+      while (held < this.blocks.length && this.blocks[held] === EVICTED_BLOCK) held++;
+      const earliest = Math.min(this.tokenList.length, held * bs + window);
+      throw new EngineError(
+        `truncate(${n}): the keys of positions ${i * bs}..${i * bs + bs - 1} were evicted from this session's KV cache (sink-window mask, window ${window}, sinks ${sinks}: a session keeps its sink slots and its last ${window} positions), and continuing after position ${n - 1} needs them; truncate to ${earliest} or more tokens, or open a new session with the first ${n} tokens (it recomputes them), or run the engine with evictKv: false`,
+      );
+    }
+  }
+
   /** Makes blocks for entries [cached, newLen) writable: allocates new ones, copies shared partial ones. */
   /** @internal */ reserve(newLen: number): void {
     const pool = this.engine.pool;
@@ -806,6 +900,7 @@ export class EmbeddedSession implements EngineSession {
     for (let i = Math.floor(this.cached / bs); i < need; i++) {
       if (i < this.blocks.length) {
         const b = this.blocks[i]!;
+        if (b === EVICTED_BLOCK) throw new EngineError(`internal: writing into evicted KV block ${i} of a session (cached ${this.cached}); please report this`);
         if (pool.refCount(b) > 1) {
           const nb = pool.alloc();
           pool.copyRows(b, nb, Math.min(bs, Math.max(0, this.cached - i * bs)));
@@ -820,7 +915,12 @@ export class EmbeddedSession implements EngineSession {
 
   private dropBlocksAfter(entries: number): void {
     const keep = Math.ceil(entries / this.engine.pool.blockSize);
-    while (this.blocks.length > keep) this.engine.pool.release(this.blocks.pop()!);
+    while (this.blocks.length > keep) {
+      const b = this.blocks.pop()!;
+      if (b === EVICTED_BLOCK) this.evictedBlocks--;
+      else this.engine.pool.release(b);
+    }
+    this.evictedTo = Math.min(this.evictedTo, this.blocks.length);
   }
 
   private check(): void {

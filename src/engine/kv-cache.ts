@@ -2,32 +2,74 @@
  * The paged KV cache: a pool of fixed-size blocks ([blockSize, KVH, D] per layer, for keys and values)
  * with reference counts, so forked sessions share their common prefix blocks without copying them.
  * A block is copied only when a session writes into a partially filled block that another session
- * still references (copy on write).
+ * still references (copy on write). Under the sink-window mask the pool carries an eviction policy
+ * (`SinkWindowEviction`): sessions return the blocks no later query keeps, so a session holds about
+ * K + W rows however long it grows, and the freed blocks are reused by the next allocations.
  *
- * This file is bookkeeping and storage; it does not compute attention (the kernels do) and does not know
- * sessions' tokens (embedded.ts does). It evicts nothing yet: see `KvEvictionPolicy`.
+ * This file is bookkeeping, storage and the eviction rule; it does not compute attention (the kernels do)
+ * and does not know sessions' tokens (embedded.ts does).
  */
 import type { SinkWindow } from "../kernels/kernels.js";
 import type { KvStorage } from "../model/transformer.js";
 
 /**
- * Where an eviction policy for engine sessions plugs in, driven by the canonical sink-window mask: with
- * a window W and K sink slots, a session's cached rows that no later query keeps (not a sink slot, not
- * pinned, more than W positions behind the newest) could return their blocks to the pool, bounding KV
- * memory per session by about K + pinned + W rows. The embedded engine does not evict today: every
- * session keeps every row, and the attention kernels apply the mask when they read the cache (so the
- * log-probs are the mask's either way). `MaskedSession` (src/attention/session.ts) evicts by the same
- * rule in its own cache. A policy implementing this interface is what `KvBlockPool.evictionPolicy`
- * will hold once sessions consult it.
+ * The block-table entry of a block a session evicted. A session's block table stays indexed by position
+ * (block i holds positions i*blockSize .. i*blockSize+blockSize-1), so the kernels' entry distances are
+ * position distances and their sink-window test is the mask's; an evicted block is a hole the kernels
+ * never read (every row in it is outside the window and no sink slot).
+ */
+export const EVICTED_BLOCK = -1;
+
+/**
+ * Which blocks of an engine session may return to the pool. Sessions keep their rows position-indexed in
+ * blocks, so a policy answers in blocks.
  */
 export interface KvEvictionPolicy {
   /** The mask whose keep rule decides what may go. */
   readonly mask: SinkWindow;
   /**
-   * The cached positions of a session holding `length` rows that no query at position >= `length` keeps,
-   * in increasing order (`pinned[t]` = 1 for pinned positions, or null).
+   * Blocks [first, end) of a session whose first `computed` rows are in the cache that no query at
+   * position >= computed - 1 keeps (computed - 1: the engine may recompute the last token once, e.g. after
+   * `truncate`). Blocks before `first` hold sink slots and are never evicted; `end <= first` = none.
    */
-  evictable(length: number, pinned: Uint8Array | null): number[];
+  evictableBlocks(computed: number, blockSize: number): { first: number; end: number };
+  /** The first position, past the sink slots, whose key the query at position q reads (0 = all). */
+  windowStart(q: number): number;
+}
+
+/**
+ * The canonical mask's eviction rule for one document without pinned positions (what engine sessions
+ * hold): keep the K sink slots and the W most recent positions. keep(q, kv) = kv < K OR q - kv < W, so a
+ * row at p < computed - W is kept by no query at q >= computed - 1. `rewind` more rows are kept, so that a
+ * session can be truncated that many tokens back (past its last token) without recomputing anything.
+ */
+export class SinkWindowEviction implements KvEvictionPolicy {
+  readonly mask: SinkWindow;
+
+  constructor(mask: SinkWindow, readonly rewind = 0) {
+    if (!(Number.isInteger(rewind) && rewind >= 0)) throw new RangeError(`kvRewind must be an integer >= 0 (got ${rewind})`);
+    if (!(Number.isInteger(mask.window) && mask.window >= 1 && Number.isInteger(mask.sinks) && mask.sinks >= 0)) {
+      throw new RangeError(
+        `SinkWindowEviction needs a window >= 1 and sinks >= 0 (got window ${mask.window}, sinks ${mask.sinks}); full attention (window 0) keeps every key and takes no eviction policy`,
+      );
+    }
+    this.mask = { window: mask.window, sinks: mask.sinks };
+  }
+
+  evictableBlocks(computed: number, blockSize: number): { first: number; end: number } {
+    const first = Math.ceil(this.mask.sinks / blockSize);
+    const end = Math.floor(Math.max(0, computed - this.mask.window - this.rewind) / blockSize);
+    return { first, end };
+  }
+
+  windowStart(q: number): number {
+    return Math.max(0, q - this.mask.window + 1);
+  }
+}
+
+/** The eviction policy of a mask: none for full attention (window 0), else `SinkWindowEviction`. */
+export function evictionFor(mask: SinkWindow, rewind = 0): KvEvictionPolicy | null {
+  return mask.window > 0 && Number.isFinite(mask.window) ? new SinkWindowEviction(mask, rewind) : null;
 }
 
 export class KvBlockPool implements KvStorage {
@@ -37,18 +79,17 @@ export class KvBlockPool implements KvStorage {
   capacity: number;
   private refs: Int32Array;
   private free: number[] = [];
-  /**
-   * The eviction policy sessions will consult (see `KvEvictionPolicy`). Always null today: no session
-   * evicts, every row is kept until its session is disposed.
-   */
-  readonly evictionPolicy: KvEvictionPolicy | null = null;
-
   constructor(
     readonly numLayers: number,
     /** KVH * D floats per cache row. */
     readonly rowSize: number,
     readonly blockSize = 16,
     initialBlocks = 64,
+    /**
+     * The eviction policy sessions consult after each forward (see `KvEvictionPolicy`); null = every row is
+     * kept until its session drops it (full attention).
+     */
+    readonly evictionPolicy: KvEvictionPolicy | null = null,
   ) {
     this.capacity = initialBlocks;
     const n = initialBlocks * blockSize * rowSize;
@@ -61,6 +102,11 @@ export class KvBlockPool implements KvStorage {
   /** Blocks currently referenced by at least one session. */
   get usedBlocks(): number {
     return this.capacity - this.free.length;
+  }
+
+  /** Bytes of one block (keys and values, all layers). */
+  get blockBytes(): number {
+    return this.blockSize * this.rowSize * 4 * 2 * this.numLayers;
   }
 
   /** Bytes held by the storage (keys and values, all layers). */
