@@ -56,9 +56,14 @@ export class Progress {
   }
 }
 
+/**
+ * Seconds as "42s", "3m05s" or "1h07m". The whole value is rounded to the unit shown first, so that a
+ * part never reads 60 (239.6 s is "4m00s", not "3m60s"; 3599.7 s is "1h00m").
+ */
 export function formatSeconds(s: number): string {
-  if (s < 60) return `${s.toFixed(0)}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m${String(Math.round(s % 60)).padStart(2, "0")}s`;
-  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
+  const secs = Math.round(s);
+  if (secs < 60) return `${secs}s`;
+  if (secs < 3600) return `${Math.floor(secs / 60)}m${String(secs % 60).padStart(2, "0")}s`;
+  const mins = Math.round(s / 60);
+  return `${Math.floor(mins / 60)}h${String(mins % 60).padStart(2, "0")}m`;
 }

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { Progress } from "../../src/pipeline/progress.js";
+import { formatSeconds, Progress } from "../../src/pipeline/progress.js";
 
 /** A clock far from 0, as a real one is (the first tick prints at once). */
 const T0 = 1_700_000_000_000;
@@ -45,5 +45,18 @@ describe("Progress", () => {
     vi.setSystemTime(T0 + 500);
     const lines = linesOf(() => progress.tick(4));
     expect(lines[0]).toMatch(/4\/4 8\.00 steps\/s elapsed 1s eta 0s$/);
+  });
+});
+
+describe("formatSeconds", () => {
+  it("rounds the whole time, so that no part reads 60 (239.6 s is 4m00s, not 3m60s)", () => {
+    expect(formatSeconds(239.6)).toBe("4m00s");
+    expect(formatSeconds(59.6)).toBe("1m00s");
+    expect(formatSeconds(119.5)).toBe("2m00s");
+    expect(formatSeconds(3599.7)).toBe("1h00m");
+    expect(formatSeconds(7199)).toBe("2h00m");
+    expect(formatSeconds(185.2)).toBe("3m05s");
+    expect(formatSeconds(42.4)).toBe("42s");
+    expect(formatSeconds(3725)).toBe("1h02m");
   });
 });
