@@ -12,7 +12,8 @@
  * It is not a general file server, and it does not write anything.
  *
  *   GET /                                   the app (index.html, app.js, style.css; no external assets)
- *   GET /api/runs                           [{name, status, suites, updatedAt}]
+ *   GET /api/runs                           [{name, status, suites, updatedAt, replayOf?}] (replayOf: the run
+ *                                           whose checkpoint this one starts from, e.g. the demo's naive replay)
  *   GET /api/runs/:run/metrics?from=B&file=F {records, next, file, skipped, omittedBytes, reset}:
  *                                           metrics.jsonl's complete lines from byte B (a `next` this
  *                                           API gave for the file `file`), at most the last
@@ -20,6 +21,8 @@
  *   GET /api/runs/:run/eval                 eval.json ({} when absent)
  *   GET /api/runs/:run/config               config.json
  *   GET /api/runs/:run/status               status.json (null when absent)
+ *   GET /api/runs/:run/checkpoints          {checkpoints: [{name, stage, step, bytes, files, modifiedAt, trainer}], latest}
+ *   GET /api/runs/:run/metrics.csv          metrics.jsonl as CSV (one column per figure, dotted paths)
  *   GET /api/runs/:run/trajectories         [file names, newest last]
  *   GET /api/runs/:run/trajectories/:file   {records, skipped} (one step's trajectories)
  */
@@ -31,12 +34,14 @@ import { isIPv4, isIPv6 } from "node:net";
 import { dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
-const STATIC_DIR = join(dirname(fileURLToPath(import.meta.url)), "static");
+export const STATIC_DIR = join(dirname(fileURLToPath(import.meta.url)), "static");
 const STATIC_FILES: Record<string, string> = {
   "/": "index.html",
   "/index.html": "index.html",
   "/app.js": "app.js",
   "/charts.js": "charts.js",
+  "/metrics.js": "metrics.js",
+  "/runpage.js": "runpage.js",
   "/viewer.js": "viewer.js",
   "/style.css": "style.css",
 };
@@ -53,6 +58,10 @@ export const JSON_FILE_MAX_BYTES = 16 * MIB;
 export const TRAJECTORY_FILE_MAX_BYTES = 64 * MIB;
 /** Most bytes of metrics.jsonl one response reads: a larger backlog is answered with its tail. */
 export const METRICS_WINDOW_BYTES = 8 * MIB;
+/** Largest metrics.jsonl the CSV export reads (413 past it). */
+export const METRICS_CSV_MAX_BYTES = 64 * MIB;
+/** Most entries of one checkpoint folder the dashboard stats to size it. */
+const CHECKPOINT_FILES_MAX = 256;
 /** Most metrics records one response carries: a longer backlog is answered with its last ones. */
 export const METRICS_WINDOW_RECORDS = 20_000;
 const NL = 0x0a;
@@ -67,6 +76,15 @@ export interface DashboardOptions {
   key?: string;
   /** Serve beyond loopback without a key (the caller warns). */
   insecure?: boolean;
+}
+
+/** A reply that is not JSON (the CSV export). */
+export class RawReply {
+  constructor(
+    readonly type: string,
+    readonly body: string,
+    readonly filename?: string,
+  ) {}
 }
 
 export class HttpError extends Error {
@@ -294,7 +312,7 @@ async function readJsonLinesFile(root: string, parts: string[]): Promise<{ recor
 }
 
 async function listRuns(root: string): Promise<unknown[]> {
-  const runs: { name: string; status: unknown; suites: unknown[]; updatedAt: string }[] = [];
+  const runs: { name: string; status: unknown; suites: unknown[]; updatedAt: string; replayOf?: string }[] = [];
   for (const entry of await readdir(root, { withFileTypes: true })) {
     // Real folders only (a link to a folder elsewhere is not a run of this folder).
     if (!entry.isDirectory() || !NAME.test(entry.name)) continue;
@@ -315,9 +333,136 @@ async function listRuns(root: string): Promise<unknown[]> {
     const suites = isRecord(config) && Array.isArray(config.suites) ? config.suites.map((s: unknown) => (isRecord(s) ? s.env : undefined)) : [];
     const dirStats = await lstatOrNull(join(root, name));
     if (!dirStats) continue;
-    runs.push({ name, status: isRecord(status) ? status : null, suites, updatedAt: dirStats.mtime.toISOString() });
+    const replayOf = replaySource(config, name);
+    runs.push({ name, status: isRecord(status) ? status : null, suites, updatedAt: dirStats.mtime.toISOString(), ...(replayOf ? { replayOf } : {}) });
   }
+  // A replay names a run of this folder only when that run is listed.
+  for (const r of runs) if (r.replayOf && !runs.some((o) => o.name === r.replayOf)) delete r.replayOf;
   return runs.sort((a, b) => (a.updatedAt < b.updatedAt ? 1 : -1));
+}
+
+/** The run a config starts from when its model is another run's checkpoint (`<runs>/<run>/checkpoints/...`). */
+function replaySource(config: unknown, self: string): string | undefined {
+  const model = isRecord(config) && isRecord(config.model) ? config.model : undefined;
+  if (!model || typeof model.checkpoint !== "string") return undefined;
+  const parts = model.checkpoint.split(/[\\/]+/);
+  const i = parts.lastIndexOf("checkpoints");
+  const run = i > 0 ? parts[i - 1] : undefined;
+  return run && run !== self && NAME.test(run) ? run : undefined;
+}
+
+/** A checkpoint name's stage and step ("grpo-00010" -> grpo, 10); "reference" and "final" have none. */
+function checkpointPlace(name: string): { stage: string | null; step: number | null } {
+  const m = /^(sft|grpo)-(\d+)$/.exec(name);
+  return m ? { stage: m[1]!, step: Number(m[2]) } : { stage: null, step: null };
+}
+
+/** The size of a checkpoint folder's regular files (links and others are not counted), at most CHECKPOINT_FILES_MAX of them. */
+async function folderSize(path: string): Promise<{ bytes: number; files: number; modifiedAt: string | null }> {
+  let bytes = 0;
+  let files = 0;
+  let newest = 0;
+  const entries = (await readdir(path, { withFileTypes: true })).slice(0, CHECKPOINT_FILES_MAX);
+  for (const e of entries) {
+    if (!e.isFile()) continue;
+    const st = await lstatOrNull(join(path, e.name));
+    if (!st?.isFile()) continue;
+    bytes += st.size;
+    files++;
+    newest = Math.max(newest, st.mtimeMs);
+  }
+  return { bytes, files, modifiedAt: newest ? new Date(newest).toISOString() : null };
+}
+
+export interface CheckpointInfo {
+  name: string;
+  /** "checkpoints/<name>" or "final" (the run's final policy). */
+  where: string;
+  stage: string | null;
+  step: number | null;
+  bytes: number;
+  files: number;
+  modifiedAt: string | null;
+  /** trainer.json (stage, step, sftSteps, ...), null when absent or unreadable. */
+  trainer: unknown;
+}
+
+/** The run's checkpoint folders (real folders only, never half-written `.partial` ones), oldest first, and the `latest` pointer. */
+async function listCheckpoints(root: string, run: string): Promise<{ checkpoints: CheckpointInfo[]; latest: string | null }> {
+  const out: CheckpointInfo[] = [];
+  const dir = await lookInside(root, [run, "checkpoints"], "dir");
+  const names = dir ? (await readdir(dir.path, { withFileTypes: true })).filter((e) => e.isDirectory() && NAME.test(e.name)).map((e) => e.name) : [];
+  const order = (n: string) => {
+    const p = checkpointPlace(n);
+    return n === "reference" ? [1, 1e12] : p.stage ? [p.stage === "sft" ? 0 : 2, p.step!] : [3, 0];
+  };
+  names.sort((a, b) => order(a)[0]! - order(b)[0]! || order(a)[1]! - order(b)[1]! || (a < b ? -1 : 1));
+  const describe = async (parts: string[], name: string, where: string) => {
+    const found = await lookInside(root, parts, "dir");
+    if (!found) return;
+    let trainer: unknown = null;
+    try {
+      trainer = (await readJsonFile(root, [...parts, "trainer.json"])) ?? null;
+    } catch {}
+    out.push({ name, where, ...checkpointPlace(name), ...(await folderSize(found.path)), trainer });
+  };
+  for (const n of names) await describe([run, "checkpoints", n], n, `checkpoints/${n}`);
+  await describe([run, "final"], "final", "final");
+  let latest: string | null = null;
+  try {
+    const file = await openInside(root, [run, "checkpoints", "latest"], 4096);
+    if (file) {
+      try {
+        latest = (await readRange(file.handle, 0, file.stats.size)).toString("utf8").trim() || null;
+      } finally {
+        await file.handle.close();
+      }
+    }
+  } catch {}
+  return { checkpoints: out, latest: latest && NAME.test(latest) ? latest : null };
+}
+
+/** One CSV cell: quoted when needed; text that a spreadsheet would run as a formula is prefixed with '. */
+function csvCell(v: unknown): string {
+  if (v === undefined || v === null) return "";
+  let s = typeof v === "object" ? JSON.stringify(v) : String(v);
+  if (typeof v === "string" && /^[=+\-@\t\r]/.test(s)) s = `'${s}`;
+  return /[",\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+/** A record's figures as dotted paths ({reward: {a: 1}} -> {"reward.a": 1}); arrays stay whole. */
+function flatten(record: Record<string, unknown>, prefix = "", out: Record<string, unknown> = {}): Record<string, unknown> {
+  for (const [k, v] of Object.entries(record)) {
+    if (isRecord(v)) flatten(v, `${prefix}${k}.`, out);
+    else out[`${prefix}${k}`] = v;
+  }
+  return out;
+}
+
+/** metrics.jsonl as CSV: stage, step, time first, then every other figure in order of first appearance. */
+export async function metricsCsv(root: string, run: string): Promise<string> {
+  const file = await openInside(root, [run, "metrics.jsonl"], METRICS_CSV_MAX_BYTES);
+  if (!file) return "stage,step,time\n";
+  let text: string;
+  try {
+    text = (await readRange(file.handle, 0, file.stats.size)).toString("utf8");
+  } finally {
+    await file.handle.close();
+  }
+  // A trailing line without its newline is still being written.
+  const complete = text.slice(0, text.lastIndexOf("\n") + 1);
+  const rows = parseRecords(complete).records.map((r) => flatten(r));
+  const columns = ["stage", "step", "time"];
+  const seen = new Set(columns);
+  for (const r of rows) {
+    for (const k of Object.keys(r)) {
+      if (!seen.has(k)) {
+        seen.add(k);
+        columns.push(k);
+      }
+    }
+  }
+  return [columns.map(csvCell).join(","), ...rows.map((r) => columns.map((c) => csvCell(r[c])).join(","))].join("\n") + "\n";
 }
 
 function decodePart(p: string): string {
@@ -351,6 +496,8 @@ export async function handleApi(runsDir: string, pathname: string, search: URLSe
   if (what === "eval" && parts.length === 4) return (await readJsonFile(root, [run, "eval.json"])) ?? {};
   if (what === "config" && parts.length === 4) return readJsonFile(root, [run, "config.json"]);
   if (what === "status" && parts.length === 4) return (await readJsonFile(root, [run, "status.json"])) ?? null;
+  if (what === "checkpoints" && parts.length === 4) return listCheckpoints(root, run);
+  if (what === "metrics.csv" && parts.length === 4) return new RawReply("text/csv; charset=utf-8", await metricsCsv(root, run), `${run}-metrics.csv`);
   if (what === "trajectories" && parts.length === 4) {
     const dir = await lookInside(root, [run, "trajectories"], "dir");
     if (!dir) return [];
@@ -409,7 +556,11 @@ export function createDashboardServer(options: DashboardOptions): Server {
         });
       }
       if (!(await lstatOrNull(runsDir))) throw new HttpError(404, `the runs folder ${runsDir} does not exist`);
-      return send(res, 200, JSON.stringify(await handleApi(runsDir, url.pathname, url.searchParams)), "application/json");
+      const reply = await handleApi(runsDir, url.pathname, url.searchParams);
+      if (reply instanceof RawReply) {
+        return send(res, 200, reply.body, reply.type, reply.filename ? { "content-disposition": `attachment; filename="${reply.filename}"` } : {});
+      }
+      return send(res, 200, JSON.stringify(reply), "application/json");
     }
     const file = STATIC_FILES[url.pathname];
     if (!file) throw new HttpError(404, `not found: ${url.pathname.slice(0, 200)}`);

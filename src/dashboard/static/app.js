@@ -1,45 +1,96 @@
-// The dashboard app: picks a run, polls its metrics, draws the curves, the per-suite table and the
-// trajectory viewer. Talks only to this server's read-only /api; when the server has a key, the page is
-// opened as /?key=KEY and sends it with every API request.
-import { lineChart, escapeHtml } from "./charts.js";
-import { renderGroup } from "./viewer.js";
+// The dashboard app: picks a run (the newest that is not a replay of another), polls its metrics, and
+// shows three views: the run page (status, why it ended, steps, success table, checkpoints, config),
+// the curves, and the trajectory browser; a second run can be compared. It talks only to this server's
+// read-only /api (when the server has a key, the page is opened as /?key=KEY and sends it with every
+// request); in a static report (`sinkflex dashboard --report`) the same answers come from the data
+// embedded in the page, and nothing is polled.
+import { escapeHtml, lineChart } from "./charts.js";
+import { chartSpecs, GROUPS, phaseInfo, suitesOf } from "./metrics.js";
+import { runPageHtml } from "./runpage.js";
+import { mountTrajectories } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { run: null, compare: null, metrics: {}, cursor: {}, notes: {}, trajectories: null, trajFile: null, pinnedFile: false };
+const reportEl = document.getElementById("sinkflex-report");
+const REPORT = reportEl ? JSON.parse(reportEl.textContent) : null;
 const key = new window.URLSearchParams(location.search).get("key");
+const state = {
+  run: null, compare: null, view: "run", runs: [],
+  metrics: {}, cursor: {}, notes: {}, drawn: "", pageKey: "",
+  trajRun: null, trajFile: null, pinnedFile: false, trajFiles: [],
+};
 
 async function api(path) {
+  if (REPORT) {
+    const body = REPORT.responses[path.split("?")[0]];
+    if (body === undefined) throw new Error(`this report does not hold ${path.split("?")[0]}`);
+    return body;
+  }
   const res = await fetch(path, key ? { headers: { authorization: `Bearer ${key}` } } : {});
   const body = await res.json().catch(() => ({}));
   if (!res.ok) throw new Error(body.error || res.statusText);
   return body;
 }
+const runPath = (run, what) => `/api/runs/${encodeURIComponent(run)}/${what}`;
+
+// The page's place lives in the hash: #run=NAME&view=curves&compare=OTHER (a bare #NAME names the run).
+function readHash() {
+  const h = decodeURIComponent(location.hash.slice(1));
+  if (!h) return {};
+  if (!h.includes("=")) return { run: h };
+  return Object.fromEntries(new window.URLSearchParams(location.hash.slice(1)));
+}
+function writeHash() {
+  const p = new window.URLSearchParams({ run: state.run || "", view: state.view });
+  if (state.compare) p.set("compare", state.compare);
+  window.history.replaceState(null, "", `${location.pathname}${location.search}#${p}`);
+}
 
 async function loadRuns() {
   const runs = await api("/api/runs");
-  const runSel = $("run-select");
-  const cmpSel = $("compare-select");
-  const current = state.run;
-  runSel.innerHTML = runs.map((r) => `<option value="${escapeHtml(r.name)}">${escapeHtml(r.name)}${r.status ? ` (${escapeHtml(r.status.state)})` : ""}</option>`).join("");
-  cmpSel.innerHTML = `<option value="">(none)</option>` + runs.map((r) => `<option value="${escapeHtml(r.name)}">${escapeHtml(r.name)}</option>`).join("");
-  const fromHash = decodeURIComponent(location.hash.slice(1));
-  state.run = current || (runs.some((r) => r.name === fromHash) ? fromHash : runs[0]?.name ?? null);
-  if (state.run) runSel.value = state.run;
-  if (state.compare) cmpSel.value = state.compare;
+  state.runs = runs;
+  const h = readHash();
+  const has = (n) => runs.some((r) => r.name === n);
+  // The newest run that is not a replay of another (the demo's naive replay starts from the main run's checkpoint).
+  const main = runs.find((r) => !r.replayOf) || runs[0];
+  state.run = state.run && has(state.run) ? state.run : has(h.run) ? h.run : main?.name ?? null;
+  state.compare = has(h.compare) && h.compare !== state.run ? h.compare : state.compare;
+  if (["run", "curves", "trajectories"].includes(h.view)) state.view = h.view;
+  fillRunSelects();
   if (!state.run) $("summary").innerHTML = `<div class="empty">no runs yet in this folder: start one with <code>sinkflex train</code> or <code>sinkflex demo</code></div>`;
+}
+
+function runLabel(r) {
+  return `${r.name}${r.status ? ` (${r.status.state})` : ""}${r.replayOf ? ` · replay of ${r.replayOf}` : ""}`;
+}
+
+function fillRunSelects() {
+  const runs = state.runs;
+  $("run-select").innerHTML = runs.map((r) => `<option value="${escapeHtml(r.name)}">${escapeHtml(runLabel(r))}</option>`).join("");
+  if (state.run) $("run-select").value = state.run;
+  // A run is never compared with itself.
+  if (state.compare === state.run) state.compare = null;
+  $("compare-select").innerHTML = `<option value="">(none)</option>` + runs.filter((r) => r.name !== state.run).map((r) => `<option value="${escapeHtml(r.name)}">${escapeHtml(runLabel(r))}</option>`).join("");
+  $("compare-select").value = state.compare || "";
+  $("compare-select").disabled = runs.length < 2 || !!REPORT;
+  const trajRuns = [state.run, state.compare].filter(Boolean);
+  if (!trajRuns.includes(state.trajRun)) state.trajRun = state.run;
+  $("traj-run").innerHTML = trajRuns.map((r) => `<option>${escapeHtml(r)}</option>`).join("");
+  $("traj-run").value = state.trajRun || "";
 }
 
 // metrics.jsonl is read from where the last poll stopped (a byte offset in that file); a large backlog
 // comes as its tail, and a rewritten file starts over.
 async function pollMetrics(run) {
   const cur = state.cursor[run] || { next: 0, file: "" };
-  const page = await api(`/api/runs/${encodeURIComponent(run)}/metrics?from=${cur.next}&file=${encodeURIComponent(cur.file)}`);
+  if (REPORT && state.cursor[run]) return false;
+  const page = await api(`${runPath(run, "metrics")}?from=${cur.next}&file=${encodeURIComponent(cur.file)}`);
   if (page.reset) { state.metrics[run] = []; state.notes[run] = { skipped: 0, omittedBytes: 0 }; }
   state.metrics[run] = (state.metrics[run] || []).concat(page.records);
   const notes = state.notes[run] || (state.notes[run] = { skipped: 0, omittedBytes: 0 });
   notes.skipped += page.skipped || 0;
   notes.omittedBytes += page.omittedBytes || 0;
   state.cursor[run] = { next: page.next, file: page.file || "" };
+  return page.reset || page.records.length > 0;
 }
 
 function notesHtml(run) {
@@ -51,145 +102,139 @@ function notesHtml(run) {
   return out.length ? ` · <span class="note">${escapeHtml(out.join("; "))}</span>` : "";
 }
 
-function seriesFor(run, path, stage, xKey = "step") {
-  const pts = [];
-  for (const m of state.metrics[run] || []) {
-    if (stage && m.stage !== stage) continue;
-    const v = path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), m);
-    if (typeof v === "number" && typeof m[xKey] === "number") pts.push([m[xKey], v]);
-  }
-  return pts;
+function showView() {
+  for (const v of ["run", "curves", "trajectories"]) $(`view-${v}`).hidden = state.view !== v;
+  for (const b of document.querySelectorAll(".tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === state.view));
+  document.body.dataset.view = state.view;
 }
 
-function drawCharts() {
-  const charts = $("charts");
-  charts.innerHTML = "";
-  const alpha = Number($("smoothing").value);
+function drawCharts(force = false) {
   const runs = [state.run, state.compare].filter(Boolean);
-  const suites = new Set();
-  for (const r of runs) for (const m of state.metrics[r] || []) if (m.reward && typeof m.reward === "object") for (const s of Object.keys(m.reward)) suites.add(s);
-  const series = (key, stage, xKey) => runs.map((r) => ({ label: runs.length > 1 ? r : key, points: seriesFor(r, key, stage, xKey) }));
-  // Per-suite GRPO measures: one chart each, one line per suite (and per run when comparing).
-  const perSuite = (key) => {
-    const out = [];
-    for (const r of runs) for (const s of suites) out.push({ label: runs.length > 1 ? `${r}: ${s}` : s, points: seriesFor(r, key(s), "grpo") });
-    return out;
+  const alpha = Number($("smoothing").value);
+  const set = $("curve-set").value;
+  const stamp = JSON.stringify([runs, runs.map((r) => (state.metrics[r] || []).length), alpha, set]);
+  if (!force && stamp === state.drawn) return;
+  state.drawn = stamp;
+  const ctx = {
+    runs: runs.map((name) => ({ name, records: state.metrics[name] || [], info: phaseInfo(state.metrics[name] || []) })),
+    compare: runs.length > 1,
   };
-  charts.append(lineChart("reward per suite (GRPO)", perSuite((s) => `reward.${s}`), alpha));
-  charts.append(lineChart("model turns per episode (GRPO)", perSuite((s) => `episodes.${s}.turns`), alpha));
-  charts.append(lineChart("episodes cut off by a limit (GRPO)", perSuite((s) => `episodes.${s}.truncated`), alpha));
-  charts.append(lineChart("SFT loss", series("loss", "sft"), alpha));
-  // The SFT loss of the batches of each source (a suite, a data file): each batch comes from one with batchBy "prefix".
-  const sources = new Set();
-  for (const r of runs) for (const m of state.metrics[r] || []) if (m.stage === "sft" && typeof m.source === "string") sources.add(m.source);
-  if (sources.size > 0) {
-    const bySource = [];
-    for (const r of runs) {
-      for (const src of sources) {
-        const points = (state.metrics[r] || []).filter((m) => m.stage === "sft" && m.source === src && typeof m.loss === "number").map((m) => [m.step, m.loss]);
-        bySource.push({ label: runs.length > 1 ? `${r}: ${src}` : src, points });
-      }
+  ctx.suites = [...new Set(ctx.runs.flatMap((r) => suitesOf(r.records)))];
+  const specs = chartSpecs(ctx, alpha).filter((c) => set === "all" || c.key);
+  const charts = $("charts");
+  charts.innerHTML = specs.length ? "" : `<div class="empty">no figures logged yet</div>`;
+  for (const group of GROUPS) {
+    const inGroup = specs.filter((c) => c.group === group);
+    if (!inGroup.length) continue;
+    const box = document.createElement("div");
+    box.className = "chart-group";
+    box.innerHTML = `<h3 class="group-title">${escapeHtml(group)}</h3><div class="charts"></div>`;
+    for (const c of inGroup) {
+      const el = lineChart(c.spec);
+      el.dataset.id = c.id;
+      box.querySelector(".charts").append(el);
     }
-    charts.append(lineChart("SFT loss per source (context phase, then the assistant's tokens)", bySource, alpha));
+    charts.append(box);
   }
-  charts.append(lineChart("GRPO loss", series("loss", "grpo"), alpha));
-  charts.append(lineChart("KL to reference", series("kl", "grpo"), alpha));
-  charts.append(lineChart("clip fraction", series("clipFraction", "grpo"), alpha));
-  charts.append(lineChart("entropy (estimate)", series("entropy", "grpo"), alpha));
-  charts.append(lineChart("tokens per second (x: seconds)", series("tokensPerSec", undefined, "time"), alpha));
-  charts.append(lineChart("staleness (policy versions)", series("staleness", "grpo"), alpha));
+  if (REPORT) {
+    const csv = REPORT.responses[runPath(state.run, "metrics.csv")] || "";
+    $("csv-link").href = `data:text/csv;charset=utf-8,${encodeURIComponent(csv)}`;
+  } else {
+    $("csv-link").href = `${runPath(state.run, "metrics.csv")}${key ? `?key=${encodeURIComponent(key)}` : ""}`;
+  }
+  $("csv-link").setAttribute("download", `${state.run}-metrics.csv`);
 }
 
-async function drawEval() {
-  const ev = await api(`/api/runs/${encodeURIComponent(state.run)}/eval`);
-  const obj = (v) => (v && typeof v === "object" ? v : {});
-  const before = obj(obj(ev.stages)["before-rl"]);
-  const after = obj(obj(ev.stages)["after-rl"]);
-  const suites = [...new Set([...Object.keys(before), ...Object.keys(after)])];
-  if (suites.length === 0) {
-    $("eval-table").innerHTML = `<div class="empty">no evaluation yet</div>`;
-    return;
-  }
-  const num = (v) => Number(v);
-  const pct = (x) => (x == null || typeof x !== "object" ? "–" : `${(100 * num(x.rate)).toFixed(1)}% <small>[${(100 * num(x.ciLow)).toFixed(0)}–${(100 * num(x.ciHigh)).toFixed(0)}]</small>`);
-  const rows = suites.map((s) => {
-    const b = before[s], a = after[s];
-    const d = a && b ? 100 * (num(a.rate) - num(b.rate)) : null;
-    const cls = d == null ? "" : d > 0 ? "up" : d < 0 ? "down" : "";
-    return `<tr><td>${escapeHtml(s)}</td><td>${pct(b)}</td><td>${pct(a)}</td><td class="${cls}">${d == null ? "–" : `${d > 0 ? "+" : ""}${d.toFixed(1)}`}</td><td>${a ? num(a.avgReward).toFixed(3) : "–"}</td><td>${escapeHtml(a ? a.trials : b ? b.trials : "–")}</td></tr>`;
-  });
-  $("eval-table").innerHTML = `<table><thead><tr><th>suite</th><th>before RL</th><th>after RL</th><th>Δ points</th><th>avg reward</th><th>tasks</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+async function drawRunPage() {
+  const run = state.run;
+  const [status, config, ev, checkpoints] = await Promise.all([api(runPath(run, "status")), api(runPath(run, "config")), api(runPath(run, "eval")), api(runPath(run, "checkpoints"))]);
+  const compare = state.compare ? [{ name: state.compare, eval: await api(runPath(state.compare, "eval")) }] : [];
+  const entry = state.runs.find((r) => r.name === run);
+  const records = state.metrics[run] || [];
+  const stamp = JSON.stringify([run, status, checkpoints, ev, compare, records.length]);
+  updateStatusLine(status, config, records);
+  if (stamp === state.pageKey) return;
+  state.pageKey = stamp;
+  $("run-page").innerHTML = runPageHtml({ name: run, status, config, eval: ev, checkpoints, records, replayOf: entry?.replayOf, compare });
+}
+
+function updateStatusLine(status, config, records) {
+  const grpo = records.filter((m) => m.stage === "grpo").reduce((a, m) => Math.max(a, m.step || 0), 0);
+  const planned = config?.grpo?.enabled === false ? 0 : config?.grpo?.steps;
+  const st = status && typeof status === "object" ? status.state : "no status";
+  const where = status?.state === "running" ? `${status.stage} step ${status.step}${status.totalSteps ? `/${status.totalSteps}` : ""}` : planned ? `GRPO ${grpo}/${planned} steps` : "";
+  $("run-status").textContent = [st, where].filter(Boolean).join(" · ");
 }
 
 async function loadTrajectoryFiles() {
-  const files = await api(`/api/runs/${encodeURIComponent(state.run)}/trajectories`);
-  const sel = $("traj-file");
+  const run = state.trajRun || state.run;
+  const files = await api(runPath(run, "trajectories"));
   // Follow the newest step unless the user picked another one.
   const keep = state.trajFile && files.includes(state.trajFile) && state.pinnedFile ? state.trajFile : files[files.length - 1];
-  sel.innerHTML = files.map((f) => `<option>${escapeHtml(f)}</option>`).join("");
+  if (JSON.stringify(files) !== JSON.stringify(state.trajFiles)) {
+    state.trajFiles = files;
+    $("traj-file").innerHTML = files.map((f) => `<option>${escapeHtml(f)}</option>`).join("");
+  }
   if (!keep) {
-    $("viewer").innerHTML = `<div class="empty">no trajectories saved yet</div>`;
+    state.trajFile = null;
+    $("viewer").innerHTML = `<div class="empty">no trajectories saved${REPORT ? " in this report" : " yet"} for ${escapeHtml(run)}</div>`;
     return;
   }
-  sel.value = keep;
+  $("traj-file").value = keep;
   if (keep !== state.trajFile) await loadTrajectories(keep);
 }
 
 async function loadTrajectories(file) {
   state.trajFile = file;
-  const { records } = await api(`/api/runs/${encodeURIComponent(state.run)}/trajectories/${encodeURIComponent(file)}`);
-  state.trajectories = records;
-  const suites = [...new Set(records.map((r) => r.suite))];
-  $("traj-suite").innerHTML = suites.map((s) => `<option>${escapeHtml(s)}</option>`).join("");
-  fillTasks();
-}
-
-function fillTasks() {
-  const suite = $("traj-suite").value;
-  const groups = [...new Set((state.trajectories || []).filter((r) => r.suite === suite).map((r) => r.group))];
-  $("traj-task").innerHTML = groups
-    .map((g) => {
-      const r = state.trajectories.find((x) => x.suite === suite && x.group === g);
-      return `<option value="${escapeHtml(g)}">group ${escapeHtml(g)} · task ${escapeHtml(r.taskIndex)}</option>`;
-    })
-    .join("");
-  showGroup();
-}
-
-function showGroup() {
-  const suite = $("traj-suite").value;
-  const group = Number($("traj-task").value);
-  renderGroup($("viewer"), (state.trajectories || []).filter((r) => r.suite === suite && r.group === group));
+  const { records, skipped } = await api(`${runPath(state.trajRun || state.run, "trajectories")}/${encodeURIComponent(file)}`);
+  mountTrajectories($("viewer"), records);
+  if (skipped) $("viewer").insertAdjacentHTML("afterbegin", `<div class="note">${skipped} line(s) of ${escapeHtml(file)} skipped (not a JSON object)</div>`);
 }
 
 async function refresh() {
   if (!state.run) return;
   try {
-    await Promise.all([state.run, state.compare].filter(Boolean).map(pollMetrics));
-    const status = await api(`/api/runs/${encodeURIComponent(state.run)}/status`);
-    $("run-status").textContent = status && typeof status === "object" ? `${status.state} · ${status.stage} step ${status.step}/${status.totalSteps}` : "";
+    const changed = (await Promise.all([state.run, state.compare].filter(Boolean).map(pollMetrics))).some(Boolean);
     const last = (state.metrics[state.run] || []).slice(-1)[0];
-    $("summary").innerHTML = last ? `<b>${escapeHtml(state.run)}</b> · last record: stage ${escapeHtml(last.stage)}, step ${escapeHtml(last.step)}, ${Math.round(Number(last.time) || 0)} s${notesHtml(state.run)}` : `<b>${escapeHtml(state.run)}</b>${notesHtml(state.run)}`;
-    drawCharts();
-    await drawEval();
+    $("summary").innerHTML = `<b>${escapeHtml(state.run)}</b>${state.compare ? ` compared with <b>${escapeHtml(state.compare)}</b>` : ""}${last ? ` · last record: ${escapeHtml(last.stage)} step ${escapeHtml(last.step)}` : " · no metrics yet"}${REPORT ? ` · static report made ${escapeHtml(new Date(REPORT.madeAt).toLocaleString())}` : ""}${notesHtml(state.run)}`;
+    // Every view is kept current (hidden ones too), so switching views shows data at once.
+    if (changed || !state.drawn) drawCharts();
+    await drawRunPage();
     await loadTrajectoryFiles();
   } catch (err) {
     $("run-status").textContent = `error: ${err.message}`;
   }
 }
 
-$("run-select").addEventListener("change", (e) => { state.run = e.target.value; state.trajFile = null; state.pinnedFile = false; location.hash = state.run; refresh(); });
-$("compare-select").addEventListener("change", (e) => { state.compare = e.target.value || null; refresh(); });
-$("smoothing").addEventListener("input", drawCharts);
+function reset() {
+  state.drawn = "";
+  state.pageKey = "";
+  state.trajFile = null;
+  state.trajFiles = [];
+  state.pinnedFile = false;
+}
+
+$("run-select").addEventListener("change", (e) => { state.run = e.target.value; state.trajRun = state.run; reset(); fillRunSelects(); writeHash(); refresh(); });
+$("compare-select").addEventListener("change", (e) => { state.compare = e.target.value || null; reset(); fillRunSelects(); writeHash(); refresh(); });
+$("smoothing").addEventListener("input", () => drawCharts());
+$("curve-set").addEventListener("change", () => drawCharts());
+$("traj-run").addEventListener("change", (e) => { state.trajRun = e.target.value; state.trajFile = null; state.trajFiles = []; state.pinnedFile = false; loadTrajectoryFiles(); });
 $("traj-file").addEventListener("change", (e) => { state.pinnedFile = true; loadTrajectories(e.target.value); });
-$("traj-suite").addEventListener("change", fillTasks);
-$("traj-task").addEventListener("change", showGroup);
+for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => { state.view = b.dataset.view; showView(); writeHash(); });
+
+window.addEventListener("hashchange", () => {
+  const h = readHash();
+  if (["run", "curves", "trajectories"].includes(h.view) && h.view !== state.view) { state.view = h.view; showView(); }
+  if (h.run && h.run !== state.run && state.runs.some((r) => r.name === h.run)) { state.run = h.run; state.trajRun = h.run; reset(); fillRunSelects(); refresh(); }
+});
 
 try {
   await loadRuns();
+  showView();
   await refresh();
+  if (state.run) writeHash();
 } catch (err) {
   $("summary").innerHTML = `<div class="empty">${escapeHtml(err.message)}</div>`;
 }
 document.body.dataset.ready = "1";
-setInterval(refresh, 2000);
+if (!REPORT) setInterval(refresh, 2000);
