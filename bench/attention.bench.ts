@@ -19,10 +19,15 @@
  *             (the probed sink pinned): once with W = seq/4 inside the training length, once with
  *             W = seq on sequences of 4 x the training length
  *   decode    decode time per token and KV-cache bytes vs context length (1K..32K) on the trained
- *             model's shape: full attention (the engine's session) vs K sinks + window (the evicting
- *             session)
+ *             model's shape: one engine session with full attention vs one under K sinks + window
+ *             (which evicts the KV blocks no later query keeps)
+ *   session   the same at 1K, 8K and 32K on a random model with Qwen2.5-0.5B's attention layout (14
+ *             heads, 2 kv heads x 64) but 2 layers and a narrow MLP and vocabulary (0.5B's 24 layers
+ *             and 32K-token full-attention prefills do not fit a few CPU minutes); JSON keys
+ *             session.rows[i].{context, fullMsPerToken, fullKvBytes, sinkMsPerToken, sinkKvBytes,
+ *             fullKvBytesAt05B, sinkKvBytesAt05B}
  *
- * Usage: npm run bench:attention -- [--checkpoint DIR] [--steps N] [--quick] [--only train,decode] [--json FILE]
+ * Usage: npm run bench:attention -- [--checkpoint DIR] [--steps N] [--quick] [--only train,decode,session] [--json FILE]
  *        (--quick: a tiny model and a short run to check the benchmark itself; its figures mean little)
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -34,7 +39,7 @@ import type { ModelConfig } from "../src/model/config.js";
 import { Rng } from "../src/core/index.js";
 import { TrainWorkspace, type Model } from "../src/model/transformer.js";
 import {
-  attentionMass, formatProfile, MaskedSession, probeSinks, rewriteForSinks, sequenceLogits, type SinkProfile,
+  attentionMass, formatProfile, probeSinks, rewriteForSinks, sequenceLogits, type SinkProfile,
 } from "../src/attention/index.js";
 
 // ------------------------------------------------------------------------------------------ options
@@ -69,13 +74,13 @@ const HELP = `npm run bench:attention -- [options]
   --triggers N         trigger tokens, offsets 1..N (default 6)
   --eval N             held-out sequences per evaluation (default 16)
   --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
-  --only LIST          sections: train (train, probe, ppl, kl), decode (default: both)
+  --only LIST          sections: train (train, probe, ppl, kl), decode, session (default: all three)
   --json FILE          write every figure as JSON
   --quick              a tiny model and a short run (checks the benchmark itself)`;
 
 function parseArgs(argv: string[]): Options {
   const o: Options = {
-    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode"]), json: null, sinkAt: 3, lr: 5e-3,
+    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode", "session"]), json: null, sinkAt: 3, lr: 5e-3,
     weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.08, triggers: 6,
   };
   let stepsGiven = false;
@@ -378,6 +383,53 @@ function medianMs(n: number, step: (i: number) => unknown): number {
   return times[Math.floor(n / 2)]!;
 }
 
+interface SessionRow {
+  context: number;
+  fullMsPerToken: number;
+  fullKvBytes: number;
+  fullHeldRows: number;
+  sinkMsPerToken: number;
+  sinkKvBytes: number;
+  sinkHeldRows: number;
+}
+
+/**
+ * One engine session per context length n and mask: prefill n tokens, then the median time of a decode
+ * step and the KV bytes the session holds (its blocks; the sink-window engine evicts what no later query
+ * keeps). Full attention and K sinks + window run the same weights.
+ */
+function sessionCurve(cfg: ModelConfig, K: number, W: number, lengths: number[], decodeTokens: number, weights: Float32Array | null): SessionRow[] {
+  const rng = new Rng(3, "xoshiro128**");
+  const rows: SessionRow[] = [];
+  for (const n of lengths) {
+    const prompt = Array.from({ length: n }, () => 4 + (rng.nextU32() % (cfg.vocabSize - 4)));
+    const measure = (attention: { window: number; sinks: number }) => {
+      const engine = createRandomModel(cfg, 5, { kernels: getKernels(), attention });
+      if (weights) engine.weights.data.set(weights);
+      const s = engine.sessionSync(prompt);
+      const ms = medianMs(decodeTokens, (i) => engine.sampleBatchSync([s], [{ maxTokens: 1, seed: i, temperature: 1 }]));
+      const out = { ms, bytes: s.kvBytes, rows: s.heldBlocks * engine.pool.blockSize };
+      engine.dispose();
+      return out;
+    };
+    const full = measure({ window: 0, sinks: 0 });
+    const sink = measure({ window: W, sinks: K });
+    rows.push({
+      context: n, fullMsPerToken: full.ms, fullKvBytes: full.bytes, fullHeldRows: full.rows,
+      sinkMsPerToken: sink.ms, sinkKvBytes: sink.bytes, sinkHeldRows: sink.rows,
+    });
+    process.stderr.write(`  session at ${n}: full ${full.ms.toFixed(2)} ms/token, sinks+window ${sink.ms.toFixed(2)} ms/token\n`);
+  }
+  return rows;
+}
+
+function sessionTable(title: string, rows: SessionRow[]): void {
+  table(title, [
+    ["context", "full ms/token (median)", "full KV bytes held", "full rows held", "K+W ms/token (median)", "K+W KV bytes held", "K+W rows held"],
+    ...rows.map((r) => [r.context, r.fullMsPerToken, r.fullKvBytes, r.fullHeldRows, r.sinkMsPerToken, r.sinkKvBytes, r.sinkHeldRows]),
+  ]);
+}
+
 /** Decode time and KV bytes vs context, on the trained model (or a random one of its shape). */
 function decodeSection(o: Options, engineModel: Model | null) {
   const cfg = benchConfig(o.quick);
@@ -385,31 +437,44 @@ function decodeSection(o: Options, engineModel: Model | null) {
   const W = o.seq;
   const lengths = o.quick ? [1024, 2048] : [1024, 2048, 4096, 8192, 16384, 32768];
   const decodeTokens = o.quick ? 8 : 32;
-  const rng = new Rng(3, "xoshiro128**");
-  const rows: { context: number; fullMsPerToken: number; fullKvBytes: number; sinkMsPerToken: number; sinkKvBytes: number; sinkEntries: number }[] = [];
   const weightsFrom = engineModel ? "the trained model" : "a random model of the trained shape";
-  for (const n of lengths) {
-    const prompt = Array.from({ length: n }, () => 4 + (rng.nextU32() % (cfg.vocabSize - 4)));
-    // full attention: the engine's own session (append-only paged cache)
-    const engine = createRandomModel(cfg, 5, { kernels: getKernels() });
-    if (engineModel) engine.weights.data.set(engineModel.params.data);
-    const s = engine.sessionSync([]);
-    for (let i = 0; i < n; i += 2048) s.appendSync(prompt.slice(i, i + 2048));
-    const fullMs = medianMs(decodeTokens, (i) => engine.sampleBatchSync([s], [{ maxTokens: 1, seed: i, temperature: 1 }]));
-    const fullBytes = engine.pool.usedBlocks * engine.pool.blockSize * cfg.numKvHeads * cfg.headDim * 4 * 2 * cfg.numLayers;
-    // K sinks + window: the evicting session
-    const ms = new MaskedSession(engine.model, { sinks: K, window: W }, { maxChunk: 256 });
-    ms.append(prompt);
-    const sinkMs = medianMs(decodeTokens, (i) => ms.sample({ maxTokens: 1, seed: i }));
-    engine.dispose();
-    rows.push({ context: n, fullMsPerToken: fullMs, fullKvBytes: fullBytes, sinkMsPerToken: sinkMs, sinkKvBytes: ms.kvBytes, sinkEntries: ms.cachedCount });
-    process.stderr.write(`  decode at ${n}: full ${fullMs.toFixed(2)} ms/token, sinks+window ${sinkMs.toFixed(2)} ms/token\n`);
-  }
-  table(`decode: ms per token and KV-cache bytes vs context (K = ${K}, W = ${W}; ${weightsFrom}: ${cfg.numLayers} layers, ${cfg.numKvHeads} kv heads x ${cfg.headDim})`, [
-    ["context", "full ms/token (median)", "full KV bytes", "K+W ms/token (median)", "K+W KV bytes (allocated)", "K+W cached entries"],
-    ...rows.map((r) => [r.context, r.fullMsPerToken, r.fullKvBytes, r.sinkMsPerToken, r.sinkKvBytes, r.sinkEntries]),
-  ]);
+  const rows = sessionCurve(cfg, K, W, lengths, decodeTokens, engineModel ? engineModel.params.data : null);
+  sessionTable(`decode: ms per token and KV-cache bytes vs context, one engine session (K = ${K}, W = ${W}; ${weightsFrom}: ${cfg.numLayers} layers, ${cfg.numKvHeads} kv heads x ${cfg.headDim})`, rows);
   return { K, W, decodeTokens, weights: weightsFrom, rows };
+}
+
+/**
+ * A random model with Qwen2.5-0.5B's attention layout (14 query heads, 2 kv heads of 64, GQA 7:1, hidden
+ * 896) but 2 layers instead of 24 and a narrow MLP and vocabulary, so that prefilling 32K tokens with full
+ * attention fits the section's few minutes on a CPU. KV bytes per token scale with layers: the 0.5B figure
+ * is the measured one x 12 (the rows held do not depend on the shape).
+ */
+function qwenSmallConfig(quick: boolean): ModelConfig {
+  return {
+    arch: "qwen2", hiddenSize: 896, numLayers: quick ? 1 : 2, numHeads: 14, numKvHeads: 2, headDim: 64,
+    intermediateSize: quick ? 256 : 1024, vocabSize: 1024, rmsNormEps: 1e-6, ropeTheta: 1000000, ropeScaling: { type: "none" },
+    maxPositionEmbeddings: 65536, tieWordEmbeddings: true, qkvBias: true,
+  };
+}
+
+/** One engine session at 1K, 8K and 32K tokens of context: full attention vs the sink-window mask. */
+function sessionSection(o: Options) {
+  const cfg = qwenSmallConfig(o.quick);
+  const K = 4;
+  const W = 1024;
+  const lengths = o.quick ? [1024, 4096] : [1024, 8192, 32768];
+  const decodeTokens = o.quick ? 4 : 16;
+  const rows = sessionCurve(cfg, K, W, lengths, decodeTokens, null);
+  const layersOf05B = 24;
+  sessionTable(`session: one engine session, full attention vs K = ${K} sinks + W = ${W} (random model, Qwen2.5-0.5B attention layout: 14 heads, 2 kv heads x 64, hidden 896; ${cfg.numLayers} layers, MLP ${cfg.intermediateSize}, vocab ${cfg.vocabSize}; KV bytes at 24 layers = x ${layersOf05B / cfg.numLayers})`, rows);
+  return {
+    shape: cfg, K, W, decodeTokens, kvBytesScaleTo05B: layersOf05B / cfg.numLayers,
+    rows: rows.map((r) => ({
+      ...r,
+      fullKvBytesAt05B: (r.fullKvBytes * layersOf05B) / cfg.numLayers,
+      sinkKvBytesAt05B: (r.sinkKvBytes * layersOf05B) / cfg.numLayers,
+    })),
+  };
 }
 
 // ------------------------------------------------------------------------------------------ sections
@@ -535,6 +600,7 @@ async function main(): Promise<void> {
     }
     out.decode = decodeSection(o, trained);
   }
+  if (o.only.has("session")) out.session = sessionSection(o);
   if (o.json) writeFileSync(o.json, `${JSON.stringify(out, null, 2)}\n`);
 }
 
