@@ -11,14 +11,8 @@ import type { ModelConfig } from "./config.js";
 import { familyOf } from "./families/index.js";
 import { Rng } from "../core/index.js";
 
-export interface ParamEntry {
-  /** The Hugging Face tensor name, e.g. "model.layers.0.self_attn.q_proj.weight". */
-  name: string;
-  shape: number[];
-  offset: number;
-  size: number;
-  kind: "embedding" | "linear" | "bias" | "norm" | "sink";
-}
+export type { ParamEntry } from "./config-types.js";
+import type { ParamEntry } from "./config-types.js";
 
 export interface LayerParams {
   /** [C] */ inputNorm: Float32Array;

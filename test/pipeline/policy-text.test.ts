@@ -18,7 +18,7 @@ const messages = (x: string): ChatMessage[] => [
 
 describe("the pipeline's templates and special tokens", () => {
   it("createPolicy's template and the data workers' copy of it encode special-token text as ordinary tokens", () => {
-    const policy = createPolicy({ hiddenSize: 16, layers: 1, heads: 2, kvHeads: 1, intermediateSize: 32 }, [{ messages: messages("hello"), tools: [] }], 0);
+    const policy = createPolicy({ family: "qwen2", hiddenSize: 16, layers: 1, heads: 2, kvHeads: 1, intermediateSize: 32, maxPositions: 512 }, [{ messages: messages("hello"), tools: [] }], 0);
     const worker = policyTextFromSpec(policyTextSpec(policy));
     for (const text of [policy, worker]) {
       const specials = (ids: number[]) => ids.filter((id) => text.tokenizer.specialIds.has(id)).length;

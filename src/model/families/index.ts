@@ -6,7 +6,7 @@
  *
  * This file is a lookup only; each family's declaration is in its own file, the contract in types.ts.
  */
-import { ModelConfigError, type ModelArch } from "../config.js";
+import { ModelConfigError, type ModelArch } from "../config-types.js";
 import { llamaFamily } from "./llama.js";
 import { phi3Family } from "./phi3.js";
 import { qwen2Family } from "./qwen2.js";

@@ -4,7 +4,7 @@
  *
  * This file declares the family; the decoder math is ../transformer.ts.
  */
-import type { ModelConfig } from "../config.js";
+import type { ModelConfig } from "../config-types.js";
 import { COMMON_FIELDS, identity, sameTensors } from "./shared.js";
 import type { ModelFamily } from "./types.js";
 

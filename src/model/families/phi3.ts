@@ -12,8 +12,8 @@
  *
  * This file declares the family; the decoder math is ../transformer.ts.
  */
-import { ModelConfigError, type ModelConfig } from "../config.js";
-import type { ParamEntry } from "../params.js";
+import { ModelConfigError, type ModelConfig } from "../config-types.js";
+import type { ParamEntry } from "../config-types.js";
 import type { NamedTensor, TensorMap } from "../safetensors.js";
 import { COMMON_FIELDS, optionalPosInt } from "./shared.js";
 import type { ModelFamily, StoredTensor } from "./types.js";

@@ -4,8 +4,8 @@
  *
  * This file holds no family; see the sibling files.
  */
-import type { ModelConfig } from "../config.js";
-import type { ParamEntry } from "../params.js";
+import type { ModelConfig } from "../config-types.js";
+import type { ParamEntry } from "../config-types.js";
 import type { TensorMap } from "../safetensors.js";
 import type { StoredTensor } from "./types.js";
 

@@ -6,8 +6,8 @@
  * This file declares types only. The families are in the sibling files, the registry in index.ts; the
  * generic config.json fields are read by ../config.ts and the engine layout is ../params.ts.
  */
-import type { ModelArch, ModelConfig, RopeScaling } from "../config.js";
-import type { ParamEntry } from "../params.js";
+import type { ModelArch, ModelConfig, RopeScaling } from "../config-types.js";
+import type { ParamEntry } from "../config-types.js";
 import type { TensorMap } from "../safetensors.js";
 
 /** The chat-template and tool-call convention of a family's instruct models. */
