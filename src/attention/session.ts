@@ -15,8 +15,11 @@
  * window W, so the kernels' entry distances are position distances. A prefill is cut into chunks so that
  * no sink slot or pinned key leaves the window inside a chunk.
  *
- * This is not the engine's session (no forks, no batching across sessions) and not a scorer: it samples
- * and reports log-probs, like a rollout does.
+ * For the sink-window mask itself use the engine's sessions: under a window they evict the same keys from
+ * the engine's paged cache (src/engine/kv-cache.ts), with forks, batched decoding and serving. This
+ * session exists only for what engine sessions do not take: pinned keys and document boundaries inside
+ * one session. It is not the engine's session (no forks, no batching across sessions) and not a scorer:
+ * it samples and reports log-probs, like a rollout does.
  */
 import { resolveSampleParams, Sampler } from "../engine/sampler.js";
 import type { SampleParams, SampleResult } from "../engine/types.js";

@@ -1,7 +1,8 @@
 // Rollout and trainer agree under the canonical mask: tokens sampled under K sink slots + a window W
 // (+ pinned keys, + a second document) have sampling log-probs equal to the engine's teacher-forced
-// log-probs under the same mask description, within 1e-5, on every kernel set. The masked session's cache
-// holds exactly the keys the mask keeps for the last query, so it stays within K + pinned + W entries.
+// log-probs under the same mask description, within 1e-5, on every kernel set. Engine sessions under a
+// window hold K + W rows; the masked session (pinned keys, documents) holds exactly the keys the mask
+// keeps for the last query, so it stays within K + pinned + W entries.
 import { describe, expect, it } from "vitest";
 import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
 import { loadNativeKernels, referenceKernels, type Kernels } from "../../src/kernels/index.js";
@@ -66,19 +67,18 @@ describe.each(kernelSets.map((k) => [k.name, k] as const))("masked sessions on %
     expect(maxDiff(r2.logprobs, lp, tokens.length + doc2.length)).toBeLessThan(1e-5);
   });
 
-  it("the window matters and a window of 0 is full attention", async () => {
-    const engine = createRandomModel(tinyConfig(), 13, { kernels: k, std: 0.2 });
+  it("engine sessions: the window matters, a window of 0 is full attention, and the window's session holds K + W rows", async () => {
+    const full = createRandomModel(tinyConfig(), 13, { kernels: k, std: 0.2, blockSize: 1 });
     const prompt = randomTokens(4, 40, V);
-    const full = new MaskedSession(engine.model, { sinks: 0, window: 0 }, { maxChunk: 7 });
-    full.append(prompt);
-    const r = full.sample({ maxTokens: 5, seed: 1 });
-    const [lp] = await engine.logprobs([[...prompt, ...r.tokens]]);
+    const fs = full.sessionSync(prompt);
+    const r = await fs.sample({ maxTokens: 5, seed: 1 });
+    const [lp] = await full.logprobs([[...prompt, ...r.tokens]]);
     expect(maxDiff(r.logprobs, lp!, prompt.length)).toBeLessThan(1e-5);
-    expect(full.cachedCount).toBe(44);
-    const windowed = new MaskedSession(engine.model, { sinks: 1, window: 4 }, { maxChunk: 7 });
-    windowed.append(prompt);
-    const w = windowed.sample({ maxTokens: 5, seed: 1 });
-    expect(windowed.cachedCount).toBe(5);
+    expect(fs.heldBlocks).toBe(44); // every computed key (the last sampled token is not computed yet)
+    const windowed = createRandomModel(tinyConfig(), 13, { kernels: k, std: 0.2, blockSize: 1, attention: { sinks: 1, window: 4 } });
+    const ws = windowed.sessionSync(prompt);
+    const w = await ws.sample({ maxTokens: 5, seed: 1 });
+    expect(ws.heldBlocks).toBe(5); // the sink slot and the 4 keys the next query reads
     expect(Math.abs(w.logprobs[0]! - r.logprobs[0]!)).toBeGreaterThan(1e-4);
   });
 });
