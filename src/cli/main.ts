@@ -4,6 +4,9 @@
  * Each command group lives in its own file under `commands/` and adds itself to the program here.
  * Errors a user can fix are printed as one clear line (with what to do next) and exit code 1 or 2;
  * they never print a stack trace unless SINKFLEX_DEBUG=1.
+ *
+ * `--import <module>` (repeatable, before or after the command) is global: the user's modules, which
+ * register their own envs, are imported before any command runs (pipeline/user-modules.ts).
  */
 import { Command, CommanderError } from "commander";
 import { registerDashboardCommands } from "./commands/dashboard.js";
@@ -13,8 +16,10 @@ import { registerEnvsCommands } from "./commands/envs.js";
 import { registerEnvsPlayCommand } from "./commands/envs-play.js";
 import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
 import { registerServeCommands } from "./commands/serve.js";
+import { registerGatewayCommands } from "./commands/gateway.js";
 import { registerSinksCommands } from "./commands/sinks.js";
 import { UsageError } from "./usage-error.js";
+import { importModules, ModuleLoadError } from "../pipeline/user-modules.js";
 
 export { UsageError };
 
@@ -22,7 +27,16 @@ export function buildProgram(): Command {
   const program = new Command("sinkflex")
     .description("Reinforcement learning for tool-using LLM agents on long multi-step tasks.")
     .version("0.1.0")
-    .showHelpAfterError("(run with --help for usage)");
+    .showHelpAfterError("(run with --help for usage)")
+    .option("--import <module>", "a module (./my-env.ts, ./my-env.js or a package) that registers your own envs, imported before the command runs; repeat for several", (m: string, all: string[]) => [...all, m], [] as string[])
+    .hook("preAction", async (root) => {
+      try {
+        await importModules(root.opts<{ import: string[] }>().import, process.cwd());
+      } catch (err) {
+        if (err instanceof ModuleLoadError) throw new UsageError(`--import: ${err.message}`);
+        throw err;
+      }
+    });
   // Command groups register here.
   registerDemoCommands(program);
   registerTrainCommands(program);
@@ -31,6 +45,7 @@ export function buildProgram(): Command {
   registerEnvsReplayCommands(program);
   registerEnvsPlayCommand(program);
   registerServeCommands(program);
+  registerGatewayCommands(program);
   registerSinksCommands(program);
   return program;
 }

@@ -1,0 +1,128 @@
+/**
+ * `sinkflex gateway <checkpoint> --port P`: serves a checkpoint through the recording gateway, so that
+ * an agent written against the OpenAI API runs unchanged against `POST /sessions`' baseURL while every
+ * call is recorded as a token-exact trajectory (docs/gateway.md).
+ *
+ * It loads the weights into the embedded engine and the tokenizer, chat template and trimmed vocabulary
+ * from the same folder, with the same checks as `sinkflex serve`. `openGateway` does the same for tests.
+ * The HTTP side and the assembly are src/gateway.
+ */
+import { existsSync } from "node:fs";
+import { basename, resolve } from "node:path";
+import type { Command } from "commander";
+import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
+import { GatewayServer, type GatewayOptions } from "../../gateway/index.js";
+import { ChatTemplate } from "../../model/chat-template.js";
+import { Tokenizer } from "../../model/tokenizer.js";
+import { tokenCodec, TrimmedVocab } from "../../model/vocab.js";
+import { checkExposure } from "../../serve/index.js";
+import { UsageError } from "../usage-error.js";
+
+export interface OpenGatewayOptions extends Partial<Omit<GatewayOptions, "sampler" | "codec" | "template">> {
+  port?: number;
+  host?: string;
+}
+
+function exposure(host: string, apiKey: string | undefined, insecure: boolean | undefined): string | undefined {
+  try {
+    return checkExposure(host, apiKey, insecure);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+/** Loads a checkpoint folder and starts the gateway; returns it, its origin (http://HOST:PORT), the engine and a closer. */
+export async function openGateway(checkpoint: string, opts: OpenGatewayOptions = {}): Promise<{ gateway: GatewayServer; url: string; engine: EmbeddedEngine; close: () => Promise<void> }> {
+  const dir = resolve(checkpoint);
+  const host = opts.host ?? "127.0.0.1";
+  exposure(host, opts.apiKey, opts.insecure);
+  if (!existsSync(dir)) throw new UsageError(`no checkpoint folder at ${dir}; pass a folder with config.json, safetensors and tokenizer files`);
+  if (!existsSync(resolve(dir, "tokenizer.json"))) {
+    throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
+  }
+  const engine = loadEngine(dir);
+  const positions = engine.config.maxPositionEmbeddings;
+  const maxContextTokens = opts.maxContextTokens ?? positions;
+  const tokenizer = Tokenizer.fromDir(dir);
+  const vocab = TrimmedVocab.load(dir);
+  const codec = tokenCodec(tokenizer, vocab);
+  if (maxContextTokens > positions) {
+    engine.dispose();
+    throw new UsageError(`--max-context ${maxContextTokens} is more than the model's ${positions} positions (max_position_embeddings in ${dir}/config.json); pass --max-context ${positions} or less, or leave it out`);
+  }
+  if (codec.size > engine.config.vocabSize) {
+    engine.dispose();
+    throw new UsageError(`the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`);
+  }
+  engine.usableTokens = codec.size;
+  const gateway = new GatewayServer({ sampler: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
+  let url: string;
+  try {
+    url = await gateway.listen(opts.port ?? 0, host);
+  } catch (err) {
+    engine.dispose();
+    throw err;
+  }
+  return {
+    gateway,
+    url,
+    engine,
+    close: async () => {
+      await gateway.close();
+      engine.dispose();
+    },
+  };
+}
+
+function intAtLeast(name: string, min: number) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) throw new UsageError(`${name} must be an integer of at least ${min}, got "${v}"`);
+    return n;
+  };
+}
+
+export function registerGatewayCommands(program: Command): void {
+  program
+    .command("gateway")
+    .description("Serve a checkpoint as a recording OpenAI-compatible gateway: POST /sessions gives an agent a baseURL; every call is recorded as a token-exact trajectory.")
+    .argument("<checkpoint>", "checkpoint folder (config.json, safetensors, tokenizer.json, tokenizer_config.json)")
+    .option("--port <port>", "TCP port (0 picks a free one)", intAtLeast("--port", 0), 8100)
+    .option("--host <host>", "address to listen on; beyond loopback (127.0.0.0/8, ::1, localhost) an API key is required unless --insecure", "127.0.0.1")
+    .option("--model-name <name>", "model id /v1/models lists (default: the folder name); requests may name any model")
+    .option("--api-key <key>", "require Authorization: Bearer <key> on every route (default: $SINKFLEX_API_KEY, else no key)")
+    .option("--insecure", "serve beyond loopback without an API key (anyone who reaches the address can use the model)", false)
+    .option("--max-sessions <n>", "open sessions at once; more are refused with 429 until some are deleted", intAtLeast("--max-sessions", 1), 256)
+    .option("--max-calls <n>", "chat calls recorded per session", intAtLeast("--max-calls", 1), 512)
+    .option("--max-tokens <n>", "largest max_tokens a call may ask for", intAtLeast("--max-tokens", 1), 4096)
+    .option("--max-context <n>", "largest prompt + completion per call in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
+    .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
+    .action(
+      async (
+        checkpoint: string,
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxSessions: number; maxCalls: number; maxTokens: number; maxContext?: number; maxBody?: number },
+      ) => {
+        const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
+        const warning = exposure(o.host, apiKey, o.insecure);
+        if (warning) console.error(`sinkflex gateway: ${warning}`);
+        const { url, close } = await openGateway(checkpoint, {
+          port: o.port,
+          host: o.host,
+          modelName: o.modelName,
+          apiKey,
+          insecure: o.insecure,
+          maxSessions: o.maxSessions,
+          maxCallsPerSession: o.maxCalls,
+          maxTokens: o.maxTokens,
+          maxContextTokens: o.maxContext,
+          maxBodyBytes: o.maxBody,
+        });
+        console.log(`sinkflex gateway: ${checkpoint} at ${url} (POST ${url}/sessions opens a session and returns its baseURL). Ctrl-C stops.`);
+        await new Promise<void>((r) => {
+          process.once("SIGINT", r);
+          process.once("SIGTERM", r);
+        });
+        await close();
+      },
+    );
+}

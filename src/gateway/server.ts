@@ -1,0 +1,328 @@
+/**
+ * The recording gateway's HTTP server: per-session OpenAI-compatible endpoints over any engine, so
+ * that an agent written against the OpenAI API runs unchanged while every call it makes is recorded as
+ * a token-exact trajectory (the recorder, recorder.ts, does the assembly).
+ *
+ *   POST   /sessions                             {task?, metadata?} -> {id, baseURL}
+ *   POST   /sessions/<id>/v1/chat/completions    the OpenAI chat API (tools, n, stream, logprobs, stop)
+ *   GET    /sessions/<id>/v1/models
+ *   POST   /sessions/<id>/reward                 {reward, info?}
+ *   GET    /sessions/<id>/trajectory             the recorded calls and the assembled trajectory
+ *   DELETE /sessions/<id>
+ *
+ * Requests are checked with the checkpoint server's validation and answered with the OpenAI error
+ * shape (src/serve); limits bound sessions, calls per session, body size and tokens per call. Beyond
+ * loopback it needs an API key unless told `insecure`. It does not load checkpoints (the CLI does) and
+ * does not train.
+ */
+import { randomBytes } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { BatchDecoder, toolParserForTemplate, trajectoryToJSON, type PolicySampler, type ToolCallParser } from "../rollout/index.js";
+import type { ChatTemplate } from "../model/chat-template.js";
+import type { TokenCodec } from "../model/vocab.js";
+import {
+  ApiError, bearerAuthorized, checkExposure, ClientGone, defaultMaxBodyBytes, endStream, isObject, maxBytesPerToken, now, num, readBody, sendError,
+  sendJson, startStream, toChatMessages, toToolSpecs, usage, writeEvent, type Json,
+} from "../serve/index.js";
+import { SessionRecorder, type CallRecord, type CallRequest } from "./recorder.js";
+
+export interface GatewayOptions {
+  sampler: PolicySampler;
+  codec: TokenCodec;
+  template: ChatTemplate;
+  /** The model id `/v1/models` lists; requests may name any model (recorded, not checked). */
+  modelName: string;
+  /** Prompt plus completion limit in tokens per call. */
+  maxContextTokens: number;
+  /** When set, every request needs `Authorization: Bearer <apiKey>`. */
+  apiKey?: string;
+  /** Listen beyond loopback without an API key. */
+  insecure?: boolean;
+  /** Open sessions at once. Default 256. */
+  maxSessions?: number;
+  /** Calls recorded per session. Default 512. */
+  maxCallsPerSession?: number;
+  /** Request body limit in bytes. Default as `sinkflex serve`'s for the context. */
+  maxBodyBytes?: number;
+  /** Largest `max_tokens`. Default 4096. */
+  maxTokens?: number;
+  /** Largest `n`. Default 8. */
+  maxChoices?: number;
+  parser?: ToolCallParser;
+  templateVars?: Record<string, unknown>;
+}
+
+interface GatewaySession {
+  recorder: SessionRecorder;
+  task: unknown;
+  metadata: Json;
+  createdAt: number;
+}
+
+const SESSION_ROUTE = /^\/sessions\/([A-Za-z0-9_-]{1,64})(\/.*)?$/;
+
+export class GatewayServer {
+  private server: Server | undefined;
+  private readonly decoder: BatchDecoder;
+  private readonly parser: ToolCallParser;
+  private readonly sessions = new Map<string, GatewaySession>();
+  private readonly created = now();
+  private origin = "";
+  private counter = 0;
+  private bytesPerToken: number | undefined;
+
+  constructor(readonly options: GatewayOptions) {
+    if (!Number.isInteger(options.maxContextTokens) || options.maxContextTokens < 1) {
+      throw new RangeError(`maxContextTokens must be a positive integer (at most the model's positions), got ${options.maxContextTokens}`);
+    }
+    this.decoder = new BatchDecoder(options.sampler);
+    this.parser = options.parser ?? toolParserForTemplate(options.template.source);
+  }
+
+  /** Sessions open now. */
+  get sessionCount(): number {
+    return this.sessions.size;
+  }
+
+  /** Listens on `host` (default 127.0.0.1; port 0 picks one); returns the gateway's origin, http://HOST:PORT. */
+  async listen(port = 0, host = "127.0.0.1"): Promise<string> {
+    checkExposure(host, this.options.apiKey, this.options.insecure);
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once("error", reject);
+      this.server!.listen(port, host, () => resolve());
+    });
+    const addr = this.server.address() as AddressInfo;
+    this.origin = `http://${host.includes(":") ? `[${host}]` : host}:${addr.port}`;
+    return this.origin;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sessions.values()) s.recorder.close();
+    this.sessions.clear();
+    const s = this.server;
+    this.server = undefined;
+    if (!s) return;
+    s.closeAllConnections?.();
+    await new Promise<void>((r) => s.close(() => r()));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const gone = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    try {
+      if (!bearerAuthorized(req, this.options.apiKey)) {
+        throw new ApiError(401, "invalid or missing API key; send Authorization: Bearer <key> (the gateway's --api-key)", "authentication_error", null, "invalid_api_key");
+      }
+      const path = (req.url ?? "/").split("?")[0]!.replace(/\/$/, "");
+      if (path === "/sessions" && req.method === "POST") return this.openSession(await this.body(req), res);
+      const m = SESSION_ROUTE.exec(path);
+      if (!m) throw new ApiError(404, `no route ${req.method} ${path}; open a session with POST /sessions and use the baseURL it returns`, "invalid_request_error", null, "not_found");
+      const id = m[1]!;
+      const rest = m[2] ?? "";
+      const session = this.sessions.get(id);
+      if (!session) throw new ApiError(404, `no session ${JSON.stringify(id)}: it was never opened or was deleted; open one with POST /sessions`, "invalid_request_error", null, "session_not_found");
+      const route = `${req.method} ${rest}`;
+      switch (route) {
+        case "POST /v1/chat/completions":
+          return await this.chat(session, await this.body(req), res, gone.signal);
+        case "GET /v1/models":
+          return sendJson(res, 200, { object: "list", data: [{ id: this.options.modelName, object: "model", created: this.created, owned_by: "sinkflex" }] });
+        case "POST /reward":
+          return this.setReward(session, await this.body(req), res);
+        case "GET /trajectory":
+          return sendJson(res, 200, this.trajectoryJSON(id, session));
+        case "DELETE ":
+          session.recorder.close();
+          this.sessions.delete(id);
+          return sendJson(res, 200, { id, deleted: true });
+        default:
+          throw new ApiError(
+            404,
+            `no route ${req.method} /sessions/${id}${rest}; a session has POST v1/chat/completions, GET v1/models, POST reward, GET trajectory and DELETE`,
+            "invalid_request_error",
+            null,
+            "not_found",
+          );
+      }
+    } catch (err) {
+      if (err instanceof ClientGone || gone.signal.aborted || res.destroyed) {
+        res.destroy();
+        return;
+      }
+      if (res.headersSent) {
+        res.end();
+        return;
+      }
+      sendError(res, err instanceof ApiError ? err : new ApiError(500, `internal error: ${(err as Error).message}`, "server_error"));
+    }
+  }
+
+  private body(req: IncomingMessage): Promise<Json> {
+    return readBody(req, this.options.maxBodyBytes ?? defaultMaxBodyBytes(this.options.maxContextTokens));
+  }
+
+  private openSession(body: Json, res: ServerResponse): void {
+    const max = this.options.maxSessions ?? 256;
+    if (this.sessions.size >= max) {
+      throw new ApiError(429, `the gateway holds ${max} open sessions, its limit; DELETE finished sessions (after reading their trajectories) or raise --max-sessions`, "rate_limit_error", null, "too_many_sessions");
+    }
+    if (body.metadata !== undefined && body.metadata !== null && !isObject(body.metadata)) {
+      throw new ApiError(400, `metadata must be a JSON object, got ${JSON.stringify(body.metadata)}`, "invalid_request_error", "metadata");
+    }
+    const id = `sess_${(++this.counter).toString(36)}_${randomBytes(8).toString("hex")}`;
+    const o = this.options;
+    const recorder = new SessionRecorder(id, { decoder: this.decoder, sampler: o.sampler, codec: o.codec, template: o.template, parser: this.parser, templateVars: o.templateVars });
+    this.sessions.set(id, { recorder, task: body.task ?? null, metadata: (body.metadata as Json | undefined) ?? {}, createdAt: Date.now() });
+    sendJson(res, 201, { id, baseURL: `${this.origin}/sessions/${id}/v1` });
+  }
+
+  private setReward(session: GatewaySession, body: Json, res: ServerResponse): void {
+    const r = body.reward;
+    if (typeof r !== "number" || !Number.isFinite(r)) throw new ApiError(400, `reward must be a finite number, got ${JSON.stringify(r)}`, "invalid_request_error", "reward");
+    if (body.info !== undefined && body.info !== null && !isObject(body.info)) throw new ApiError(400, `info must be a JSON object, got ${JSON.stringify(body.info)}`, "invalid_request_error", "info");
+    session.recorder.reward = r;
+    session.recorder.rewardInfo = (body.info as Json | undefined) ?? {};
+    sendJson(res, 200, { reward: r });
+  }
+
+  private trajectoryJSON(id: string, s: GatewaySession): Json {
+    const { trajectory, tokenPolicyVersions, segmentMessages } = s.recorder.trajectory();
+    const t = trajectoryToJSON(trajectory);
+    return {
+      id,
+      task: s.task,
+      metadata: s.metadata,
+      createdAt: s.createdAt,
+      reward: s.recorder.reward ?? null,
+      splits: s.recorder.splits.length,
+      splitReports: s.recorder.splits,
+      calls: s.recorder.calls,
+      trajectory: {
+        ...t,
+        segments: (t.segments as Json[]).map((seg, i) => ({ ...seg, policyVersions: tokenPolicyVersions[i], messages: segmentMessages[i] })),
+      },
+    };
+  }
+
+  /** The call's validated request: messages, tools and sampling settings, bounded by the gateway's limits. */
+  private callRequest(body: Json): { req: CallRequest; text: string; wantLogprobs: boolean } {
+    const o = this.options;
+    if (body.model !== undefined && typeof body.model !== "string") throw new ApiError(400, `model must be a string, got ${JSON.stringify(body.model)}`, "invalid_request_error", "model");
+    const messages = toChatMessages(body.messages);
+    const specs = toToolSpecs(body.tools);
+    const choice = body.tool_choice;
+    if (choice !== undefined && choice !== null && choice !== "auto" && choice !== "none") {
+      throw new ApiError(
+        400,
+        `tool_choice ${JSON.stringify(choice)} is not supported: the gateway samples the policy unconstrained, so it cannot force a tool call; send "auto" (or leave it out) or "none"`,
+        "invalid_request_error",
+        "tool_choice",
+      );
+    }
+    if (body.chat_template_kwargs !== undefined) {
+      throw new ApiError(400, "chat_template_kwargs is not accepted by the gateway: the template variables are fixed per gateway so that every call renders alike", "invalid_request_error", "chat_template_kwargs");
+    }
+    const tools = choice === "none" ? undefined : specs;
+    const stopRaw = body.stop;
+    const stop = stopRaw === undefined || stopRaw === null ? [] : typeof stopRaw === "string" ? [stopRaw] : stopRaw;
+    if (!Array.isArray(stop) || stop.length > 4 || !stop.every((x) => typeof x === "string" && x.length > 0 && x.length <= 256)) {
+      throw new ApiError(400, "stop must be a non-empty string or an array of at most 4 non-empty strings (each at most 256 characters)", "invalid_request_error", "stop");
+    }
+    let text: string;
+    try {
+      text = o.template.render(messages, { tools, addGenerationPrompt: true, extra: o.templateVars });
+    } catch (err) {
+      throw new ApiError(400, `the model's chat template refused these messages: ${(err as Error).message}`, "invalid_request_error", "messages");
+    }
+    this.bytesPerToken ??= maxBytesPerToken(o.codec);
+    const context = o.maxContextTokens;
+    const bytes = Buffer.byteLength(text);
+    if (Math.ceil(bytes / this.bytesPerToken) > context) {
+      throw new ApiError(400, `the prompt is ${bytes} bytes, at least ${Math.ceil(bytes / this.bytesPerToken)} tokens, more than the gateway's context limit of ${context}; shorten the conversation`, "invalid_request_error", "messages", "context_length_exceeded");
+    }
+    const cap = o.maxTokens ?? 4096;
+    const key = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
+    const maxTokens = num(body, key, Math.min(cap, 256), 1, cap, true);
+    const eos = o.codec.tokenizer.eosToken;
+    if (!eos) throw new ApiError(500, "the model's tokenizer has no eos_token; the gateway needs the end-of-turn token", "server_error");
+    const seed = body.seed === undefined || body.seed === null ? undefined : num(body, "seed", 0, 0, 2 ** 53, true);
+    const n = num(body, "n", 1, 1, o.maxChoices ?? 8, true);
+    const req: CallRequest = {
+      messages,
+      tools,
+      params: { temperature: num(body, "temperature", 1, 0, 2), topP: num(body, "top_p", 1, 1e-9, 1), seed, maxTokens, stopTokens: [o.codec.tokenId(eos)] },
+      n,
+      stop: stop as string[],
+      model: body.model as string | undefined,
+    };
+    return { req, text, wantLogprobs: body.logprobs === true };
+  }
+
+  private async chat(session: GatewaySession, body: Json, res: ServerResponse, signal: AbortSignal): Promise<void> {
+    const o = this.options;
+    const calls = session.recorder.calls.length;
+    const maxCalls = o.maxCallsPerSession ?? 512;
+    if (calls >= maxCalls) {
+      throw new ApiError(429, `this session has recorded ${calls} calls, the gateway's limit per session; end the episode and open a new session`, "rate_limit_error", null, "too_many_calls");
+    }
+    const { req, text, wantLogprobs } = this.callRequest(body);
+    const promptLength = o.codec.encode(text).length;
+    if (promptLength + req.params.maxTokens > o.maxContextTokens) {
+      throw new ApiError(
+        400,
+        `the prompt has ${promptLength} tokens and max_tokens is ${req.params.maxTokens}, more than the gateway's context limit of ${o.maxContextTokens} tokens per call; shorten the conversation or lower max_tokens`,
+        "invalid_request_error",
+        "max_tokens",
+        "context_length_exceeded",
+      );
+    }
+    let record: CallRecord;
+    try {
+      record = await session.recorder.call(req, text, signal);
+    } catch (err) {
+      if (signal.aborted) throw new ClientGone("the client went away");
+      throw err;
+    }
+    const id = `chatcmpl-${record.index}-${session.recorder.id}`;
+    const model = req.model ?? o.modelName;
+    const logprobContent = (tokens: number[], lps: number[]) =>
+      tokens.map((t, k) => {
+        const s = o.codec.decode([t]);
+        return { token: s, logprob: lps[k]!, bytes: [...Buffer.from(s, "utf8")], top_logprobs: [] };
+      });
+    const wireCalls = (c: CallRecord["choices"][number]) => c.toolCalls.map((t) => ({ id: t.id, type: "function" as const, function: { name: t.name, arguments: t.arguments } }));
+    const finish = (c: CallRecord["choices"][number]) => (c.toolCalls.length > 0 ? "tool_calls" : c.finishReason);
+    const results = record.choices;
+    if (body.stream === true) {
+      // The reply is streamed once it is sampled: a role chunk, the content, the tool calls, the finish.
+      startStream(res);
+      const base = { id, object: "chat.completion.chunk", created: now(), model };
+      results.forEach((c, i) => {
+        writeEvent(res, { ...base, choices: [{ index: i, delta: { role: "assistant", content: "" }, finish_reason: null }] });
+        if (c.content) writeEvent(res, { ...base, choices: [{ index: i, delta: { content: c.content }, logprobs: wantLogprobs ? { content: logprobContent(c.tokens, c.logprobs) } : null, finish_reason: null }] });
+        const tc = wireCalls(c);
+        if (tc.length) writeEvent(res, { ...base, choices: [{ index: i, delta: { tool_calls: tc.map((t, k) => ({ index: k, ...t })) }, finish_reason: null }] });
+        writeEvent(res, { ...base, choices: [{ index: i, delta: {}, finish_reason: finish(c) }] });
+      });
+      endStream(res);
+      return;
+    }
+    sendJson(res, 200, {
+      id,
+      object: "chat.completion",
+      created: now(),
+      model,
+      choices: results.map((c, i) => ({
+        index: i,
+        message: { role: "assistant", content: c.content === "" && c.toolCalls.length > 0 ? null : c.content, ...(c.toolCalls.length ? { tool_calls: wireCalls(c) } : {}) },
+        logprobs: wantLogprobs ? { content: logprobContent(c.tokens, c.logprobs) } : null,
+        finish_reason: finish(c),
+      })),
+      usage: usage(record.promptTokens, results),
+    });
+  }
+}
