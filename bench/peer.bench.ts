@@ -1,0 +1,405 @@
+/**
+ * The GRPO peer benchmark: the same GRPO on the same model and tasks with sinkflex (`sinkflex train
+ * --config`, the pipeline's GRPO stage) and with Hugging Face TRL's GRPOTrainer (bench/peers/trl_grpo.py),
+ * alternating, on the same threads. It is not a benchmark of either library's SFT or of its defaults.
+ *
+ *   policy   one Hugging Face checkpoint folder: a tiny model SFT'd by sinkflex on the arith suite
+ *            (calculate, then submit_answer), made first (or --checkpoint DIR); TRL loads it through
+ *            transformers and encodes with the checkpoint's trimmed vocabulary as sinkflex does
+ *   tasks    the steps' training tasks (sinkflex's `stepTasks`) and the held-out tasks (`planSuites`),
+ *            the same on both sides; TRL reaches the env through `sinkflex envs serve` on 127.0.0.1, so
+ *            the verifier is the same code
+ *   figures  wall time per GRPO step (rollout and update), tokens processed per step, peak resident
+ *            memory, held-out success before and after; ratios sinkflex / TRL
+ *
+ * Without Python, trl or its dependencies the TRL column says "peer unavailable"; the benchmark goes on.
+ * Usage: npm run bench:peer -- [--json FILE] [--checkpoint DIR] [--steps N] [--rounds N] [--threads N]
+ *        [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)  [--keep] (keep the work folder)
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { cpus, tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { registerBundledEnvs } from "../src/envs/index.js";
+import { validateConfig } from "../src/pipeline/config.js";
+import { planSuites } from "../src/pipeline/tasks.js";
+import { stepTasks } from "../src/pipeline/train.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = resolve(here, "..");
+const cli = join(root, "bin", "sinkflex.mjs");
+const ENV_ID = "sinkflex/arith-v0";
+const ENV_OPTIONS = { count: 300 };
+
+interface Options {
+  json: string | null;
+  checkpoint: string | null;
+  steps: number;
+  rounds: number;
+  threads: number;
+  python: string;
+  keep: boolean;
+}
+
+function parseArgs(argv: string[]): Options {
+  const o: Options = { json: null, checkpoint: null, steps: 4, rounds: 2, threads: 2, python: process.env.SINKFLEX_BENCH_PYTHON || "python3", keep: false };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const next = () => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${a} needs a value`);
+      return v;
+    };
+    if (a === "--json") o.json = next();
+    else if (a === "--checkpoint") o.checkpoint = resolve(next());
+    else if (a === "--steps") o.steps = Number(next());
+    else if (a === "--rounds") o.rounds = Number(next());
+    else if (a === "--threads") o.threads = Number(next());
+    else if (a === "--python") o.python = next();
+    else if (a === "--keep") o.keep = true;
+    else if (a === "--help" || a === "-h") {
+      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("*/")[0]);
+      process.exit(0);
+    } else throw new Error(`unknown option ${a}; see --help`);
+  }
+  for (const k of ["steps", "rounds", "threads"] as const) {
+    if (!Number.isInteger(o[k]) || o[k] < 1) throw new Error(`--${k} must be a positive integer, got ${o[k]}`);
+  }
+  if (o.checkpoint && !existsSync(join(o.checkpoint, "config.json"))) throw new Error(`--checkpoint ${o.checkpoint} is not a checkpoint folder (no config.json): give a folder sinkflex wrote, e.g. <run>/final`);
+  return o;
+}
+
+// ----------------------------------------------------------------------------------------- recipes
+
+/** The GRPO hyperparameters both sides run with (each side's own name for them in the table). */
+const GRPO = {
+  batchTasks: 4,
+  groupSize: 4,
+  lr: 3e-4,
+  epochs: 1,
+  klCoef: 0.04,
+  clipLow: 0.2,
+  clipHigh: 0.28,
+  temperature: 1,
+  maxTurns: 4,
+  maxTokensPerTurn: 48,
+  maxGradNorm: 1,
+  weightDecay: 0,
+};
+const EVAL_TASKS = 32;
+
+function sftConfig(runsDir: string) {
+  return {
+    name: "peer-sft",
+    seed: 0,
+    runsDir,
+    suites: [{ env: ENV_ID, options: ENV_OPTIONS }],
+    model: { init: { hiddenSize: 64, layers: 2, heads: 4, kvHeads: 2, intermediateSize: 128 }, matmul: "fp32" },
+    attention: { mode: "full" },
+    sft: { expertEpisodes: 1000, epochs: 2, batchSize: 8, lr: 3e-3 },
+    grpo: { enabled: false, maxTurns: GRPO.maxTurns, maxTokensPerTurn: GRPO.maxTokensPerTurn, maxContextTokens: 2048 },
+    eval: { tasksPerSuite: EVAL_TASKS, samples: 1, temperature: 0 },
+  };
+}
+
+function grpoConfig(runsDir: string, name: string, checkpoint: string, steps: number) {
+  return validateConfig({
+    name,
+    seed: 0,
+    runsDir,
+    suites: [{ env: ENV_ID, options: ENV_OPTIONS }],
+    model: { checkpoint, matmul: "fp32" },
+    attention: { mode: "full" },
+    sft: { enabled: false },
+    // tisCap 0 and no degenerate-group filter: TRL has neither without vLLM, so both run the plain loss.
+    grpo: { ...GRPO, steps, maxContextTokens: 2048, concurrency: 16, tisCap: 0, filterDegenerateGroups: false, aggregation: "token", estimator: "grpo" },
+    eval: { tasksPerSuite: EVAL_TASKS, samples: 1, temperature: 0 },
+    checkpointEvery: 1000,
+  });
+}
+
+// ----------------------------------------------------------------------------------------- processes
+
+interface Child {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  wallS: number;
+  peakRssKiB: number | null;
+}
+
+/** Runs a command to its end; its peak resident memory through /usr/bin/time where that exists. */
+function run(cmd: string, args: string[], env: NodeJS.ProcessEnv, work: string): Promise<Child> {
+  const timeFile = join(work, `time-${process.hrtime.bigint()}.txt`);
+  const timed = existsSync("/usr/bin/time");
+  const [c, a] = timed ? ["/usr/bin/time", ["-f", "%M", "-o", timeFile, cmd, ...args]] : [cmd, args];
+  const t0 = performance.now();
+  return new Promise((done) => {
+    const child = spawn(c, a, { env, cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += String(d)));
+    child.stderr.on("data", (d) => (stderr += String(d)));
+    child.on("error", (err) => done({ code: -1, stdout, stderr: stderr + err.message, wallS: 0, peakRssKiB: null }));
+    child.on("close", (code) => {
+      const rss = timed && existsSync(timeFile) ? Number(readFileSync(timeFile, "utf8").trim().split("\n").pop()) : NaN;
+      done({ code, stdout, stderr, wallS: (performance.now() - t0) / 1000, peakRssKiB: Number.isFinite(rss) ? rss : null });
+    });
+  });
+}
+
+function threadEnv(threads: number): NodeJS.ProcessEnv {
+  const t = String(threads);
+  return { ...process.env, SINKFLEX_THREADS: t, OMP_NUM_THREADS: t, MKL_NUM_THREADS: t, OPENBLAS_NUM_THREADS: t };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const s = createServer();
+    s.once("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => done(port));
+    });
+  });
+}
+
+/** `sinkflex envs serve` on 127.0.0.1 until stopped. */
+async function serveEnv(port: number, threads: number) {
+  const child = spawn(process.execPath, [cli, "envs", "serve", ENV_ID, "--port", String(port)], { env: threadEnv(threads), cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  child.stdout.on("data", (d) => (log += String(d)));
+  child.stderr.on("data", (d) => (log += String(d)));
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 300; i++) {
+    try {
+      if ((await fetch(`${url}/health`)).ok) return { url, stop: () => child.kill("SIGTERM") };
+    } catch {
+      // not up yet
+    }
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill("SIGKILL");
+  throw new Error(`sinkflex envs serve did not come up on ${url}: ${log.trim().slice(-400)}`);
+}
+
+// ----------------------------------------------------------------------------------------- sides
+
+interface SideRun {
+  stepS: number[];
+  rolloutS: number[];
+  updateS: number[];
+  tokens: number[];
+  peakRssKiB: number | null;
+  evalBefore: { successes: number; trials: number } | null;
+  evalAfter: { successes: number; trials: number } | null;
+  wallS: number;
+  extra?: Record<string, unknown>;
+}
+
+async function runSinkflex(o: Options, work: string, round: number, checkpoint: string): Promise<SideRun> {
+  const runs = join(work, "runs");
+  const name = `sinkflex-grpo-${round}`;
+  const file = join(work, `${name}.json`);
+  writeFileSync(file, JSON.stringify(grpoConfig(runs, name, checkpoint, o.steps)));
+  const res = await run(process.execPath, [cli, "train", "--config", file, "--no-dashboard", "--quiet"], threadEnv(o.threads), work);
+  if (res.code !== 0) throw new Error(`sinkflex train failed (exit ${res.code}): ${res.stderr.trim().slice(-800)}`);
+  const dir = join(runs, name);
+  const steps = readFileSync(join(dir, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((m) => m.stage === "grpo");
+  const ev = JSON.parse(readFileSync(join(dir, "eval.json"), "utf8")).stages;
+  return {
+    stepS: steps.map((m) => (m.phaseMs.rollout + m.phaseMs.train) / 1000),
+    rolloutS: steps.map((m) => m.phaseMs.rollout / 1000),
+    updateS: steps.map((m) => m.phaseMs.train / 1000),
+    tokens: steps.map((m) => m.tokens.prefill + m.tokens.sampled + m.tokens.trained),
+    peakRssKiB: res.peakRssKiB,
+    evalBefore: ev["before-rl"]?.arith ?? null,
+    evalAfter: ev["after-rl"]?.arith ?? null,
+    wallS: res.wallS,
+    extra: { runDir: dir, rewardMean: steps.map((m) => m.rewardMean), rolloutTokens: steps.map((m) => m.tokens.prefill + m.tokens.sampled), trainTokens: steps.map((m) => m.tokens.trained) },
+  };
+}
+
+/** Trajectories sinkflex recorded with their token ids: the TRL side re-renders them to check the ids. */
+function tokenSamples(runDir: string) {
+  const dir = join(runDir, "trajectories");
+  const out: unknown[] = [];
+  for (const f of readdirSync(dir).filter((n) => n.startsWith("grpo-"))) {
+    for (const line of readFileSync(join(dir, f), "utf8").trim().split("\n")) {
+      const r = JSON.parse(line);
+      if (r.tokens) out.push({ messages: r.messages, tokens: r.tokens, taskIndex: r.taskIndex });
+    }
+  }
+  return out;
+}
+
+async function runTrl(o: Options, work: string, round: number, checkpoint: string, envUrl: string, plan: Record<string, unknown>): Promise<SideRun | { unavailable: string }> {
+  const planFile = join(work, `trl-plan-${round}.json`);
+  const outFile = join(work, `trl-out-${round}.json`);
+  writeFileSync(planFile, JSON.stringify({ ...plan, checkpoint, envUrl, workDir: join(work, `trl-${round}`), threads: o.threads }));
+  const res = await run(o.python, [join(here, "peers", "trl_grpo.py"), planFile, outFile], threadEnv(o.threads), work);
+  if (res.code !== 0 || !existsSync(outFile)) {
+    if (res.code === -1) return { unavailable: `cannot start ${o.python}: ${res.stderr.trim().slice(-300)}` };
+    throw new Error(`the TRL peer failed (exit ${res.code}): ${res.stderr.trim().slice(-1500)}`);
+  }
+  const out = JSON.parse(readFileSync(outFile, "utf8"));
+  if (out.unavailable) return { unavailable: out.unavailable };
+  const steps = out.steps as { stepS: number; rolloutS: number; updateS: number; rolloutTokens: number; trainTokens: number }[];
+  return {
+    stepS: steps.map((s) => s.stepS),
+    rolloutS: steps.map((s) => s.rolloutS),
+    updateS: steps.map((s) => s.updateS),
+    tokens: steps.map((s) => s.rolloutTokens + s.trainTokens),
+    peakRssKiB: res.peakRssKiB ?? out.peakRssKiB,
+    evalBefore: out.evalBefore,
+    evalAfter: out.evalAfter,
+    wallS: res.wallS,
+    extra: { versions: out.versions, tokenCheck: out.tokenCheck, loadS: out.loadS, threads: out.threads, log: out.log, drifted: out.drifted, rolloutTokens: steps.map((s) => s.rolloutTokens), trainTokens: steps.map((s) => s.trainTokens) },
+  };
+}
+
+// ----------------------------------------------------------------------------------------- report
+
+const median = (xs: number[]) => {
+  const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const fmt = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+
+function printTable(header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => "| " + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(" | ") + " |";
+  console.log(line(header));
+  console.log("| " + widths.map((w, i) => (i === 0 ? "-".repeat(w) : "-".repeat(w - 1) + ":")).join(" | ") + " |");
+  for (const r of rows) console.log(line(r));
+}
+
+function cpuInfo(): { model: string; avx512: boolean; avx512bf16: boolean; amx: boolean } {
+  let text = "";
+  try {
+    text = readFileSync("/proc/cpuinfo", "utf8");
+  } catch {
+    return { model: cpus()[0]?.model ?? "unknown", avx512: false, avx512bf16: false, amx: false };
+  }
+  const flags = /^flags\s*:\s*(.*)$/m.exec(text)?.[1]?.split(/\s+/) ?? [];
+  return { model: /^model name\s*:\s*(.*)$/m.exec(text)?.[1] ?? "unknown", avx512: flags.includes("avx512f"), avx512bf16: flags.includes("avx512_bf16"), amx: flags.includes("amx_tile") };
+}
+
+// ----------------------------------------------------------------------------------------- main
+
+async function main(): Promise<void> {
+  const o = parseArgs(process.argv.slice(2));
+  const work = mkdtempSync(join(tmpdir(), "sinkflex-peer-"));
+  const t0 = performance.now();
+  let server: { url: string; stop: () => void } | undefined;
+  try {
+    // 1. The policy: sinkflex SFT on arith, or the given checkpoint.
+    let checkpoint = o.checkpoint;
+    let sftS: number | null = null;
+    if (!checkpoint) {
+      const file = join(work, "sft.json");
+      writeFileSync(file, JSON.stringify(sftConfig(join(work, "runs"))));
+      console.log("making the policy: sinkflex SFT on arith ...");
+      const res = await run(process.execPath, [cli, "train", "--config", file, "--no-dashboard", "--quiet"], threadEnv(o.threads), work);
+      if (res.code !== 0) throw new Error(`the SFT run failed (exit ${res.code}): ${res.stderr.trim().slice(-800)}`);
+      checkpoint = join(work, "runs", "peer-sft", "final");
+      sftS = res.wallS;
+    }
+
+    // 2. The plan: each step's tasks and the held-out tasks, from sinkflex's own planning.
+    registerBundledEnvs();
+    const cfg = grpoConfig(join(work, "runs"), "plan", checkpoint, o.steps);
+    const plans = await planSuites(cfg);
+    const plan0 = plans[0]!;
+    const evalSeed = cfg.seed + 1_000_003; // evalOptionsOf(cfg).seed: each held-out task resets with seed + taskIndex
+    const plan = {
+      seed: cfg.seed,
+      envOptions: plan0.options,
+      evalEnvOptions: plan0.evalOptions,
+      steps: Array.from({ length: o.steps }, (_, s) => stepTasks(cfg, plans, s + 1).map((t) => ({ taskIndex: t.taskIndex, seed: t.seed }))),
+      evalTasks: plan0.evalTasks.map((taskIndex) => ({ taskIndex, seed: evalSeed + taskIndex })),
+      evalTemperature: cfg.eval.temperature,
+      hparams: GRPO,
+    };
+    server = await serveEnv(await freePort(), o.threads);
+
+    // 3. Alternating rounds: sinkflex, then TRL, each from the same checkpoint.
+    const sink: SideRun[] = [];
+    const trl: SideRun[] = [];
+    let unavailable: string | null = null;
+    for (let r = 0; r < o.rounds; r++) {
+      console.log(`round ${r + 1}/${o.rounds}: sinkflex GRPO, ${o.steps} steps ...`);
+      const s = await runSinkflex(o, work, r, checkpoint);
+      sink.push(s);
+      if (unavailable) continue;
+      console.log(`round ${r + 1}/${o.rounds}: TRL GRPOTrainer, ${o.steps} steps ...`);
+      const t = await runTrl(o, work, r, checkpoint, server.url, { ...plan, tokenCheck: tokenSamples(s.extra!.runDir as string) });
+      if ("unavailable" in t) {
+        unavailable = t.unavailable;
+        console.log(`TRL: peer unavailable (${unavailable})`);
+      } else trl.push(t);
+    }
+
+    // 4. The table: medians over every step of every round (the first step of a run included).
+    const all = (runs: SideRun[], k: "stepS" | "rolloutS" | "updateS" | "tokens") => median(runs.flatMap((x) => x[k]));
+    const rss = (runs: SideRun[]) => Math.max(...runs.map((x) => x.peakRssKiB ?? NaN)) / 1024 / 1024;
+    const rate = (e: { successes: number; trials: number } | null) => (e ? `${e.successes}/${e.trials}` : "-");
+    const rates = (runs: SideRun[], k: "evalBefore" | "evalAfter") => runs.map((x) => rate(x[k])).join(", ");
+    const figures = [
+      { name: "wall time per step (s)", s: all(sink, "stepS"), t: all(trl, "stepS") },
+      { name: "  rollout (s)", s: all(sink, "rolloutS"), t: all(trl, "rolloutS") },
+      { name: "  update (s)", s: all(sink, "updateS"), t: all(trl, "updateS") },
+      { name: "tokens processed per step", s: all(sink, "tokens"), t: all(trl, "tokens") },
+      { name: "peak memory (GiB)", s: rss(sink), t: rss(trl) },
+    ];
+    console.log(`\nGRPO on ${ENV_ID}, ${o.steps} steps x ${o.rounds} alternating rounds, ${o.threads} threads (medians over steps)\n`);
+    const peer = (x: number, d: number) => (unavailable ? "peer unavailable" : fmt(x, d));
+    printTable(
+      ["", "sinkflex", "TRL GRPOTrainer", "sinkflex / TRL"],
+      [
+        ...figures.map((f) => [f.name, fmt(f.s, f.name.startsWith("tokens") ? 0 : 2), peer(f.t, f.name.startsWith("tokens") ? 0 : 2), unavailable ? "-" : fmt(f.s / f.t, 2)]),
+        ["held-out success before", rates(sink, "evalBefore"), unavailable ? "peer unavailable" : rates(trl, "evalBefore"), "-"],
+        ["held-out success after", rates(sink, "evalAfter"), unavailable ? "peer unavailable" : rates(trl, "evalAfter"), "-"],
+      ],
+    );
+    const tc = trl[0]?.extra?.tokenCheck as { checked: number; equal: number } | undefined;
+    if (tc) console.log(`\nsame token ids: ${tc.equal} of ${tc.checked} sinkflex trajectories re-rendered and encoded by the TRL side match sinkflex's ids`);
+    const out = {
+      commit: await gitCommit(),
+      date: new Date().toISOString(),
+      cpu: cpuInfo(),
+      threads: o.threads,
+      node: process.version,
+      env: ENV_ID,
+      envOptions: ENV_OPTIONS,
+      steps: o.steps,
+      rounds: o.rounds,
+      hparams: GRPO,
+      evalTasks: plan.evalTasks.length,
+      checkpoint: o.checkpoint ?? "made by this run (sinkflex SFT)",
+      sftS,
+      totalS: (performance.now() - t0) / 1000,
+      figures: figures.map((f) => ({ ...f, ratio: unavailable ? null : f.s / f.t })),
+      sinkflex: sink,
+      trl: unavailable ? { unavailable } : trl,
+    };
+    if (o.json) writeFileSync(o.json, JSON.stringify(out, null, 1));
+    console.log(`\ntotal ${fmt(out.totalS, 0)} s${o.keep ? `; work folder ${work}` : ""}`);
+  } finally {
+    server?.stop();
+    if (!o.keep) rmSync(work, { recursive: true, force: true });
+  }
+}
+
+async function gitCommit(): Promise<string> {
+  const res = await run("git", ["rev-parse", "--short", "HEAD"], process.env, tmpdir());
+  return res.stdout.trim() || "unknown";
+}
+
+main().catch((err) => {
+  console.error(err instanceof Error ? err.message : String(err));
+  process.exit(1);
+});
