@@ -1,10 +1,18 @@
+/**
+ * The dashboard against run folders made by real (tiny) training runs: the API (runs, metrics cursor,
+ * checkpoints, CSV export, the static report) and the page in headless Chromium at 1280 px (no
+ * horizontal overflow with a group of 8 rollouts, axis titles on every chart, each view free of console
+ * errors, compare mode). It saves the screenshots docs/dashboard.md shows to docs/images/.
+ * It is not the hostile-input suite (hostile.test.ts).
+ */
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import type { Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium, type Browser } from "playwright-core";
+import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startDashboard } from "../../src/dashboard/server.js";
+import { buildReport, startDashboard } from "../../src/dashboard/index.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { train } from "../../src/pipeline/train.js";
 import { parityConfig, registerParityEnv } from "../pipeline/parity-env.js";
 
@@ -21,11 +29,18 @@ describe("dashboard server", () => {
     root = mkdtempSync(join(tmpdir(), "dash-"));
     runsDir = join(root, "runs");
     mkdirSync(runsDir);
-    // Two real (tiny) training runs: the page is checked against the files a run writes.
-    // Alpha learns from a reward rubric (the verifier and the env's progress), which the viewer shows.
-    const alpha = parityConfig(runsDir, "alpha", 3);
-    await train({ ...alpha, suites: [{ ...alpha.suites[0]!, reward: { verifier: 1, progress: 1, format: 0 } }] }, { quiet: true });
+    // Real (tiny) training runs: the page is checked against the files a run writes.
+    // Alpha, the newest run that is no replay, learns from a reward rubric (the verifier and the env's progress), with groups of 8 rollouts.
     await train(parityConfig(runsDir, "beta", 4), { quiet: true });
+    const alpha = parityConfig(runsDir, "alpha", 3);
+    await train({ ...alpha, grpo: { ...alpha.grpo, groupSize: 8 }, suites: [{ ...alpha.suites[0]!, reward: { verifier: 1, progress: 1, format: 0 } }] }, { quiet: true });
+    // A replay of alpha's first GRPO step from its reference checkpoint, as the demo's naive comparison
+    // makes: the newest run, yet not the one the page opens on.
+    const replay = parityConfig(runsDir, "alpha-naive", 3);
+    await train(
+      validateConfig({ ...replay, model: { checkpoint: join(runsDir, "alpha", "checkpoints", "reference"), matmul: replay.model.matmul }, sft: { ...replay.sft, enabled: false }, grpo: { ...replay.grpo, steps: 1 } }, "replay"),
+      { quiet: true, rolloutMode: "recompute", skipEval: true },
+    );
     writeFileSync(join(root, "secret.txt"), "do not serve");
     symlinkSync(join(root, "secret.txt"), join(runsDir, "alpha", "trajectories", "leak.jsonl"));
     ({ server, url } = await startDashboard({ runsDir, port: 0 }));
@@ -35,9 +50,11 @@ describe("dashboard server", () => {
     rmSync(root, { recursive: true, force: true });
   });
 
-  it("lists runs and serves metrics incrementally", async () => {
-    const runs = (await (await fetch(`${url}api/runs`)).json()) as { name: string }[];
-    expect(runs.map((r) => r.name).sort()).toEqual(["alpha", "beta"]);
+  it("lists runs (naming a replay's source) and serves metrics incrementally", async () => {
+    const runs = (await (await fetch(`${url}api/runs`)).json()) as { name: string; replayOf?: string }[];
+    expect(runs.map((r) => r.name).sort()).toEqual(["alpha", "alpha-naive", "beta"]);
+    expect(runs.find((r) => r.name === "alpha-naive")?.replayOf).toBe("alpha");
+    expect(runs.find((r) => r.name === "alpha")?.replayOf).toBeUndefined();
     const all = (await (await fetch(`${url}api/runs/alpha/metrics`)).json()) as { records: { stage: string }[]; next: number; file: string; skipped: number };
     expect(all.records.filter((r) => r.stage === "grpo")).toHaveLength(3);
     expect(all.skipped).toBe(0);
@@ -45,6 +62,30 @@ describe("dashboard server", () => {
     const m = (await (await fetch(`${url}api/runs/alpha/metrics?from=${all.next}&file=${all.file}`)).json()) as { records: unknown[]; next: number };
     expect(m.records).toHaveLength(0);
     expect(m.next).toBe(all.next);
+  });
+
+  it("lists the checkpoints on disk with their trainer state, and the latest", async () => {
+    const cps = (await (await fetch(`${url}api/runs/alpha/checkpoints`)).json()) as { checkpoints: { name: string; where: string; step: number | null; bytes: number; trainer: { step?: number } | null }[]; latest: string };
+    expect(cps.checkpoints.map((c) => c.name)).toEqual(["reference", "grpo-00002", "grpo-00003", "final"]);
+    expect(cps.latest).toBe("grpo-00003");
+    const last = cps.checkpoints.find((c) => c.name === "grpo-00003")!;
+    expect(last.step).toBe(3);
+    expect(last.trainer?.step).toBe(3);
+    expect(last.bytes).toBeGreaterThan(1000);
+  });
+
+  it("exports a run's metrics as CSV, one column per figure", async () => {
+    const res = await fetch(`${url}api/runs/alpha/metrics.csv`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toMatch(/^text\/csv/);
+    const lines = (await res.text()).trim().split("\n");
+    const header = lines[0]!.split(",");
+    expect(header.slice(0, 3)).toEqual(["stage", "step", "time"]);
+    for (const col of ["reward.parity", "success.parity", "kl", "gradNorm", "lr", "ratioMean", "degenerateGroups", "phaseMs.rollout", "phaseMs.train", "tokensPerSec", "loss"]) expect(header).toContain(col);
+    const records = (await (await fetch(`${url}api/runs/alpha/metrics`)).json()) as { records: unknown[] };
+    expect(lines).toHaveLength(records.records.length + 1);
+    const grpo3 = lines.find((l) => l.startsWith("grpo,3,"))!.split(",");
+    expect(Number(grpo3[header.indexOf("kl")])).toBeGreaterThan(0);
   });
 
   it("refuses paths outside the runs folder and any write", async () => {
@@ -56,40 +97,140 @@ describe("dashboard server", () => {
     const post = await fetch(`${url}api/runs`, { method: "POST", body: "{}" });
     expect(post.status).toBe(405);
     expect((await fetch(`${url}api/runs/nope/metrics`)).status).toBe(404);
+    expect((await fetch(`${url}api/runs/nope/metrics.csv`)).status).toBe(404);
   });
 
-  it.skipIf(!CHROMIUM)("renders charts and a trajectory in a real browser", async () => {
+  it.skipIf(!CHROMIUM)("renders every view in a real browser at 1280 px, and a static report without the server", async () => {
     let browser: Browser | undefined;
     try {
       browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu"] });
-      const page = await browser.newPage({ viewport: { width: 1400, height: 1600 } });
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
       const errors: string[] = [];
       page.on("pageerror", (e) => errors.push(e.message));
-      await page.goto(`${url}#alpha`);
+      page.on("console", (m) => {
+        if (m.type() === "error") errors.push(m.text());
+      });
+      const noOverflow = async (p: Page, what: string) => {
+        const [scroll, client] = (await p.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")) as number[];
+        expect(scroll, `${what}: the page is ${scroll} px wide in a ${client} px window`).toBeLessThanOrEqual(client);
+      };
+      const view = async (p: Page, name: string) => {
+        await p.click(`.tabs button[data-view="${name}"]`);
+        await p.waitForSelector(`#view-${name}:not([hidden])`);
+      };
+      mkdirSync("docs/images", { recursive: true });
+
+      // Opens on the main run, not the newer replay.
+      await page.goto(url);
       await page.waitForSelector("body[data-ready='1']", { timeout: 20_000 });
-      await page.waitForSelector(".rollout", { timeout: 20_000 });
-      await page.selectOption("#compare-select", "beta");
-      // Comparing: the reward chart holds one line per run.
-      await page.waitForFunction('document.querySelectorAll(".chart")[0]?.querySelectorAll("polyline.series").length === 2', undefined, { timeout: 10_000 });
-      // The per-suite episode charts: turns per episode and the share a limit cut off, one line per run.
-      expect(await page.locator(".chart", { hasText: "model turns per episode" }).locator("polyline.series").count()).toBe(2);
-      expect(await page.locator(".chart", { hasText: "episodes cut off by a limit" }).locator("polyline.series").count()).toBe(2);
-      const lines = await page.locator("polyline.series").count();
-      expect(lines).toBeGreaterThanOrEqual(10);
-      // The viewer shows the group's 4 rollouts side by side, with trained tokens marked.
-      expect(await page.locator(".rollout").count()).toBe(4);
+      expect(await page.locator("#run-select").inputValue()).toBe("alpha");
+      // The run page: why it ended, steps planned and taken, intervals with one decimal, the checkpoints.
+      expect(await page.locator("#why-ended").innerText()).toMatch(/^finished: all 3 GRPO steps/);
+      expect(await page.locator("table.steps").innerText()).toMatch(/GRPO\s+3\s+3/);
+      expect(await page.locator("#eval-table").innerText()).toMatch(/\d+\.\d% \[\d+\.\d–\d+\.\d\]/);
+      expect(await page.locator("table.checkpoints tr[data-checkpoint]").count()).toBe(4);
+      expect(await page.locator('tr[data-checkpoint="reference"]').innerText()).toContain("before RL");
+      await noOverflow(page, "run page");
+      await page.screenshot({ path: "docs/images/dashboard-run.png", fullPage: true });
+
+      // Curves: every chart has both axis titles; GRPO steps tick as whole numbers, no label twice.
+      await view(page, "curves");
+      await page.selectOption("#curve-set", "all");
+      await page.waitForSelector('.chart[data-id="lr"]');
+      const charts = await page.locator(".chart").evaluateAll((els) =>
+        els.map((el) => ({
+          title: el.getAttribute("data-title"),
+          x: el.querySelector(".axis-title.x")?.textContent ?? "",
+          y: el.querySelector(".axis-title.y")?.textContent ?? "",
+          xTicks: [...el.querySelectorAll(".tick.x")].map((t) => t.textContent ?? ""),
+          yTicks: [...el.querySelectorAll(".tick.y")].map((t) => t.textContent ?? ""),
+        })),
+      );
+      expect(charts.length).toBeGreaterThanOrEqual(20);
+      for (const c of charts) {
+        expect(c.x, `${c.title}: x axis title`).not.toBe("");
+        expect(c.y, `${c.title}: y axis title`).not.toBe("");
+        expect(new Set(c.xTicks).size, `${c.title}: repeated x labels ${c.xTicks}`).toBe(c.xTicks.length);
+        expect(new Set(c.yTicks).size, `${c.title}: repeated y labels ${c.yTicks}`).toBe(c.yTicks.length);
+        if (c.x === "GRPO step" || c.x === "SFT step") for (const t of c.xTicks) expect(t, `${c.title}: x tick`).toMatch(/^\d+$/);
+      }
+      const ids = await page.locator(".chart").evaluateAll((els) => els.map((el) => el.getAttribute("data-id")));
+      for (const id of ["reward-mean", "reward-suite", "success-suite", "grad-norm", "lr", "ratio", "degenerate", "step-time", "tokens-per-sec", "staleness", "kl", "entropy", "clip"]) expect(ids).toContain(id);
+      // Phase markers: evaluations, SFT -> GRPO, SFT's switch to the assistant's tokens.
+      expect(await page.locator('.chart[data-id="grad-norm"] .marker[data-kind="handover"]').count()).toBe(1);
+      expect(await page.locator('.chart[data-id="reward-mean"] .marker[data-kind="eval"]').count()).toBe(2);
+      expect(await page.locator('.chart[data-id="sft-loss"] .marker[data-kind="sft-phase"]').count()).toBe(1);
+      // Hover shows the values at the nearest step.
+      const hover = page.locator('.chart[data-id="reward-mean"] rect.hover');
+      await hover.hover();
+      expect(await page.locator('.chart[data-id="reward-mean"] .readout').innerText()).toMatch(/GRPO step \d/);
+      // Ticks for one point at step 1 and for a flat 4770: whole steps, each label once.
+      // (A string, so the test runner leaves its import() alone: it runs in the page.)
+      const ticks = (await page.evaluate(
+        "(async () => { const m = await import('/charts.js'); return { one: m.niceTicks(0, 2, 5, true), flat: m.tickLabels(m.niceTicks(4769.6, 4770.4, 4)).map((t) => t[1]) }; })()",
+      )) as { one: number[]; flat: string[] };
+      expect(ticks.one).toEqual([0, 1, 2]);
+      expect(new Set(ticks.flat).size).toBe(ticks.flat.length);
+      await noOverflow(page, "curves");
+      await page.selectOption("#curve-set", "key");
+      await page.screenshot({ path: "docs/images/dashboard-curves.png", fullPage: true });
+
+      // Trajectories: a group of 8 scrolls inside its panel; opens on the group with the most reward spread.
+      await view(page, "trajectories");
+      await page.waitForSelector(".rollout");
+      expect(await page.locator(".rollout").count()).toBe(8);
       expect(await page.locator(".tok.trained").count()).toBeGreaterThan(0);
-      expect(await page.locator(".rollout .msg.user").count()).toBe(4);
-      // Each rollout's reward with its rubric components.
       expect(await page.locator(".rollout header .reward").first().innerText()).toMatch(/^reward \d\.\d\d = verifier [01]\.00 · progress \d\.\d\d/);
-      const table = await page.locator("#eval-table").innerText();
-      expect(table).toContain("parity");
-      expect(table).toMatch(/before RL[\s\S]*after RL/);
-      mkdirSync("test/.artifacts", { recursive: true });
-      await page.screenshot({ path: "test/.artifacts/dashboard.png", fullPage: true });
+      const spreads = await page.locator(".group-list tbody tr").evaluateAll((rows) => rows.map((r) => Number(r.children[4]!.textContent)));
+      expect(spreads[0]).toBe(Math.max(...spreads));
+      // A group whose tokens were not recorded says so in each rollout.
+      expect(await page.locator(".group-list tbody tr").count()).toBe(2);
+      await page.locator(".group-list tbody tr", { hasText: "(no tokens)" }).click();
+      expect(await page.locator(".rollout .tokens-missing").count()).toBe(8);
+      await page.selectOption(".t-sort", "reward-asc");
+      await page.click(".t-next-failed");
+      expect(await page.locator(".rollout.focus.failed").count()).toBe(1);
+      await noOverflow(page, "trajectories");
+      await page.screenshot({ path: "docs/images/dashboard-trajectories.png", fullPage: false });
+
+      // Compare: no run offered against itself; one colour per run; the success table side by side.
+      await view(page, "curves");
+      const offered = await page.locator("#compare-select option").evaluateAll((os) => os.map((o) => o.getAttribute("value")));
+      expect(offered).not.toContain("alpha");
+      await page.selectOption("#compare-select", "beta");
+      await page.waitForFunction('document.querySelector(\'.chart[data-id="reward-mean"]\')?.querySelectorAll("polyline.series").length === 2', undefined, { timeout: 10_000 });
+      const strokes = await page.locator('.chart[data-id="reward-mean"] polyline.series').evaluateAll((ls) => ls.map((l) => l.getAttribute("stroke")));
+      expect(new Set(strokes).size).toBe(2);
+      const rewardStrokes = await page.locator('.chart[data-id="reward-suite"] polyline.series').evaluateAll((ls) => ls.map((l) => l.getAttribute("stroke")));
+      expect(rewardStrokes).toEqual(strokes);
+      await noOverflow(page, "compare");
+      await page.screenshot({ path: "docs/images/dashboard-compare.png", fullPage: false });
+      await view(page, "run");
+      expect(await page.locator("#eval-table th.run-head").allInnerTexts()).toEqual(["alpha", "beta"]);
+      await view(page, "trajectories");
+      expect(await page.locator("#traj-run option").allInnerTexts()).toEqual(["alpha", "beta"]);
       expect(errors).toEqual([]);
+
+      // The static report opens from a file, with no server, and shows the same views.
+      const reportFile = join(root, "alpha.html");
+      writeFileSync(reportFile, await buildReport(runsDir, "alpha"));
+      const offline = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      const offlineErrors: string[] = [];
+      offline.on("pageerror", (e) => offlineErrors.push(e.message));
+      offline.on("console", (m) => {
+        if (m.type() === "error") offlineErrors.push(m.text());
+      });
+      await offline.route("http://**", (r) => (offlineErrors.push(`fetched ${r.request().url()}`), r.abort()));
+      await offline.goto(`file://${reportFile}`);
+      await offline.waitForSelector("body[data-ready='1']", { timeout: 20_000 });
+      expect(await offline.locator("#why-ended").innerText()).toMatch(/^finished/);
+      await view(offline, "curves");
+      expect(await offline.locator(".chart").count()).toBeGreaterThanOrEqual(8);
+      await view(offline, "trajectories");
+      expect(await offline.locator(".rollout").count()).toBe(8);
+      expect(offlineErrors).toEqual([]);
     } finally {
       await browser?.close();
     }
-  });
+  }, 90_000);
 });

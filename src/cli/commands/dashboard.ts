@@ -1,12 +1,13 @@
 /**
  * `sinkflex dashboard`: serves the run dashboard over a runs folder and opens it in a browser.
  * It binds to loopback by default; beyond loopback it needs a key (--key or SINKFLEX_DASHBOARD_KEY)
- * or --insecure. It is not the server itself (see dashboard/server.ts).
+ * or --insecure. With --report RUN --out FILE it writes the run's static report (one HTML file that
+ * opens without the server) instead of serving. It is not the server itself (see dashboard/).
  */
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import type { Command } from "commander";
-import { exposureRefusal, isLoopbackHost, startDashboard } from "../../dashboard/server.js";
+import { buildReport, exposureRefusal, HttpError, isLoopbackHost, startDashboard } from "../../dashboard/index.js";
 import { UsageError } from "../usage-error.js";
 
 /** Opens a URL in the desktop's browser when there is one; does nothing on a headless machine. */
@@ -28,6 +29,22 @@ interface DashboardFlags {
   key?: string;
   insecure?: boolean;
   open: boolean;
+  report?: string;
+  out?: string;
+}
+
+/** Writes the static report of `run` to `out`; a missing run or folder is a usage error naming it. */
+async function writeReport(runsDir: string, run: string, out: string | undefined): Promise<void> {
+  if (!out) throw new UsageError(`--report needs --out FILE: where to write the report of "${run}" (e.g. --out ${run}.html)`);
+  let html: string;
+  try {
+    html = await buildReport(runsDir, run);
+  } catch (err) {
+    if (err instanceof HttpError) throw new UsageError(err.message);
+    throw err;
+  }
+  writeFileSync(out, html);
+  console.log(`report of ${run}: ${out} (${(html.length / 1024).toFixed(0)} KiB; opens without the server)`);
 }
 
 export function registerDashboardCommands(program: Command): void {
@@ -40,7 +57,14 @@ export function registerDashboardCommands(program: Command): void {
     .option("--key <key>", "require this key for the API: open the page as /?key=KEY or send Authorization: Bearer KEY (default: $SINKFLEX_DASHBOARD_KEY, else none)")
     .option("--insecure", "allow serving beyond loopback without a key (anyone who reaches it can read every run)")
     .option("--no-open", "do not open a browser")
+    .option("--report <run>", "write a static HTML report of this run (curves, run page, newest trajectories) instead of serving; needs --out")
+    .option("--out <file>", "where --report writes its HTML file")
     .action(async (opts: DashboardFlags) => {
+      if (opts.out && !opts.report) throw new UsageError("--out is for --report RUN: name the run to report on");
+      if (opts.report) {
+        if (!existsSync(opts.runs)) throw new UsageError(`the runs folder "${opts.runs}" does not exist; pass --runs DIR`);
+        return writeReport(opts.runs, opts.report, opts.out);
+      }
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got "${opts.port}"`);
       if (opts.key !== undefined && opts.key.trim() === "") throw new UsageError("--key must not be empty: pass a secret, or leave --key out");

@@ -15,7 +15,7 @@ export function solved(r) {
 export function groupSummaries(records) {
   const by = new Map();
   for (const r of records) {
-    const k = `${r.suite}\u0000${r.group}`;
+    const k = `${r.suite}#${r.group}`;
     if (!by.has(k)) by.set(k, { suite: r.suite, group: r.group, taskIndex: r.taskIndex, rollouts: [] });
     by.get(k).rollouts.push(r);
   }
@@ -126,7 +126,7 @@ export function mountTrajectories(container, records) {
     .filter((g) => !ui.suite || g.suite === ui.suite)
     .filter((g) => ui.outcome === "all" || (ui.outcome === "solved" ? g.solved > 0 : ui.outcome === "failed" ? g.failed > 0 : ui.outcome === "mixed" ? g.solved > 0 && g.failed > 0 : g.max === 0))
     .sort(SORTS[ui.sort][1]);
-  const keyOf = (g) => `${g.suite}\u0000${g.group}`;
+  const keyOf = (g) => `${g.suite}#${g.group}`;
   const show = (g, focus) => {
     ui.current = g ? keyOf(g) : null;
     for (const row of container.querySelectorAll(".group-list tr[data-key]")) row.classList.toggle("current", row.dataset.key === ui.current);
