@@ -109,7 +109,7 @@ export function lineChart(spec) {
     markers.filter((m) => Number.isFinite(m.x)).forEach((m, i) => {
       const x = sx(m.x);
       body += `<g class="marker" data-kind="${escapeHtml(m.kind || "")}"><line x1="${x}" x2="${x}" y1="${T}" y2="${H - B}" stroke="${m.color || "#7a5c00"}" stroke-dasharray="3 3"/>` +
-        `<text x="${Math.min(Math.max(x, L + 20), W - R - 20)}" y="${i % 2 ? T - 2 : 10}" text-anchor="middle" fill="${m.color || "#7a5c00"}">${escapeHtml(m.label)}</text><title>${escapeHtml(m.title || m.label)}</title></g>`;
+        `<text x="${x}" y="${i % 2 ? T - 2 : 10}" text-anchor="${x > W - R - 45 ? "end" : x < L + 45 ? "start" : "middle"}" fill="${m.color || "#7a5c00"}">${escapeHtml(m.label)}</text><title>${escapeHtml(m.title || m.label)}</title></g>`;
     });
     clean.forEach((s, i) => {
       const color = s.color || COLORS[i % COLORS.length];
