@@ -44,7 +44,7 @@ interface Options {
 }
 
 function parseArgs(argv: string[]): Options {
-  const o: Options = { json: null, checkpoint: null, steps: 4, rounds: 2, threads: 2, python: process.env.SINKFLEX_BENCH_PYTHON || "python3", keep: false };
+  const o: Options = { json: null, checkpoint: null, steps: 2, rounds: 2, threads: 2, python: process.env.SINKFLEX_BENCH_PYTHON || "python3", keep: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const next = () => {
