@@ -393,9 +393,38 @@ export const ScaleSchema = z
     baseMinutes: z.number().positive(),
     bf16Factor: z.number().min(1, "must be at least 1: bf16 products are not slower than fp32's").default(1),
     counts: z.array(z.enum(SCALABLE_COUNTS)).min(1, "name at least one count to scale, or drop the scale section"),
+    /**
+     * For a run planned to a time budget (`sinkflex demo`, planBudgetRun): the most share of the steps
+     * that fit each part may take, so that a fixed count never eats them all: the copy drill of SFT's
+     * steps, and each stage's warm-up of its own. A part keeps its count where that is within its share.
+     */
+    shares: z
+      .object({
+        copyDrill: z.number().gt(0).lt(1, "must be below 1: the suites' episodes need some of SFT's steps"),
+        sftWarmup: z.number().gt(0).lt(1, "must be below 1"),
+        grpoWarmup: z.number().gt(0).lt(1, "must be below 1"),
+      })
+      .partial()
+      .strict()
+      .default({}),
+    /** The fewest GRPO steps a planned run gives GRPO before SFT gets its time (default 1). */
+    grpoMinSteps: positiveInt.max(1000000, atMost(1000000)).default(1),
+    /**
+     * The widest 95% interval (its half-width, in points, at a 50% success rate) a planned run's held-out
+     * evaluation may shrink to where the suites' evalTasks do not fit (default 5: 385 tasks).
+     */
+    evalHalfWidthPoints: z.number().gt(0).max(50).default(5),
   })
   .strict();
 export type RecipeScale = z.infer<typeof ScaleSchema>;
+
+/** A recipe file's `scale` section, validated (undefined where the file has none). */
+export function recipeScale(raw: unknown, source: string): RecipeScale | undefined {
+  if (!isRecord(raw) || raw.scale === undefined) return undefined;
+  const parsed = ScaleSchema.safeParse(raw.scale);
+  if (!parsed.success) throw new ConfigError(`${source} is not a valid training config:\n${issueLines(parsed.error.issues, ["scale"]).join("\n")}`);
+  return parsed.data;
+}
 
 /** A count scaled for a run of `minutes` (default the base) with `matmul` products. */
 export function scaledCount(n: number, scale: RecipeScale, run: { minutes?: number; matmul: MatmulPrecision }): number {

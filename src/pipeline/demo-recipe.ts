@@ -6,7 +6,7 @@
  */
 import { fileURLToPath } from "node:url";
 import { bf16Available, type MatmulPrecision } from "../kernels/index.js";
-import { readConfigFile, scaleRecipe, validateConfig, type TrainConfig } from "./config.js";
+import { readConfigFile, recipeScale, scaleRecipe, validateConfig, type RecipeScale, type TrainConfig } from "./config.js";
 
 export interface DemoConfigOptions {
   /** The smoke-test recipe (configs/demo-quick.yaml). */
@@ -29,11 +29,19 @@ export function demoConfigFile(quick = false): string {
 
 /** The demo's config: its recipe file scaled for the run's minutes and matmul, validated. */
 export function demoConfig(options: DemoConfigOptions): TrainConfig {
+  return demoRecipe(options).config;
+}
+
+/** The demo's config (as demoConfig) with the file's `scale` section, whose shares and minimums a planned run reads. */
+export function demoRecipe(options: DemoConfigOptions): { config: TrainConfig; scale?: RecipeScale; path: string } {
   const path = demoConfigFile(options.quick);
   const matmul = options.matmul ?? (bf16Available() ? "bf16" : "fp32");
-  const recipe = scaleRecipe(readConfigFile(path), path, { minutes: options.minutes, matmul }) as Record<string, unknown>;
-  return validateConfig(
+  const raw = readConfigFile(path);
+  const recipe = scaleRecipe(raw, path, { minutes: options.minutes, matmul }) as Record<string, unknown>;
+  const config = validateConfig(
     { ...recipe, runsDir: options.runsDir, ...(options.seed !== undefined ? { seed: options.seed } : {}), ...(options.name !== undefined ? { name: options.name } : {}) },
     path,
   );
+  const scale = recipeScale(raw, path);
+  return { config, ...(scale ? { scale } : {}), path };
 }

@@ -11,10 +11,15 @@
  * src/pipeline/demo-recipe.ts; this file runs it under the demo's time budget and prints the table. It is not
  * the training pipeline (train.ts).
  */
+import { mkdtempSync, rmSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { registerBundledEnvs } from "../envs/index.js";
 import type { MatmulPrecision } from "../kernels/index.js";
-import { demoConfig } from "./demo-recipe.js";
-import { validateConfig, type TrainConfig } from "./config.js";
+import { planBudgetRun, type BudgetPlan, type Calibration, type PlanRecipe } from "./budget.js";
+import { demoRecipe } from "./demo-recipe.js";
+import { validateConfig, type RecipeScale, type TrainConfig } from "./config.js";
 import { improvedBeyondInterval } from "./stats.js";
+import { makeChatEnv, taskContentsRange } from "./tasks.js";
 import { train, type TrainResult } from "./train.js";
 import type { SuiteEval } from "./evaluate.js";
 import { join } from "node:path";
@@ -65,6 +70,8 @@ export interface DemoResult {
   };
   runDir: string;
   config: TrainConfig;
+  /** The plan the calibration gave (printed at the start), absent for --quick. */
+  plan?: string[];
 }
 
 /** One suite's row of the results table: success after SFT and after RL, the change, and its verdict. */
@@ -79,18 +86,30 @@ export function demoSuiteRow(suite: string, afterSft: SuiteEval, afterRl: SuiteE
 }
 
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
-  const config = demoConfig({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes, matmul: options.matmul });
+  const recipe = demoRecipe({ quick: options.quick, runsDir: options.runsDir, seed: options.seed, minutes: options.minutes, matmul: options.matmul });
   const budgetMs = (options.minutes ?? 20) * 60_000;
   const start = performance.now();
-  // Deadlines from the demo's start, so that however long the data takes to prepare or the machine is
-  // loaded, the demo ends on time: SFT until 52% of the budget; the evaluation after RL done by 94%, so
-  // GRPO ends early enough for it (as long as the evaluation before RL took, and 15% more); the naive
-  // replay of one step takes the rest (about 30 s on the 2-core machine).
-  const main = await train(config, {
-    quiet: options.quiet,
-    shouldStop: options.shouldStop,
-    ...(options.quick ? {} : { sftDeadline: start + 0.52 * budgetMs, evalBy: start + 0.94 * budgetMs }),
-  });
+  const say = (line: string) => {
+    if (!options.quiet) process.stderr.write(`${line}\n`);
+  };
+  let config = recipe.config;
+  let budget = {};
+  let plan: BudgetPlan | undefined;
+  if (!options.quick) {
+    // Calibrate, then plan: every stage's counts from this machine's measured speed, so that SFT, GRPO
+    // and both evaluations fit the minutes together; the deadlines stay as a net under the plan.
+    say("calibrating: a few SFT steps, a GRPO step and a few evaluation tasks of every suite on this machine");
+    const cal = await calibrate(config, options, start);
+    plan = planBudgetRun(budgetMs, cal, planRecipe(config, recipe.scale, options.naiveSteps ?? DEMO_NAIVE_STEPS));
+    for (const line of plan.lines) say(line);
+    config = plannedConfig(config, plan);
+    const afterCal = start + cal.elapsedMs;
+    const evalBy = start + budgetMs - plan.ms.margin - plan.ms.naive;
+    const grpoFloor = Math.min(plan.grpoSteps, recipe.scale?.grpoMinSteps ?? 1) * (plan.ms.grpo / Math.max(1, plan.grpoSteps));
+    const sftBy = Math.min(evalBy - (plan.ms.evalBefore + plan.ms.evalAfter) - grpoFloor, Math.max(start + 0.52 * budgetMs, afterCal + 1.15 * (plan.ms.prep + plan.ms.sft)));
+    budget = { sftDeadline: sftBy, evalBy };
+  }
+  const main = await train(config, { quiet: options.quiet, shouldStop: options.shouldStop, ...budget });
   if (main.stopped) throw new Error(`the demo was stopped; its run folder is ${main.runDir} (continue it with \`sinkflex train --config ${join(main.runDir, "config.json")} --resume\`)`);
   const rows = Object.keys(main.evalAfter!).map((suite) => demoSuiteRow(suite, main.evalBefore![suite]!, main.evalAfter![suite]!));
   const evalTokens = rows.reduce((n, r) => n + r.afterSft.tokens + r.afterRl.tokens, 0);
@@ -108,13 +127,122 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     },
     runDir: main.runDir,
     config,
+    ...(plan ? { plan: plan.lines } : {}),
   };
 
-  const naiveSteps = Math.min(options.naiveSteps ?? DEMO_NAIVE_STEPS, main.rewardCurve.length);
+  let naiveSteps = Math.min(options.naiveSteps ?? DEMO_NAIVE_STEPS, main.rewardCurve.length);
+  if (naiveSteps > 0 && plan && !options.quick) {
+    // The replay only where it fits what is left of the budget (a naive step, about 3 of the run's).
+    const stepMs = (main.grpo.rolloutMs + main.grpo.trainMs) / Math.max(1, main.rewardCurve.length);
+    const left = start + budgetMs - performance.now();
+    if (naiveSteps * 3 * stepMs > left) {
+      say(`naive replay skipped: ${naiveSteps} step(s) would take about ${Math.round((naiveSteps * 3 * stepMs) / 1000)}s, and ${Math.max(0, Math.round(left / 1000))}s of the budget are left`);
+      naiveSteps = 0;
+    }
+  }
   if (naiveSteps > 0 && !options.shouldStop?.()) {
     result.naive = await naiveComparison(config, main, naiveSteps, options);
   }
   return result;
+}
+
+/**
+ * Measures this machine on the run's own config, shrunk: a few hundred tasks a suite, 16 expert
+ * episodes a suite, two drill steps, two GRPO steps of 8 tasks and 8 held-out tasks a suite, in a
+ * temporary folder. The per-unit times come from the metrics' timestamps (the first steps, which
+ * allocate, are left out); small batches are less efficient than the run's, so the times err long.
+ */
+export async function calibrate(cfg: TrainConfig, options: Pick<DemoOptions, "shouldStop">, start = performance.now()): Promise<Calibration> {
+  const dir = mkdtempSync(join(tmpdir(), "sinkflex-calibration-"));
+  const CONTENTS = 200;
+  const EPISODES = 16;
+  const EVAL = 24;
+  // Reading task contents, timed on this thread over 40 tasks a suite; the run spreads it over its
+  // preparation workers (the cores, at most 4).
+  const READ = 40;
+  let readMs = 0;
+  let read = 0;
+  registerBundledEnvs();
+  for (const s of cfg.suites) {
+    if (typeof s.options.count !== "number") continue;
+    const env = await makeChatEnv(s.env, s.options);
+    const t = performance.now();
+    await taskContentsRange(env, 0, Math.min(READ, s.options.count));
+    readMs += performance.now() - t;
+    read += Math.min(READ, s.options.count);
+    await env.close();
+  }
+  const contentMsPerTask = readMs / Math.max(1, read) / Math.min(4, availableParallelism());
+  const calCfg = validateConfig(
+    {
+      ...cfg,
+      name: "calibration",
+      runsDir: dir,
+      suites: cfg.suites.map((s) => ({ ...s, options: typeof s.options.count === "number" ? { ...s.options, count: Math.min(s.options.count, CONTENTS) } : s.options, evalTasks: EVAL, sftEpisodes: EPISODES })),
+      sft: { ...cfg.sft, warmupSteps: 0, checkpointEvery: 1_000_000, ...(cfg.sft.copyDrill ? { copyDrill: { ...cfg.sft.copyDrill, examples: 2 * cfg.sft.batchSize, untilLoss: undefined, lossSteps: undefined, maxExamples: undefined } } : {}) },
+      grpo: { ...cfg.grpo, steps: 2, batchTasks: 8, warmupSteps: 0 },
+      eval: { ...cfg.eval, tasksPerSuite: EVAL },
+      checkpointEvery: 1_000_000,
+    },
+    "the demo's calibration config",
+  );
+  const sftTimes: number[] = [];
+  let grpoMs = Number.NaN;
+  try {
+    const r = await train(calCfg, {
+      quiet: true,
+      shouldStop: options.shouldStop,
+      onMetrics: (m) => {
+        if (m.stage === "sft") sftTimes.push(performance.now());
+        const phase = m.phaseMs as { rollout?: number; train?: number } | undefined;
+        if (m.stage === "grpo" && phase) grpoMs = (phase.rollout ?? 0) + (phase.train ?? 0);
+      },
+    });
+    if (r.stopped) throw new Error("the demo was stopped during its calibration");
+    const steady = sftTimes.slice(Math.min(2, sftTimes.length - 2));
+    const sftMsPerStep = steady.length >= 2 ? (steady.at(-1)! - steady[0]!) / (steady.length - 1) : r.sftMs / Math.max(1, sftTimes.length);
+    // An expert episode taken as four task readings (a reset and a few steps against one).
+    const unit = contentMsPerTask;
+    const evalMsPerTask = Object.values(r.evalBefore ?? {}).map((e) => e.wallMs / Math.max(1, e.trials));
+    return { sftMsPerStep, grpoMsPerTask: (Number.isFinite(grpoMs) ? grpoMs : r.grpo.rolloutMs + r.grpo.trainMs) / calCfg.grpo.batchTasks, evalMsPerTask, contentMsPerTask: unit, episodeMs: 4 * unit, elapsedMs: performance.now() - start };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The recipe's counts as a planned run sees them (held-out and expert counts capped as the suites' plans cap them). */
+export function planRecipe(cfg: TrainConfig, scale: RecipeScale | undefined, naiveSteps: number): PlanRecipe {
+  return {
+    suites: cfg.suites.map((s) => {
+      const count = typeof s.options.count === "number" ? s.options.count : 0;
+      const asked = s.evalTasks ?? cfg.eval.tasksPerSuite;
+      // At most a third of a suite's tasks are held out; an expert plays each training task at most four times.
+      const evalTasks = count > 0 ? Math.min(asked, Math.floor(count / 3)) : asked;
+      const wanted = s.sftEpisodes ?? cfg.sft.expertEpisodes;
+      return { name: s.env.split("/")[1]!.replace(/-v\d+$/, ""), contents: count, evalTasks, episodes: count > 0 ? Math.min(wanted, 4 * (count - evalTasks)) : wanted };
+    }),
+    sft: { batchSize: cfg.sft.batchSize, drillSteps: cfg.sft.enabled && cfg.sft.copyDrill ? Math.ceil(cfg.sft.copyDrill.examples / cfg.sft.batchSize) : 0, warmupSteps: cfg.sft.warmupSteps },
+    grpo: { steps: cfg.grpo.enabled ? cfg.grpo.steps : 0, batchTasks: cfg.grpo.batchTasks, warmupSteps: cfg.grpo.warmupSteps },
+    shares: scale?.shares ?? {},
+    grpoMinSteps: scale?.grpoMinSteps ?? 1,
+    evalHalfWidthPoints: scale?.evalHalfWidthPoints ?? 5,
+    naiveSteps,
+  };
+}
+
+/** The config a plan gives: the recipe's own where the whole recipe fits, its counts replaced otherwise. */
+export function plannedConfig(cfg: TrainConfig, plan: BudgetPlan): TrainConfig {
+  if (plan.whole) return cfg;
+  const { copyDrill, ...sft } = cfg.sft;
+  return validateConfig(
+    {
+      ...cfg,
+      suites: cfg.suites.map((s, i) => ({ ...s, sftEpisodes: plan.episodes[i]!, evalTasks: plan.evalTasks[i]! })),
+      sft: { ...sft, warmupSteps: plan.sftWarmup, ...(copyDrill && plan.drillSteps > 0 ? { copyDrill: { ...copyDrill, examples: plan.drillSteps * cfg.sft.batchSize } } : {}) },
+      grpo: { ...cfg.grpo, steps: plan.grpoSteps, warmupSteps: Math.min(plan.grpoWarmup, plan.grpoSteps) },
+    },
+    "the demo's planned config",
+  );
 }
 
 async function naiveComparison(config: TrainConfig, main: TrainResult, steps: number, options: DemoOptions): Promise<DemoResult["naive"]> {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { grpoDeadline, replannedSteps, SftClock, stepsThatFit } from "../../src/pipeline/budget.js";
+import { grpoDeadline, halfWidthPoints, planBudgetRun, replannedSteps, SftClock, stepsThatFit, tasksForHalfWidth, type BudgetPlan, type Calibration, type PlanRecipe } from "../../src/pipeline/budget.js";
 import * as sinkflex from "../../src/index.js";
 
 describe("the time budget", () => {
@@ -35,5 +35,64 @@ describe("the time budget", () => {
   it("is the pipeline's own: the planning helpers are not part of the library's API", () => {
     expect("stepsThatFit" in sinkflex).toBe(false);
     expect("replannedSteps" in sinkflex).toBe(false);
+  });
+});
+
+describe("planBudgetRun (calibrate, then plan)", () => {
+  // The demo's recipe as planRecipe reads configs/demo.yaml under fp32 (its counts, capped as the suites cap them).
+  const recipe: PlanRecipe = {
+    suites: [
+      { name: "arith", contents: 12000, evalTasks: 2000, episodes: 500 },
+      { name: "spider-sql", contents: 240, evalTasks: 80, episodes: 640 },
+      { name: "alfworld-gen", contents: 12000, evalTasks: 1600, episodes: 8000 },
+      { name: "restapi", contents: 12000, evalTasks: 2000, episodes: 1500 },
+    ],
+    sft: { batchSize: 8, drillSteps: 1000, warmupSteps: 50 },
+    grpo: { steps: 72, batchTasks: 32, warmupSteps: 5 },
+    shares: { copyDrill: 0.45, sftWarmup: 0.05, grpoWarmup: 0.1 },
+    grpoMinSteps: 50,
+    evalHalfWidthPoints: 5,
+    naiveSteps: 1,
+  };
+  const total = (p: BudgetPlan) => Object.values(p.ms).reduce((a, b) => a + b, 0);
+
+  it("keeps the recipe's counts where they fit the budget", () => {
+    const fast: Calibration = { sftMsPerStep: 120, grpoMsPerTask: 150, evalMsPerTask: [10, 10, 12, 10], contentMsPerTask: 1, episodeMs: 4, elapsedMs: 20_000 };
+    const plan = planBudgetRun(20 * 60_000, fast, recipe);
+    expect(plan.whole).toBe(true);
+    expect(plan).toMatchObject({ episodes: [500, 640, 8000, 1500], evalTasks: [2000, 80, 1600, 2000], drillSteps: 1000, sftWarmup: 50, grpoSteps: 72, grpoWarmup: 5 });
+    expect(total(plan) + fast.elapsedMs).toBeLessThanOrEqual(20 * 60_000);
+  });
+
+  it("on a machine too slow for the recipe, the drill is a share of the SFT steps that fit, GRPO gets its minimum, and the evaluation shrinks, all within the budget", () => {
+    // The 2-core AVX2 machine: SFT at 1.75 steps/s, evaluation at 12 tasks/s, a GRPO step of about 40 s.
+    const slow: Calibration = { sftMsPerStep: 570, grpoMsPerTask: 1200, evalMsPerTask: [83, 83, 83, 83], contentMsPerTask: 2, episodeMs: 8, elapsedMs: 45_000 };
+    const plan = planBudgetRun(20 * 60_000, slow, recipe);
+    expect(plan.whole).toBe(false);
+    // The old recipe led 1,000 drill steps whatever fit: every one of the 917 steps that fit was the drill.
+    expect(plan.drillSteps).toBeLessThanOrEqual(0.45 * plan.sftSteps);
+    expect(plan.sftSteps - plan.drillSteps).toBeGreaterThan(0);
+    expect(plan.episodes.every((e) => e > 0)).toBe(true);
+    expect(plan.grpoSteps).toBeGreaterThanOrEqual(1);
+    expect(plan.evalTasks.every((n, i) => n <= recipe.suites[i]!.evalTasks)).toBe(true);
+    expect(plan.evalTasks.filter((n) => n >= 385).length).toBeGreaterThanOrEqual(3);
+    expect(plan.sftWarmup).toBeLessThanOrEqual(0.05 * plan.sftSteps);
+    expect(total(plan) + slow.elapsedMs).toBeLessThanOrEqual(20 * 60_000);
+    expect(plan.lines.join("\n")).toMatch(/scaled to fit/);
+    expect(plan.lines.join("\n")).toMatch(/95% CI \+-5\.0 points/);
+  });
+
+  it("gives GRPO its minimum steps before SFT gets its time", () => {
+    const slowish: Calibration = { sftMsPerStep: 300, grpoMsPerTask: 200, evalMsPerTask: [40, 40, 40, 40], contentMsPerTask: 1, episodeMs: 4, elapsedMs: 30_000 };
+    const plan = planBudgetRun(20 * 60_000, slowish, recipe);
+    expect(plan.whole).toBe(false);
+    expect(plan.grpoSteps).toBeGreaterThanOrEqual(50);
+    expect(total(plan) + slowish.elapsedMs).toBeLessThanOrEqual(20 * 60_000);
+  });
+
+  it("reports the 95% half-width a held-out set buys, and the set a half-width needs", () => {
+    expect(tasksForHalfWidth(5)).toBe(385);
+    expect(halfWidthPoints(385)).toBeLessThanOrEqual(5);
+    expect(halfWidthPoints(2000)).toBeCloseTo(2.19, 2);
   });
 });
