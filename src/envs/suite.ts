@@ -4,21 +4,15 @@
  * Every bundled env is a `ToolEnv`. A suite registers its env ids with the gym registry and itself
  * here, so that generic commands (`envs replay`, SFT export, the demo) can play any suite's expert
  * without knowing the suite. The expert acts only through the agent's own tools and messages.
+ * A user's env needs no suite: its `ToolEnv`'s own `expert` hook comes first (`expertFor`), and an env
+ * with neither has no expert (it trains from demonstrations in `sft.data`).
  */
 import { Rng, type AgentTurn, type ChatMessage, type ChatObservation, type ToolSpec } from "../core/index.js";
 import { unwrap, type Env, type Info } from "../gym/env.js";
-import { ToolEnv } from "../tools/tool-env.js";
+import { ToolEnv, type Expert } from "../tools/tool-env.js";
 
-/** A scripted expert for one episode: sees the observations, returns assistant turns. */
-export interface Expert {
-  act(obs: ChatObservation): AgentTurn | Promise<AgentTurn>;
-  /**
-   * Optional: a wrong action a learner typically makes in the current state, one the env answers
-   * without changing anything (so the expert's next `act` still holds), or undefined when there is
-   * none. Expert episodes with mistakes (`runExpertEpisode`'s `mistakes`) show recoveries.
-   */
-  mistake?(rng: Rng): AgentTurn | undefined;
-}
+/** A scripted expert for one episode (defined with `ToolEnv`'s `expert` hook, tools/tool-env.ts). */
+export type { Expert };
 
 export interface ReplayOptions {
   /** Replay the benchmark's gold actions / gold SQL where the suite has them, else the scripted expert. */
@@ -62,6 +56,29 @@ export function allSuites(): Suite[] {
   return [...suites.values()];
 }
 
+/** The registered suite that owns `envId`, or undefined. */
+export function findSuiteForEnv(envId: string): Suite | undefined {
+  for (const s of suites.values()) if (s.envIds.includes(envId)) return s;
+  return undefined;
+}
+
+/**
+ * A fresh expert for the current episode of `env` (a made env of id `envId`, reset): its `ToolEnv`'s
+ * own `expert` hook, else its suite's; undefined when it has neither.
+ */
+export function expertFor(env: Env<ChatObservation, AgentTurn>, envId: string): Expert | undefined {
+  const base = unwrap(env);
+  if (!(base instanceof ToolEnv) || !base.current) throw new Error(`${env}: the expert needs a ToolEnv-based env, reset`);
+  if (base.hooks.expert) return base.hooks.expert(base.current.task);
+  return findSuiteForEnv(envId)?.createExpert(envId, base.current.task);
+}
+
+/** Whether episodes of `env` (a made env of id `envId`) have an expert to play them (`expertFor`). */
+export function hasExpert(env: Env<ChatObservation, AgentTurn>, envId: string): boolean {
+  const base = unwrap(env);
+  return (base instanceof ToolEnv && base.hooks.expert !== undefined) || findSuiteForEnv(envId) !== undefined;
+}
+
 export function suiteForEnv(envId: string): Suite {
   for (const s of suites.values()) if (s.envIds.includes(envId)) return s;
   throw new Error(`no suite owns env id "${envId}"; run \`sinkflex envs list\` to see the bundled envs`);
@@ -98,9 +115,8 @@ export async function runExpertEpisode(
 ): Promise<ExpertEpisode> {
   const seed = options.seed ?? options.taskIndex;
   const [first, resetInfo] = await env.reset({ seed, options: { taskIndex: options.taskIndex } });
-  const base = unwrap(env);
-  if (!(base instanceof ToolEnv) || !base.current) throw new Error(`${env}: the expert needs a ToolEnv-based env`);
-  const expert = suiteForEnv(envId).createExpert(envId, base.current.task);
+  const expert = expertFor(env, envId);
+  if (!expert) throw new Error(`env ${envId} has no expert to play its episodes: give its ToolEnv an \`expert\` hook (docs/your-env.md), or train it from demonstrations in sft.data`);
   const messages: ChatMessage[] = [...first.messages];
   const tools = first.tools ?? [];
   let obs = first;

@@ -12,12 +12,14 @@
  * the pipeline itself (train.ts) nor any recipe's values.
  */
 import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { ATTENTION_INITS } from "../model/instance.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
 
+import { resolveModule } from "./user-modules.js";
 const positiveInt = z.number().int().positive();
 /** Every count has an upper bound, so that a typo (1e12 steps) is refused here rather than failing mid-run. */
 const atMost = (max: number) => `must be at most ${max}`;
@@ -339,6 +341,12 @@ export const TrainConfigSchema = z
     cfg.suites.forEach((s, i) => {
       if (s.sftContextLoss === false && !(cfg.sft.contextLossFraction > 0)) {
         ctx.addIssue({ code: "custom", path: ["suites", i, "sftContextLoss"], message: "false only applies with sft.contextLossFraction above 0 (there is no context-loss phase to leave out)" });
+    /**
+     * The user's modules (TypeScript or JavaScript files, or package names) that register envs when
+     * imported: `suites[].env` may then name their ids. A config file's relative paths are resolved from
+     * its folder (user-modules.ts imports them in every thread).
+     */
+    modules: z.array(z.string().min(1, "name a module file (./my-env.ts) or package")).default([]),
       }
       if ((s.sftLead ?? 0) > 0 && cfg.sft.batchBy !== "prefix") {
         ctx.addIssue({ code: "custom", path: ["suites", i, "sftLead"], message: 'needs sft.batchBy "prefix" (the leading batches are each from one suite); set it, or drop sftLead' });
@@ -490,7 +498,13 @@ export function readConfigFile(path: string): unknown {
  * and the file's own matmul, so a recipe trains as written).
  */
 export function loadConfigFile(path: string, run: { minutes?: number; matmul?: MatmulPrecision } = {}): TrainConfig {
-  return validateConfig(scaleRecipe(readConfigFile(path), path, run), path);
+  const cfg = validateConfig(scaleRecipe(readConfigFile(path), path, run), path);
+  // The modules as files, so that the run folder's copy of the config finds them from anywhere.
+  try {
+    return { ...cfg, modules: cfg.modules.map((m) => resolveModule(m, dirname(resolve(path)))) };
+  } catch (err) {
+    throw new ConfigError(`${path}: modules: ${(err as Error).message}`);
+  }
 }
 
 /** The paper's reference hyperparameters, for real (>= 0.5B) models; suites and model are the user's. */

@@ -7,9 +7,11 @@
  * seed `seed + k`. Calls may overlap (`planSuites` reads its suites at once): a worker serves their
  * jobs in turn, and each answer names its job.
  *
- * Suites registered by the caller at run time are not known in a worker thread (a worker starts with
- * only the bundled suites), so their episodes run on this thread; so does everything when there is one
- * core, or too little work to pay for starting workers.
+ * A worker starts with the bundled suites and imports the user modules this thread loaded
+ * (user-modules.ts: `--import`, a config's `modules`), so their envs run there too. Envs registered
+ * any other way (by the caller's own code, a Node preload) are not known in a worker, so their work
+ * runs on this thread; so does everything when there is one core, or too little work to pay for
+ * starting workers.
  */
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
@@ -20,6 +22,7 @@ import type { Policy } from "./policy.js";
 import { type PolicyTextSpec, type PrepJob, type PrepMessage } from "./prep-worker.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";
 import { expertEpisodeCount, expertEpisodes, readTaskContents, type ContentsReader, type SuitePlan } from "./tasks.js";
+import { userEnvIds, userModules, workerExecArgv } from "./user-modules.js";
 
 /** Below this many expert episodes, or conversations to tokenize, the pool works on this thread. */
 const MIN_PARALLEL_ITEMS = 1000;
@@ -59,12 +62,12 @@ export class PrepPool {
   ): Promise<{ kept: Conversation[]; failed: number }[]> {
     const total = plans.reduce((n, p) => n + expertEpisodeCount(p, count), 0);
     const parallel = this.threads > 1 && total >= this.minParallelItems;
-    const bundled = bundledEnvIds();
+    const inWorkers = workerEnvIds();
     const jobs: { suite: number; job: PrepJob & { kind: "episodes" } }[] = [];
     const local: number[] = [];
     plans.forEach((p, suite) => {
       const n = expertEpisodeCount(p, count);
-      if (!parallel || !bundled.has(p.envId)) return local.push(suite);
+      if (!parallel || !inWorkers.has(p.envId)) return local.push(suite);
       const pieces = Math.max(1, Math.min(Math.ceil(n / 50), Math.round((JOBS_PER_WORKER * this.threads * n) / total)));
       for (const { from, to } of evenRanges(n, pieces)) {
         jobs.push({ suite, job: { kind: "episodes", plan: { envId: p.envId, options: p.options, sftTasks: p.sftTasks, sftEpisodes: p.sftEpisodes, sftMistakes: p.sftMistakes }, count, seed, from, to } });
@@ -94,7 +97,7 @@ export class PrepPool {
    * them all is most of the suites' planning.
    */
   readonly taskContents: ContentsReader = async (envId, options, count, env) => {
-    if (this.threads === 1 || count < this.minParallelItems || !bundledEnvIds().has(envId)) return readTaskContents(envId, options, count, env);
+    if (this.threads === 1 || count < this.minParallelItems || !workerEnvIds().has(envId)) return readTaskContents(envId, options, count, env);
     const jobs = evenRanges(count, JOBS_PER_WORKER * this.threads).map(({ from, to }): PrepJob => ({ kind: "contents", envId, options, from, to }));
     return (await this.runJobs(jobs)).flatMap((r) => {
       if (r.kind !== "contents") throw new Error(`a data-preparation worker answered a contents job with ${r.kind}`);
@@ -193,8 +196,14 @@ function evenRanges(n: number, pieces: number): { from: number; to: number }[] {
   return out;
 }
 
+/** The env ids a worker thread can make: the bundled ones and those of the user modules it imports. */
+function workerEnvIds(): ReadonlySet<string> {
+  return new Set([...bundledEnvIds(), ...userEnvIds()]);
+}
+
+/** A worker that imports this thread's user modules; the process's preloads are left out (see `workerExecArgv`). */
 function startWorker(): Worker {
-  return new Worker(new URL("./prep-worker.mjs", import.meta.url));
+  return new Worker(new URL("./prep-worker.mjs", import.meta.url), { workerData: { modules: userModules() }, execArgv: workerExecArgv() });
 }
 
 /** The policy's text side as plain data (see `policyTextFromSpec`). */

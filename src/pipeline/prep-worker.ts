@@ -3,9 +3,10 @@
  * of a range of one suite's tasks, a range of one suite's expert episodes, or the SFT examples of a
  * slice of conversations) and posts each result back under its job's id. It rebuilds the policy's text
  * side (tokenizer, chat template, trimmed vocabulary) from a plain description once, and keeps it for
- * later jobs.
+ * later jobs. Before its first job it imports the user modules the pool names (`workerData.modules`,
+ * resolved file paths), so that their envs can be made here.
  */
-import { parentPort } from "node:worker_threads";
+import { parentPort, workerData } from "node:worker_threads";
 import { registerBundledEnvs } from "../envs/index.js";
 import { ChatTemplate } from "../model/chat-template.js";
 import { Tokenizer } from "../model/tokenizer.js";
@@ -13,6 +14,7 @@ import { tokenCodec, TrimmedVocab, type TrimmedVocabJson } from "../model/vocab.
 import type { PolicyText } from "./policy.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";
 import { expertEpisodes, makeChatEnv, taskContentsRange, type SuitePlan } from "./tasks.js";
+import { importModules } from "./user-modules.js";
 
 /** A policy's text side as plain data, for another thread to rebuild. */
 export interface PolicyTextSpec {
@@ -84,6 +86,10 @@ export async function runPrepJob(job: PrepJob, tick: (n: number) => void, textOf
 if (parentPort) {
   const port = parentPort;
   registerBundledEnvs();
+  // The user modules' envs, registered before any job runs; a module that fails fails every job, with its error.
+  const modules: string[] = (workerData as { modules?: string[] } | null)?.modules ?? [];
+  const ready = importModules(modules, process.cwd());
+  ready.catch(() => undefined);
   let cached: { key: string; text: PolicyText } | undefined;
   const textOf = (spec: PolicyTextSpec) => {
     const key = JSON.stringify(spec);
@@ -92,6 +98,7 @@ if (parentPort) {
   };
   port.on("message", async ({ id, job }: { id: number; job: PrepJob }) => {
     try {
+      await ready;
       const result = await runPrepJob(job, (n) => port.postMessage({ id, kind: "tick", n }), textOf);
       const transfer = result.kind === "examples" ? result.examples.flatMap((e) => [e.tokens.buffer, e.lossMask.buffer]) : [];
       port.postMessage({ ...result, id }, transfer as ArrayBuffer[]);

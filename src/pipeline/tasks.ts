@@ -7,8 +7,11 @@ import type { AgentTurn, ChatObservation } from "../gym/chat.js";
 import type { Env } from "../gym/env.js";
 import { make, spec } from "../gym/registry.js";
 import { Rng } from "../gym/rng.js";
-import { runExpertEpisode, type ExpertEpisode } from "../envs/suite.js";
+import { hasExpert, runExpertEpisode, type ExpertEpisode } from "../envs/suite.js";
+import { unwrap } from "../gym/env.js";
+import { ToolEnv } from "../tools/tool-env.js";
 import type { TrainConfig } from "./config.js";
+import { importModules } from "./user-modules.js";
 
 export interface SuitePlan {
   /** Short name used in tables and metrics, e.g. "arith". */
@@ -39,6 +42,16 @@ export interface SuitePlan {
   sftEpisodes?: number;
   /** The chance of an expert mistake (and its recovery) before each turn of an expert episode. */
   sftMistakes?: number;
+  /**
+   * false when the env has no expert (no `expert` hook on its ToolEnv, no registered suite): it plays no
+   * expert episodes, and its SFT data comes from `sft.data` alone.
+   */
+  hasExpert?: boolean;
+  /**
+   * Set when fewer tasks are held out than were asked for (few distinct tasks, or a small evaluation
+   * task set): why, and what to do. Shown with the evaluation.
+   */
+  heldOutWarning?: string;
 }
 
 export function makeChatEnv(envId: string, options: Record<string, unknown>): Promise<Env<ChatObservation, AgentTurn>> {
@@ -74,6 +87,8 @@ function suiteNames(cfg: TrainConfig): string[] {
  * uses all of the training set.
  */
 export async function planSuites(cfg: TrainConfig, options: { contents?: ContentsReader } = {}): Promise<SuitePlan[]> {
+  // The user's modules first: the suites may name the envs they register.
+  await importModules(cfg.modules, process.cwd());
   const names = suiteNames(cfg);
   const read = options.contents ?? readTaskContents;
   // Every suite is planned to the end, even when one fails, before the failure is thrown: a caller that
@@ -92,8 +107,15 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         await env.close();
         throw new Error(`suite ${s.env}: its task set is empty or has no taskCount; check the suite's options`);
       }
+      const expert = hasExpert(env, s.env);
+      if (!expert && (s.sftEpisodes ?? 0) > 0 && cfg.sft.enabled) {
+        await env.close();
+        throw new Error(`suite ${s.env}: suites.${i}.sftEpisodes is ${s.sftEpisodes}, but this env has no expert to play them: give its ToolEnv an \`expert\` hook (docs/your-env.md), or drop sftEpisodes and train from demonstrations in sft.data`);
+      }
       const perm = new Rng(cfg.seed * 7919 + i).shuffle(Array.from({ length: count }, (_, k) => k));
       const asked = s.evalTasks ?? cfg.eval.tasksPerSuite;
+      const askedField = s.evalTasks !== undefined ? `suites.${i}.evalTasks` : "eval.tasksPerSuite";
+      let heldOutWarning: string | undefined;
       let trainTasks: number[];
       let trainContents: number[];
       let evalTasks: number[];
@@ -116,6 +138,7 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         trainTasks = perm;
         trainContents = keys ? firstOfEachContents(perm, keys) : perm;
         evalTasks = Array.from({ length: Math.min(asked, evalCount) }, (_, k) => k);
+        if (evalTasks.length < asked) heldOutWarning = `${evalTasks.length} held-out tasks, not the ${asked} asked for (${askedField}): its evalOptions task set has ${evalCount} tasks; give it more tasks, or ask for fewer`;
       } else {
         let keys: string[];
         try {
@@ -132,6 +155,12 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         const order = new Rng(cfg.seed * 7919 + i + 104_729).shuffle([...distinct.keys()]);
         const held = Math.min(asked, Math.floor(order.length / 3));
         if (held < 1) throw new Error(`suite ${s.env}: only ${order.length} distinct tasks, too few to hold out evaluation tasks; set evalOptions to a separate task set`);
+        if (held < asked) {
+          const hidden = unwrap(env) instanceof ToolEnv && (unwrap(env) as ToolEnv).hooks.taskKey !== undefined;
+          heldOutWarning = `${held} held-out tasks, not the ${asked} asked for (${askedField}): its ${count} tasks are ${order.length} distinct ones` +
+            (hidden ? " by its taskKey" : " by their opening messages and tools") + `, and at most a third of them are held out; ` +
+            (hidden ? "make more distinct tasks, set evalOptions to a separate task set, or ask for fewer" : "if tasks differ in hidden state (a database, a seed), give the env's ToolEnv a `taskKey` hook (docs/your-env.md); otherwise make more distinct tasks, set evalOptions to a separate task set, or ask for fewer");
+        }
         const heldOut = order.slice(order.length - held);
         const heldKeys = new Set(heldOut);
         evalTasks = heldOut.map((k) => distinct.get(k)!);
@@ -147,7 +176,7 @@ export async function planSuites(cfg: TrainConfig, options: { contents?: Content
         trainContents = firstOfEachContents(trainTasks, keys);
       }
       const sftTasks = cfg.sft.taskSampling === "content" ? trainContents : trainTasks;
-      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, sftTasks, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}) } satisfies SuitePlan;
+      return { name: names[i]!, envId: s.env, options: s.options, evalOptions: s.evalOptions ?? s.options, weight: s.weight, reward: s.reward, trainTasks, trainContents, sftTasks, evalTasks, ...(rlTasks ? { rlTasks } : {}), sftEpisodes: s.sftEpisodes, ...(s.sftMistakes ? { sftMistakes: s.sftMistakes } : {}), hasExpert: expert, ...(heldOutWarning ? { heldOutWarning } : {}) } satisfies SuitePlan;
     }),
   );
   const failed = settled.find((r) => r.status === "rejected");
@@ -195,11 +224,17 @@ async function taskContents(
 }
 
 /**
- * Tasks [from, to)'s contents as a reset shows them (the opening messages and the tools), each as a
- * digest of their JSON, read with `env` on this thread.
+ * Tasks [from, to)'s contents, each as a digest of their JSON, read with `env` on this thread: the
+ * env's `taskKey` hook where its ToolEnv has one (tasks that differ in hidden state), else the opening
+ * messages and the tools a reset shows.
  */
 export async function taskContentsRange(env: Env<ChatObservation, AgentTurn>, from: number, to: number): Promise<string[]> {
   const keys: string[] = [];
+  const base = unwrap(env);
+  if (base instanceof ToolEnv && base.hooks.taskKey) {
+    for (let t = from; t < to; t++) keys.push(createHash("sha256").update(`key ${base.taskKey(t)}`).digest("base64"));
+    return keys;
+  }
   for (let t = from; t < to; t++) {
     const [observation] = await env.reset({ seed: 0, options: { taskIndex: t } });
     keys.push(createHash("sha256").update(JSON.stringify(observation)).digest("base64"));
@@ -213,11 +248,11 @@ export const readTaskContents: ContentsReader = (_envId, _options, count, env) =
 /**
  * Expert episodes on training tasks; only successful ones (reward 1) are kept as SFT data: `count` of
  * them, or the plan's own `sftEpisodes`. Episode k runs training task k (cycling through them, at most
- * four times) with seed `seed + k`; `range` runs episodes [from, to) of those only, so that parts of
+ * four times) with seed `seed + k`; an env without an expert plays none; `range` runs episodes [from, to) of those only, so that parts of
  * one suite's episodes can run on different threads and be concatenated in order.
  */
 export async function expertEpisodes(
-  plan: Pick<SuitePlan, "envId" | "options" | "sftTasks" | "sftEpisodes" | "sftMistakes">,
+  plan: Pick<SuitePlan, "envId" | "options" | "sftTasks" | "sftEpisodes" | "sftMistakes" | "hasExpert">,
   count: number,
   seed: number,
   onEpisode?: () => void,
@@ -244,8 +279,21 @@ export async function expertEpisodes(
 
 /**
  * How many expert episodes `expertEpisodes` runs for `count` asked (or the plan's own `sftEpisodes`):
- * each of its SFT tasks at most 4 times.
+ * each of its SFT tasks at most 4 times; none for an env without an expert.
  */
-export function expertEpisodeCount(plan: Pick<SuitePlan, "sftTasks" | "sftEpisodes">, count: number): number {
+export function expertEpisodeCount(plan: Pick<SuitePlan, "sftTasks" | "sftEpisodes" | "hasExpert">, count: number): number {
+  if (plan.hasExpert === false) return 0;
   return Math.min(plan.sftEpisodes ?? count, plan.sftTasks.length * 4);
+}
+
+/**
+ * The error of a run whose SFT has nothing to train on: no suite's env has an expert and `sft.data`
+ * names no files. It says what to do.
+ */
+export function noSftDataError(plans: readonly SuitePlan[]): Error {
+  const without = plans.filter((p) => p.hasExpert === false).map((p) => p.envId);
+  return new Error(
+    `SFT has no data: ${without.length ? `${without.join(", ")} ${without.length === 1 ? "has" : "have"} no expert` : "the experts played no successful episodes"} and sft.data names no files. ` +
+      "Add demonstrations (OpenAI-chat JSONL files) to sft.data, give the env's ToolEnv an `expert` hook (docs/your-env.md), or set sft.enabled: false to go straight to GRPO",
+  );
 }

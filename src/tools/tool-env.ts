@@ -8,7 +8,9 @@
  * that throws or hangs all come back as error observations and are recorded in `info.toolErrors`.
  *
  * The suite supplies hooks: `open` (a fresh per-episode state and the opening messages), `respond`,
- * `score` (the verifiable reward and its evidence) and `dispose`. This file knows no particular suite.
+ * `score` (the verifiable reward and its evidence) and `dispose`; optionally `expert` (a scripted
+ * expert whose episodes are SFT demonstrations) and `taskKey` (what tells tasks apart when they differ
+ * only in hidden state). This file knows no particular suite.
  */
 import type { AgentTurn, ChatMessage, ChatObservation, ToolMessage } from "../gym/chat.js";
 import { EnvContractError, type Env, type EnvMetadata, type Info, type ResetArgs, type ResetResult, type StepResult } from "../gym/env.js";
@@ -39,6 +41,20 @@ export interface Score {
   evidence: Record<string, unknown>;
 }
 
+/**
+ * A scripted expert for one episode: sees the observations, returns assistant turns. Its successful
+ * episodes (reward 1) are the SFT demonstrations of `sft.expertEpisodes`.
+ */
+export interface Expert {
+  act(obs: ChatObservation): AgentTurn | Promise<AgentTurn>;
+  /**
+   * Optional: a wrong action a learner typically makes in the current state, one the env answers
+   * without changing anything (so the expert's next `act` still holds), or undefined when there is
+   * none. Expert episodes with mistakes (`runExpertEpisode`'s `mistakes`) show recoveries.
+   */
+  mistake?(rng: Rng): AgentTurn | undefined;
+}
+
 export interface ToolEnvHooks<Task, State> {
   /** Class-style name used when printing wrapper stacks, e.g. "RetailEnv". */
   name: string;
@@ -58,6 +74,19 @@ export interface ToolEnvHooks<Task, State> {
    * after every step, so that an episode the agent loop cuts short still has it. For reward rubrics.
    */
   progress?(episode: Episode<Task, State>): number;
+  /**
+   * Optional: a fresh scripted expert for an episode of `task`. With it, training plays expert episodes
+   * as SFT data (`sft.expertEpisodes`); without it (and without a registered suite for the env), an env
+   * trains from demonstrations in `sft.data` only.
+   */
+  expert?(task: Task): Expert;
+  /**
+   * Optional: what tells `task` apart from the other tasks (any JSON value; equal keys mean the same
+   * task). The held-out split keeps tasks with equal keys on one side and holds out distinct ones. By
+   * default a task is its opening messages and tools, which is wrong for tasks that differ only in
+   * hidden state (a database, a random seed the agent must discover): give those a key.
+   */
+  taskKey?(task: Task): unknown;
   /** Releases the per-episode state. */
   dispose?(state: State): Promise<void> | void;
   /** Extra metadata for `envs list` and the registry. */
@@ -89,6 +118,16 @@ export class ToolEnv<Task = unknown, State = unknown> implements Env<ChatObserva
     this.toolsByName = new Map(hooks.tools.map((t) => [t.name, t]));
     this.actionSpace = new ToolCallSpace(hooks.tools.map((t) => t.name));
     this.metadata = { taskCount: hooks.tasks.size, ...hooks.metadata, ...(hooks.progress ? { reportsProgress: true } : {}) };
+  }
+
+  /**
+   * Task `index`'s key (the `taskKey` hook's value as JSON), or undefined when the env has no such hook
+   * (its opening messages and tools tell its tasks apart).
+   */
+  taskKey(index: number): string | undefined {
+    if (!this.hooks.taskKey) return undefined;
+    const key = this.hooks.taskKey(this.hooks.tasks.get(index));
+    return typeof key === "string" ? key : JSON.stringify(key ?? null);
   }
 
   /** The current episode (task, state, conversation), for verifiers and tests. */

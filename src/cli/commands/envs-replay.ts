@@ -9,7 +9,7 @@ import type { Command } from "commander";
 import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
 import { make, registeredIds } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport } from "../../envs/suite.js";
+import { hasExpert, runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport } from "../../envs/suite.js";
 import { conform, tauDomain } from "../../envs/tau/index.js";
 import { UsageError } from "../usage-error.js";
 import { envsCommand } from "./envs.js";
@@ -100,8 +100,11 @@ export async function exportSftCommand(
 ): Promise<CommandResult> {
   knownEnv(envId);
   if (!opts.out) throw new UsageError("export-sft needs --out FILE (a .jsonl file to write)");
-  suiteForEnv(envId);
   const env = await make<ChatObservation, AgentTurn>(envId, jsonOptions(opts.options));
+  if (!hasExpert(env, envId)) {
+    await env.close();
+    throw new UsageError(`${envId} has no expert to export: give its ToolEnv an \`expert\` hook (docs/your-env.md)`);
+  }
   const size = env.metadata.taskCount ?? 0;
   const total = Math.min(positiveInt("--limit", opts.limit) ?? size, size);
   const out = createWriteStream(opts.out);

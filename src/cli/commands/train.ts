@@ -3,8 +3,8 @@
  * `sinkflex eval <checkpoint>`: the training pipeline and the evaluation table from the command line.
  */
 import type { Command } from "commander";
-import { existsSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { evalOptionsOf, evaluate, type SuiteEval } from "../../pipeline/evaluate.js";
 import { loadPolicy } from "../../pipeline/policy.js";
 import { planSuites } from "../../pipeline/tasks.js";
@@ -55,6 +55,16 @@ async function runStageOrExplain(...args: Parameters<typeof runStage>): ReturnTy
   } catch (err) {
     if (err instanceof ConfigError || err instanceof RunFolderError) throw new UsageError(err.message);
     throw err;
+  }
+}
+
+/** Whether the run in `runDir` trains with GRPO (its saved config: grpo enabled with steps). */
+function ranGrpo(runDir: string): boolean {
+  try {
+    const saved = JSON.parse(readFileSync(join(runDir, "config.json"), "utf8")) as { grpo?: { enabled?: boolean; steps?: number } };
+    return saved.grpo?.enabled !== false && (saved.grpo?.steps ?? 1) > 0;
+  } catch {
+    return true;
   }
 }
 
@@ -120,7 +130,10 @@ export function registerTrainCommands(program: Command): void {
         const result = opts.stage !== undefined
           ? await runStageOrExplain(opts.stage as StageName, { runDir: opts.run, cfg }, options)
           : await train(cfg!, { ...options, resume: opts.resume });
-        if (result.evalBefore && result.evalAfter) {
+        if (result.evalBefore && !ranGrpo(result.runDir)) {
+          // Without GRPO the policy after "RL" is the one before it: one table, said plainly.
+          console.log(`\nevaluation (after SFT; GRPO is disabled or has 0 steps, so there is no "after RL"):\n${formatEvalTable(result.evalBefore)}`);
+        } else if (result.evalBefore && result.evalAfter) {
           console.log(`\nbefore RL (after SFT):\n${formatEvalTable(result.evalBefore)}\n\nafter RL:\n${formatEvalTable(result.evalAfter)}`);
         } else if (opts.stage === "evaluate" && result.evalBefore) {
           console.log(`\nbefore RL (after SFT):\n${formatEvalTable(result.evalBefore)}`);
@@ -169,8 +182,10 @@ export function registerTrainCommands(program: Command): void {
       }
       // The config's matrix products, as its run evaluated with (fp32 where the CPU has no bf16 unit).
       if (opts.config) setMatmulPrecision(cfg.model.matmul);
-      const table = await evaluate(loadPolicy(checkpoint, attentionOf(cfg)), await planSuites(cfg), evalOptionsOf(cfg));
+      const plans = await planSuites(cfg);
+      const table = await evaluate(loadPolicy(checkpoint, attentionOf(cfg)), plans, evalOptionsOf(cfg));
       console.log(formatEvalTable(table));
+      for (const p of plans) if (p.heldOutWarning) console.error(`warning: ${p.name}: ${p.heldOutWarning}`);
       if (opts.json) {
         const { writeJsonAtomic } = await import("../../pipeline/run-dir.js");
         writeJsonAtomic(opts.json as string, { checkpoint, suites: table });

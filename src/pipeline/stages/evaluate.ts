@@ -33,6 +33,8 @@ export async function runEvaluation(ctx: RunContext, policy: Policy, plans: Suit
   const tables = readEvalTables(ctx);
   const kept = tables.stages[which];
   if (which === "before-rl" && kept) return kept;
+  // A held-out set smaller than asked is said every time one is evaluated (never only in a table's task count).
+  for (const p of plans) if (p.heldOutWarning) process.stderr.write(`warning: ${p.name}: ${p.heldOutWarning}\n`);
   const metricsStage = which === "before-rl" ? "eval-before" : "eval-after";
   ctx.status({ stage: metricsStage, step, totalSteps: which === "before-rl" ? 0 : ctx.cfg.grpo.enabled ? ctx.cfg.grpo.steps : 0 });
   const table = await evaluate(policy, plans, { ...evalOptionsOf(ctx.cfg), quiet: ctx.options.quiet, label: which === "before-rl" ? "eval before RL" : "eval after RL" });

@@ -138,10 +138,13 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
   let tRollout = performance.now();
   let stepIndex = 0;
   let lastStats = { ...rollout.stats };
+  let idleSteps = 0;
+  let stepsRun = 0;
   try {
     // 1. Sample: the scheduler hands over each step's groups once all of them are done.
     for await (const batch of scheduler.batches(tasks())) {
       const step = stepsLeft[stepIndex++]!;
+      stepsRun++;
       const rolloutMs = performance.now() - tRollout;
       const groups = batch.groups;
       const stepTaskList = stepTasks(cfg, plans, step);
@@ -204,6 +207,8 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
         gradNorm: m.gradNorm,
         staleness: m.staleness,
         degenerateGroups: m.degenerateGroups,
+        groups: m.groups,
+        noSignal: noSignal(m, allRewards) !== undefined,
         rewardErrors: scored.flat().filter((x) => x.error).length,
         trajectories: groups.flat().length,
         tokens: { prefill: prefilled, sampled, trained: trainedTokens },
@@ -220,7 +225,14 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
         return g.map((t, i) => trajectoryRecord(policy, suiteOf(gi), gi, t, scored[gi]![i]!, advantages.get(i), withTokens));
       });
       ctx.run.writeTrajectories("grpo", step, records);
-      progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m.kl.toFixed(4)}`);
+      // A step whose groups all had equal rewards within each group (or no trainable sequence) has no
+      // policy-gradient signal: it is said, not shown as a quiet "reward 0.000".
+      const signal = noSignal(m, allRewards);
+      if (signal) {
+        idleSteps++;
+        ctx.log(`GRPO step ${step}: ${signal}`);
+      }
+      progress.tick(1, `reward ${mean(allRewards).toFixed(3)} kl ${m.kl.toFixed(4)}${signal ? ` (no signal: ${m.degenerateGroups}/${m.groups} groups degenerate)` : ""}`);
       ctx.status({ stage: "grpo", step, totalSteps: totalGrpo });
       const stop = options.shouldStop?.() ?? false;
       const outOfTime = performance.now() > deadline;
@@ -237,8 +249,26 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
       tRollout = performance.now();
     }
     progress.finish();
+    if (stepsRun > 0 && idleSteps === stepsRun) {
+      ctx.log(`GRPO learned nothing: in all ${stepsRun} steps every group's rollouts had equal rewards, so no advantage was non-zero. ` +
+        "Give RL tasks the policy solves sometimes: more SFT (or demonstrations in sft.data), a higher grpo.temperature, a larger grpo.groupSize, or a reward with partial credit (suites[].reward)");
+    } else if (idleSteps > 0) ctx.log(`GRPO: ${idleSteps} of ${stepsRun} steps had no learning signal (every group's rewards equal)`);
   } finally {
     await rollout.close();
   }
   return "done";
+}
+
+/**
+ * Why a GRPO step had no policy-gradient signal (every group degenerate: equal rewards within each
+ * group, or no sequence to train on), or undefined when it had one.
+ */
+function noSignal(m: { groups: number; degenerateGroups: number; sequences: number }, rewards: number[]): string | undefined {
+  if (m.groups === 0) return undefined;
+  if (m.degenerateGroups === m.groups) {
+    const values = [...new Set(rewards.map((r) => r.toFixed(3)))];
+    return `no learning signal: all ${m.groups} groups had equal rewards within the group (${values.length === 1 ? `every reward ${values[0]}` : `rewards ${values.slice(0, 5).join(", ")}`}), so every advantage is 0`;
+  }
+  if (m.sequences === 0) return `no learning signal: no trajectory of the ${m.groups} groups could be trained on (drifted, failed or unscored)`;
+  return undefined;
 }

@@ -14,8 +14,8 @@ import { drillLossSteps, drillMaxExamples } from "../config.js";
 import { createPolicy, loadPolicy, type Policy } from "../policy.js";
 import type { PrepPool } from "../prep-pool.js";
 import { Progress } from "../progress.js";
-import { readChatJsonl, type Conversation } from "../sft-data.js";
-import { expertEpisodeCount, planSuites, type SuitePlan } from "../tasks.js";
+import { readSftData, type Conversation } from "../sft-data.js";
+import { expertEpisodeCount, noSftDataError, planSuites, type SuitePlan } from "../tasks.js";
 import { suiteRubric } from "../suite-reward.js";
 import { attentionOf, initialState, loadMaskOf, saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 
@@ -65,12 +65,14 @@ export async function prepareData(ctx: RunContext, prep: PrepPool, what: { episo
       for (const c of kept) add(c, plans[i]!.name, cfg.suites[i]!.sftContextLoss ?? true);
     });
     progress.finish();
-    for (const file of cfg.sft.data) {
-      for (const c of readChatJsonl(file)) add(c, file);
+    // Demonstrations, checked against the suites' envs (problems are errors naming file and line).
+    for (const { file, conversations } of await readSftData(cfg.sft.data, plans, (m) => process.stderr.write(`warning: ${m}\n`))) {
+      for (const c of conversations) add(c, file);
     }
   }
   return data;
 }
+    if (cfg.sft.enabled && data.conversations.length === 0) throw noSftDataError(plans);
 
 /**
  * The policy: resumed from `resumed` (a checkpoint and its state), loaded from `model.checkpoint`, or a
