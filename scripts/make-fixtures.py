@@ -14,10 +14,20 @@ Run by hand (never at test time); needs `pip install torch transformers safetens
                                batch (loss before each step, then the loss after the last), and per-tensor
                                sum / sum of squares of the final weights
 
+  python scripts/make-fixtures.py lora [--out test/fixtures/models]
+      Needs `peft` too. For the family fixtures in LORA_FIXTURES, puts a peft LoRA adapter (rank 4, alpha 8, on
+      q/k/v/o/gate/up/down; B drawn at random so the adapter changes the logits) on the checkpoint and writes
+      <name>/lora/adapter/ (peft's save_pretrained) and <name>/lora/expected.safetensors: input_ids, logits
+      and grad.<peft tensor name> of every lora_A / lora_B for the mean next-token cross-entropy (base frozen),
+      plus <name>/lora/expected.json with the loss.
+
   python scripts/make-fixtures.py check <checkpoint-dir> <ids.json> <logits.safetensors>
       Loads a checkpoint written by sinkflex with transformers, runs it on the token ids in ids.json
       ([[...], ...], equal lengths) and compares with the logits sinkflex wrote (tensor "logits" [B, T, V]).
       Prints the max abs difference and exits 1 if it exceeds 1e-4.
+
+  python scripts/make-fixtures.py check-lora <checkpoint-dir> <adapter-dir> <ids.json> <logits.safetensors>
+      The same with a LoRA adapter folder written by sinkflex on top, loaded by peft.PeftModel.from_pretrained.
 
 It is not a test runner and it is not used by sinkflex at run time.
 """
@@ -241,10 +251,57 @@ def build(out_root, only=None):
         print(f"{name}: loss {loss.item():.6f}, after {ADAMW['steps']} AdamW steps {final_loss.item():.6f} -> {out}")
 
 
-def check(ckpt, ids_path, logits_path):
+LORA_FIXTURES = ["family-qwen2.5", "family-qwen3"]
+LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+def lora(out_root):
+    from peft import LoraConfig, get_peft_model
+
+    for name in LORA_FIXTURES:
+        base_dir = os.path.join(out_root, name)
+        model = AutoModelForCausalLM.from_pretrained(
+            os.path.join(base_dir, "checkpoint"), dtype=torch.float32, attn_implementation="eager")
+        ids = load_file(os.path.join(base_dir, "expected.safetensors"))["input_ids"].long()
+        torch.manual_seed(7)
+        peft_model = get_peft_model(model, LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", **LORA))
+        gen = torch.Generator().manual_seed(99)
+        with torch.no_grad():
+            for pname, p in peft_model.named_parameters():
+                if "lora_B" in pname:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+        peft_model.eval()
+        logits, loss = mean_ce(peft_model, ids)
+        loss.backward()
+        out = os.path.join(base_dir, "lora")
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        peft_model.save_pretrained(os.path.join(out, "adapter"))
+        os.remove(os.path.join(out, "adapter", "README.md"))  # peft's model card: machine-specific paths
+        cfg_path = os.path.join(out, "adapter", "adapter_config.json")
+        with open(cfg_path) as f:
+            adapter_cfg = json.load(f)
+        adapter_cfg["base_model_name_or_path"] = "../../checkpoint"
+        with open(cfg_path, "w") as f:
+            json.dump(adapter_cfg, f, indent=2, sort_keys=True)
+        expected = {"input_ids": ids.float().contiguous(), "logits": logits.detach().contiguous()}
+        for pname, p in peft_model.named_parameters():
+            if p.requires_grad:
+                expected["grad." + pname.replace(".default", "")] = p.grad.detach().contiguous().clone()
+        save_file(expected, os.path.join(out, "expected.safetensors"))
+        with open(os.path.join(out, "expected.json"), "w") as f:
+            json.dump({"model": name, "peft": __import__("peft").__version__, "lora": LORA, "loss": loss.item()}, f, indent=1)
+        print(f"{name}: LoRA loss {loss.item():.6f} -> {out}")
+
+
+def check(ckpt, ids_path, logits_path, adapter=None):
     with open(ids_path) as f:
         ids = torch.tensor(json.load(f), dtype=torch.long)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
     model.eval()
     with torch.no_grad():
         logits = model(input_ids=ids).logits
@@ -261,14 +318,23 @@ def main():
     b = sub.add_parser("build", help="write the fixtures")
     b.add_argument("--only", nargs="*", help="build only these fixtures (names as in tiny_models)")
     b.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "models"))
+    lo = sub.add_parser("lora", help="write the LoRA fixtures (needs peft)")
+    lo.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "models"))
     c = sub.add_parser("check", help="check a sinkflex-written checkpoint against transformers")
     c.add_argument("checkpoint")
     c.add_argument("ids")
     c.add_argument("logits")
+    cl = sub.add_parser("check-lora", help="check a sinkflex-written LoRA adapter (on its base) against peft")
+    for arg in ("checkpoint", "adapter", "ids", "logits"):
+        cl.add_argument(arg)
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "build":
         build(os.path.normpath(a.out), a.only)
+    elif a.cmd == "lora":
+        lora(os.path.normpath(a.out))
+    elif a.cmd == "check-lora":
+        check(a.checkpoint, a.ids, a.logits, a.adapter)
     else:
         check(a.checkpoint, a.ids, a.logits)
 

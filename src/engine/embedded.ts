@@ -29,10 +29,13 @@ import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
 import type { ModelConfig } from "../model/config.js";
 import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type ModelWeights } from "../model/instance.js";
 import { AdamW } from "../model/optimizer.js";
+import {
+  isLoraAdapterDir, loadLoraAdapter, LoraGrads, mergeLora, saveLoraAdapter, type LoraAdapter,
+} from "../model/lora.js";
 import { PackedWeights } from "../model/packed-weights.js";
 import { bindParams, type ModelParams } from "../model/params.js";
 import { Rng } from "../core/index.js";
-import { readSafetensors, type StDtype } from "../model/safetensors.js";
+import { readSafetensors, writeSafetensors, type StDtype } from "../model/safetensors.js";
 import {
   CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
   type Model,
@@ -124,9 +127,13 @@ export class EmbeddedEngine implements Engine {
   private gradBuf: Float32Array | null = null;
   private gradViews: ModelParams | null = null;
   private adamw: AdamW | null = null;
+  /** The LoRA adapter being trained (merged into `weights`), or null when the engine trains every weight. */
+  private loraState: { adapter: LoraAdapter; grads: LoraGrads } | null = null;
   readonly pool: KvBlockPool;
   policyVersion: number;
   tokenizerDir: string | undefined;
+  /** The sink profile the policy was laid out with (src/attention), saved with every checkpoint; null = none. */
+  sinkProfile: Record<string, unknown> | null = null;
   /** Sequences accumulated into `grads` since the last optimStep. */
   accumulated = 0;
 
@@ -160,12 +167,37 @@ export class EmbeddedEngine implements Engine {
   }
 
   /**
-   * Accumulated gradients, same layout as `weights.data`. Allocated on first use, so an engine that only
-   * samples holds the weights alone (no gradients, no AdamW moments).
+   * Accumulated gradients of the trainable parameters: the layout of `weights.data`, or with a LoRA adapter
+   * the adapter's. Allocated on first use, so an engine that only samples holds the weights alone (no
+   * gradients, no AdamW moments).
    */
   get grads(): Float32Array {
+    if (this.loraState) return this.loraState.grads.data;
     if (!this.gradBuf) this.gradBuf = new Float32Array(this.weights.data.length);
     return this.gradBuf;
+  }
+
+  /** The trained LoRA adapter, or null when every weight trains. */
+  get lora(): LoraAdapter | null {
+    return this.loraState?.adapter ?? null;
+  }
+
+  /**
+   * Trains `adapter` instead of the weights from now on: the base weights freeze, the adapter is merged into
+   * them (so sampling runs at the base model's speed), gradients and AdamW moments hold the adapter only.
+   * Accumulated gradients and optimizer state are dropped; open sessions recompute on their next use.
+   */
+  enableLora(adapter: LoraAdapter): void {
+    this.alive();
+    if (this.loraState) throw new EngineError("enableLora: this engine already trains a LoRA adapter; load the adapter's folder instead");
+    mergeLora(this.kernels, this.model.params, adapter, 1);
+    this.loraState = { adapter, grads: new LoraGrads(adapter, this.config.numLayers) };
+    this.gradBuf = null;
+    this.gradViews = null;
+    this.adamw = null;
+    this.accumulated = 0;
+    this.weightsChanged();
+    for (const s of this.sessions) s.invalidate();
   }
 
   /** Typed views of `grads`, one per parameter. */
@@ -176,7 +208,7 @@ export class EmbeddedEngine implements Engine {
 
   /** The AdamW state (allocated on first use). */
   get optimizer(): AdamW {
-    if (!this.adamw) this.adamw = new AdamW(this.weights.data.length);
+    if (!this.adamw) this.adamw = new AdamW(this.grads.length);
     return this.adamw;
   }
 
@@ -393,7 +425,8 @@ export class EmbeddedEngine implements Engine {
       }
       dLogprob.set(d, batch.starts[i]!);
     });
-    trainBackward(this.model, ws, batch, dLogprob, this.gradParams);
+    if (this.loraState) trainBackward(this.model, ws, batch, dLogprob, null, this.loraState.grads);
+    else trainBackward(this.model, ws, batch, dLogprob, this.gradParams);
     this.accumulated += sequences.length;
     return { loss: out.loss, metrics: { ...(out.metrics ?? {}), tokens: N, sequences: sequences.length } };
   }
@@ -414,7 +447,11 @@ export class EmbeddedEngine implements Engine {
   /** AdamW on the accumulated gradients (clipped to maxGradNorm), then zeroes them; bumps policyVersion. */
   optimStepSync(hparams: OptimHparams): { gradNorm: number } {
     this.alive();
-    const { gradNorm, skipped } = this.optimizer.update(this.kernels, this.weights.data, this.grads, hparams);
+    const lora = this.loraState?.adapter;
+    // With an adapter: take the old one out of the weights, step it, merge the new one.
+    if (lora) mergeLora(this.kernels, this.model.params, lora, -1);
+    const { gradNorm, skipped } = this.optimizer.update(this.kernels, lora ? lora.data : this.weights.data, this.grads, hparams);
+    if (lora) mergeLora(this.kernels, this.model.params, lora, 1);
     this.weightsChanged();
     this.grads.fill(0);
     this.accumulated = 0;
@@ -434,6 +471,7 @@ export class EmbeddedEngine implements Engine {
   /** Drops accumulated gradients without stepping. */
   zeroGrad(): void {
     this.gradBuf?.fill(0);
+    this.loraState?.grads.data.fill(0);
     this.accumulated = 0;
   }
 
@@ -445,6 +483,19 @@ export class EmbeddedEngine implements Engine {
 
   saveSync(dir: string, opts: EngineSaveOptions = {}): void {
     this.alive();
+    if (this.loraState) {
+      // The adapter alone, in PEFT's format (`sinkflex merge` writes a full checkpoint from it).
+      saveLoraAdapter(dir, this.loraState.adapter, {
+        baseModel: this.tokenizerDir, meta: { policyVersion: this.policyVersion, optimizerStep: this.adamw?.step ?? 0 },
+      });
+      if (opts.optimizer) {
+        writeSafetensors(join(dir, OPTIMIZER_FILE), [
+          ["exp_avg", { shape: [this.optimizer.size], data: this.optimizer.m }],
+          ["exp_avg_sq", { shape: [this.optimizer.size], data: this.optimizer.v }],
+        ]);
+      }
+      return;
+    }
     const extraFiles = opts.optimizer
       ? [{
           name: OPTIMIZER_FILE,
@@ -460,6 +511,7 @@ export class EmbeddedEngine implements Engine {
       tokenizerFrom: this.tokenizerDir,
       meta: { policyVersion: this.policyVersion, optimizerStep: this.adamw?.step ?? 0 },
       attention: this.model.attention,
+      sinkProfile: this.sinkProfile,
       extraFiles,
     });
   }
@@ -474,6 +526,10 @@ export class EmbeddedEngine implements Engine {
 
   loadSync(dir: string): void {
     this.alive();
+    if (isLoraAdapterDir(dir)) {
+      this.loadLoraSync(dir);
+      return;
+    }
     const ck = loadCheckpoint(dir);
     const same =
       ck.entries.length === this.weights.entries.length &&
@@ -491,6 +547,30 @@ export class EmbeddedEngine implements Engine {
     this.restoreOptimizer(dir, ck.meta?.optimizerStep);
     this.zeroGrad();
     for (const s of this.sessions) s.invalidate();
+  }
+
+  /**
+   * Puts a PEFT LoRA folder's adapter on the base weights: replaces the trained adapter (same rank and
+   * targets) or, with none yet, starts training this one.
+   */
+  loadLoraSync(dir: string): void {
+    const loaded = loadLoraAdapter(dir, this.config);
+    const cur = this.loraState?.adapter;
+    if (!cur) this.enableLora(loaded);
+    else {
+      if (cur.data.length !== loaded.data.length || cur.lora.targets.join() !== loaded.lora.targets.join() || cur.scale !== loaded.scale) {
+        throw new EngineError(`load: the adapter in ${dir} (rank ${loaded.lora.rank}, alpha ${loaded.lora.alpha}, targets ${loaded.lora.targets.join(",")}) differs from the one this engine trains; start a new engine for it`);
+      }
+      mergeLora(this.kernels, this.model.params, cur, -1);
+      cur.data.set(loaded.data);
+      mergeLora(this.kernels, this.model.params, cur, 1);
+      this.weightsChanged();
+      for (const s of this.sessions) s.invalidate();
+    }
+    const meta = loaded.meta ?? {};
+    if (typeof meta.policyVersion === "number") this.policyVersion = meta.policyVersion;
+    this.restoreOptimizer(dir, meta.optimizerStep);
+    this.zeroGrad();
   }
 
   /** Reads `optimizer.safetensors` from a checkpoint folder, or starts AdamW fresh when there is none. */
@@ -952,5 +1032,6 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
     attention: opts.overrideAttention && opts.attention ? opts.attention : resolveSinkWindow(ck.attention, opts.attention, dir),
   });
   engine.restoreOptimizer(dir, ck.meta?.optimizerStep);
+  engine.sinkProfile = ck.sinkProfile;
   return engine;
 }

@@ -14,6 +14,10 @@ export { CheckpointError, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint 
 export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors, writeSafetensorsDir, type StDtype } from "../model/safetensors.js";
 export { randomWeights, type ModelWeights } from "../model/instance.js";
 export { AdamW, OptimizerError } from "../model/optimizer.js";
+export {
+  createLoraAdapter, isLoraAdapterDir, LORA_TARGETS, loadLoraAdapter, loraParamCount, LoraError, mergeAdapterCheckpoint,
+  saveLoraAdapter, validateLoraConfig, type LoraAdapter, type LoraConfig, type LoraTarget,
+} from "../model/lora.js";
 export type { SinkWindow } from "../kernels/kernels.js";
 export {
   openTorchEngine, TorchEngine, TorchSession, TorchWorkerError, launchWorker, parseWorkerAddress,

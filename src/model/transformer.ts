@@ -17,6 +17,7 @@
 import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels, type SinkWindow } from "../kernels/kernels.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
+import type { LoraGrads } from "./lora.js";
 import { hasQkNorm, type ModelParams } from "./params.js";
 import { RopeTable } from "./rope.js";
 
@@ -348,9 +349,11 @@ function gatherScored(ws: TrainWorkspace, b: PackedBatch, C: number, c0: number,
 
 /**
  * Backward of `trainForward` for dLoss/dLogprob [N]; parameter gradients are accumulated into `G`
- * (same layout as the parameters).
+ * (same layout as the parameters). With `G` null the base weights are frozen (no gradient is computed for
+ * them); `lora`, when given, accumulates the gradients of its adapters' A and B (the model's weights must
+ * hold the adapters merged, see lora.ts).
  */
-export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLogprob: Float32Array, G: ModelParams): void {
+export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLogprob: Float32Array, G: ModelParams | null, lora?: LoraGrads): void {
   const { cfg, params: P, kernels: k } = m;
   const N = b.ids.length;
   const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
@@ -360,6 +363,8 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
   const groups = attentionGroups(b);
   const scale = 1 / Math.sqrt(D);
   const dLn = ws.dLn;
+  // Frozen weights: their norm and sink gradients go to a throwaway [max(C, D, H)] scratch.
+  const scratch = G ? null : new Float32Array(Math.max(C, D, H));
 
   // LM head and log-softmax: dLnf [N, C] (in ws.dLn), dLmHead accumulated.
   const R = ws.logitRows;
@@ -380,7 +385,7 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
       }
       k.logprobsBackward(n, V, ws.logits, ws.scoredTargets, ws.scoredLse, ws.scoredDLogprob, ws.logits);
       k.sgemm(false, false, n, C, V, 1, ws.logits, V, P.lmHead, C, 0, ws.scoredDLn, C);
-      k.sgemm(true, false, V, C, n, 1, ws.logits, V, ws.scoredLn, C, 1, G.lmHead, C);
+      if (G) k.sgemm(true, false, V, C, n, 1, ws.logits, V, ws.scoredLn, C, 1, G.lmHead, C);
       for (let r = 0; r < n; r++) dLn.set(ws.scoredDLn.subarray(r * C, r * C + C), rows[c0 + r]! * C);
     }
   } else {
@@ -389,38 +394,44 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
       if (!ws.logitsComplete) lmHeadRows(m, ws, r0, rows);
       k.logprobsBackward(rows, V, ws.logits, b.targets.subarray(r0), ws.lse.subarray(r0), dLogprob.subarray(r0), ws.logits);
       k.sgemm(false, false, rows, C, V, 1, ws.logits, V, P.lmHead, C, 0, dLn.subarray(r0 * C), C);
-      k.sgemm(true, false, V, C, rows, 1, ws.logits, V, ws.lnf.subarray(r0 * C), C, 1, G.lmHead, C);
+      if (G) k.sgemm(true, false, V, C, rows, 1, ws.logits, V, ws.lnf.subarray(r0 * C), C, 1, G.lmHead, C);
     }
   }
   ws.logitsComplete = false; // the logits buffer now holds gradients
-  k.rmsnormBackward(N, C, dLn, ws.resid[cfg.numLayers]!, P.finalNorm, ws.rstdf, ws.dResid, G.finalNorm);
+  k.rmsnormBackward(N, C, dLn, ws.resid[cfg.numLayers]!, P.finalNorm, ws.rstdf, ws.dResid, G ? G.finalNorm : scratch!);
 
   const dResid = ws.dResid;
   for (let l = cfg.numLayers - 1; l >= 0; l--) {
     const W = P.layers[l]!;
-    const dW = G.layers[l]!;
+    const dW = G ? G.layers[l]! : null;
     const a = ws.layers[l]!;
     // MLP: y = residMid + act @ Wd^T, act = silu(gate) * up, gate/up = ln2 @ Wg^T / Wu^T
     k.sgemm(false, false, N, F, C, 1, dResid, C, W.down, F, 0, ws.dAct, F);
-    k.sgemm(true, false, C, F, N, 1, dResid, C, a.act, F, 1, dW.down, F);
+    if (dW) k.sgemm(true, false, C, F, N, 1, dResid, C, a.act, F, 1, dW.down, F);
+    lora?.backward(k, l, "down", N, a.act, dResid);
     k.swigluBackward(N * F, ws.dAct, a.gate, a.up, a.gate, a.up); // a.gate/a.up now hold dGate/dUp
     k.sgemm(false, false, N, C, F, 1, a.gate, F, W.gate, C, 0, dLn, C);
     k.sgemm(false, false, N, C, F, 1, a.up, F, W.up, C, 1, dLn, C);
-    k.sgemm(true, false, F, C, N, 1, a.gate, F, a.ln2, C, 1, dW.gate, C);
-    k.sgemm(true, false, F, C, N, 1, a.up, F, a.ln2, C, 1, dW.up, C);
-    k.rmsnormBackward(N, C, dLn, a.residMid, W.postNorm, a.rstd2, ws.dTmp, dW.postNorm);
+    if (dW) {
+      k.sgemm(true, false, F, C, N, 1, a.gate, F, a.ln2, C, 1, dW.gate, C);
+      k.sgemm(true, false, F, C, N, 1, a.up, F, a.ln2, C, 1, dW.up, C);
+    }
+    lora?.backward(k, l, "gate", N, a.ln2, a.gate);
+    lora?.backward(k, l, "up", N, a.ln2, a.up);
+    k.rmsnormBackward(N, C, dLn, a.residMid, W.postNorm, a.rstd2, ws.dTmp, dW ? dW.postNorm : scratch!);
     k.add(N * C, dResid, ws.dTmp, dResid);
     // Attention: residMid = x + att @ Wo^T
     k.sgemm(false, false, N, Q, C, 1, dResid, C, W.o, Q, 0, ws.dAtt, Q);
-    k.sgemm(true, false, C, Q, N, 1, dResid, C, a.att, Q, 1, dW.o, Q);
-    if (dW.oBias) k.biasBackward(N, C, dResid, dW.oBias);
+    if (dW) k.sgemm(true, false, C, Q, N, 1, dResid, C, a.att, Q, 1, dW.o, Q);
+    lora?.backward(k, l, "o", N, a.att, dResid);
+    if (dW?.oBias) k.biasBackward(N, C, dResid, dW.oBias);
     for (const g of groups) {
       const n = g.B * g.T;
       k.attentionBackward(
         { B: g.B, T: g.T, H, KVH, D, scale }, maskFor(m, b, g.start, n),
         a.q.subarray(g.start * Q), a.k.subarray(g.start * KV), a.v.subarray(g.start * KV), W.sinks,
         a.att.subarray(g.start * Q), a.lse.subarray(g.start * H), ws.dAtt.subarray(g.start * Q),
-        ws.dQ.subarray(g.start * Q), ws.dK.subarray(g.start * KV), ws.dV.subarray(g.start * KV), dW.sinks,
+        ws.dQ.subarray(g.start * Q), ws.dK.subarray(g.start * KV), ws.dV.subarray(g.start * KV), dW ? dW.sinks : W.sinks && scratch,
       );
     }
     k.ropeBackward(N, H, D, b.positions, cos, sin, ws.dQ);
@@ -428,25 +439,30 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
     // dQp / dKp: gradients of the q / k projections (before Qwen3's per-head norm, if any)
     let dQp = ws.dQ;
     let dKp = ws.dK;
-    if (W.qNorm && W.kNorm && dW.qNorm && dW.kNorm) {
+    if (W.qNorm && W.kNorm) {
       dQp = ws.dAtt; // free again: attentionBackward has consumed it
       dKp = ws.dKRaw;
-      k.rmsnormBackward(N * H, D, ws.dQ, a.qRaw, W.qNorm, a.qRstd, dQp, dW.qNorm);
-      k.rmsnormBackward(N * KVH, D, ws.dK, a.kRaw, W.kNorm, a.kRstd, dKp, dW.kNorm);
+      k.rmsnormBackward(N * H, D, ws.dQ, a.qRaw, W.qNorm, a.qRstd, dQp, dW?.qNorm ?? scratch!);
+      k.rmsnormBackward(N * KVH, D, ws.dK, a.kRaw, W.kNorm, a.kRstd, dKp, dW?.kNorm ?? scratch!);
     }
-    if (dW.qBias) k.biasBackward(N, Q, dQp, dW.qBias);
-    if (dW.kBias) k.biasBackward(N, KV, dKp, dW.kBias);
-    if (dW.vBias) k.biasBackward(N, KV, ws.dV, dW.vBias);
+    if (dW?.qBias) k.biasBackward(N, Q, dQp, dW.qBias);
+    if (dW?.kBias) k.biasBackward(N, KV, dKp, dW.kBias);
+    if (dW?.vBias) k.biasBackward(N, KV, ws.dV, dW.vBias);
     k.sgemm(false, false, N, C, Q, 1, dQp, Q, W.q, C, 0, dLn, C);
     k.sgemm(false, false, N, C, KV, 1, dKp, KV, W.k, C, 1, dLn, C);
     k.sgemm(false, false, N, C, KV, 1, ws.dV, KV, W.v, C, 1, dLn, C);
-    k.sgemm(true, false, Q, C, N, 1, dQp, Q, a.ln1, C, 1, dW.q, C);
-    k.sgemm(true, false, KV, C, N, 1, dKp, KV, a.ln1, C, 1, dW.k, C);
-    k.sgemm(true, false, KV, C, N, 1, ws.dV, KV, a.ln1, C, 1, dW.v, C);
-    k.rmsnormBackward(N, C, dLn, ws.resid[l]!, W.inputNorm, a.rstd1, ws.dTmp, dW.inputNorm);
+    if (dW) {
+      k.sgemm(true, false, Q, C, N, 1, dQp, Q, a.ln1, C, 1, dW.q, C);
+      k.sgemm(true, false, KV, C, N, 1, dKp, KV, a.ln1, C, 1, dW.k, C);
+      k.sgemm(true, false, KV, C, N, 1, ws.dV, KV, a.ln1, C, 1, dW.v, C);
+    }
+    lora?.backward(k, l, "q", N, a.ln1, dQp);
+    lora?.backward(k, l, "k", N, a.ln1, dKp);
+    lora?.backward(k, l, "v", N, a.ln1, ws.dV);
+    k.rmsnormBackward(N, C, dLn, ws.resid[l]!, W.inputNorm, a.rstd1, ws.dTmp, dW ? dW.inputNorm : scratch!);
     k.add(N * C, dResid, ws.dTmp, dResid);
   }
-  k.embeddingBackward(N, C, V, b.ids, dResid, G.embed);
+  if (G) k.embeddingBackward(N, C, V, b.ids, dResid, G.embed);
 }
 
 // ---- incremental forward against a paged KV cache ------------------------------------------------------

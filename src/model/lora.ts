@@ -1,0 +1,327 @@
+/**
+ * LoRA adapters: a rank-r update y = W x + (alpha / r) B A x on any of a decoder's q/k/v/o/gate/up/down
+ * projections, with A [r, in] and B [out, r] in one flat Float32Array (the trainable parameters when an
+ * engine trains an adapter: gradients and AdamW moments share this layout, not the model's).
+ *
+ * How the adapter runs: the engine keeps the base weights merged with the adapter (W + s B A, s = alpha / r)
+ * in its parameter buffer, so sampling and scoring run at the base model's speed; `loraBackward` gives the
+ * adapter's gradients from a projection's input and output gradient, and an optimizer step un-merges the old
+ * adapter and merges the new one (`mergeLora` with sign -1 then +1; fp32 rounding of the base weights is the
+ * only difference from keeping them apart).
+ *
+ * Files are PEFT's: `adapter_config.json` and `adapter_model.safetensors` with tensor names
+ * `base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight`, so `peft.PeftModel.from_pretrained`
+ * loads what `saveLoraAdapter` writes, and `loadLoraAdapter` reads what peft saves (plain LoRA: no DoRA,
+ * rsLoRA, bias or per-module ranks).
+ *
+ * This file does not run the model (transformer.ts) and does not own the optimizer (optimizer.ts); it reads
+ * and writes adapter folders, and `mergeAdapterCheckpoint` writes a full checkpoint through checkpoint.ts.
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Rng } from "../core/index.js";
+import type { Kernels } from "../kernels/kernels.js";
+import type { ModelConfig } from "./config-types.js";
+import { loadCheckpoint, saveCheckpoint } from "./checkpoint.js";
+import { bindParams, type LayerParams, type ModelParams } from "./params.js";
+import { readSafetensors, writeSafetensors, type NamedTensor, type StDtype } from "./safetensors.js";
+
+/** The projections an adapter may target, by their short names. */
+export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
+export type LoraTarget = (typeof LORA_TARGETS)[number];
+
+/** Each target's module name in Hugging Face checkpoints (and peft's `target_modules`). */
+export const LORA_MODULES: Record<LoraTarget, string> = {
+  q: "self_attn.q_proj", k: "self_attn.k_proj", v: "self_attn.v_proj", o: "self_attn.o_proj",
+  gate: "mlp.gate_proj", up: "mlp.up_proj", down: "mlp.down_proj",
+};
+
+export const ADAPTER_CONFIG_FILE = "adapter_config.json";
+export const ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors";
+
+/** `model.lora` of a run config. */
+export interface LoraConfig {
+  /** r: the adapters' rank. */
+  rank: number;
+  /** The update is scaled by alpha / rank. */
+  alpha: number;
+  targets: LoraTarget[];
+  /** Dropout on the adapters' input; only 0 is supported. */
+  dropout?: number;
+}
+
+export class LoraError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "LoraError";
+  }
+}
+
+/** Accepts a target's short name ("q") or its module name ("q_proj"); anything else is an error naming both lists. */
+export function parseLoraTarget(name: string): LoraTarget {
+  const short = name.replace(/_proj$/, "") as LoraTarget;
+  if (!(LORA_TARGETS as readonly string[]).includes(short)) {
+    throw new LoraError(`LoRA target "${name}" is not one of ${LORA_TARGETS.join(", ")} (or ${LORA_TARGETS.map((t) => `${t}_proj`).join(", ")})`);
+  }
+  return short;
+}
+
+/** Checks a LoRA config (`where` names it in errors) and returns it with its targets in canonical order. */
+export function validateLoraConfig(raw: unknown, where = "model.lora"): LoraConfig {
+  if (!raw || typeof raw !== "object" || Array.isArray(raw)) {
+    throw new LoraError(`${where} must be a mapping {rank, alpha, targets}, e.g. {rank: 16, alpha: 32, targets: [q, k, v, o]}`);
+  }
+  const o = raw as Record<string, unknown>;
+  for (const key of Object.keys(o)) {
+    if (!["rank", "alpha", "targets", "dropout"].includes(key)) throw new LoraError(`${where}.${key} is not a LoRA setting; use rank, alpha, targets, dropout`);
+  }
+  const rank = o.rank;
+  if (!(typeof rank === "number" && Number.isInteger(rank) && rank >= 1)) throw new LoraError(`${where}.rank must be an integer >= 1 (got ${JSON.stringify(rank)})`);
+  const alpha = o.alpha ?? rank;
+  if (!(typeof alpha === "number" && Number.isFinite(alpha) && alpha > 0)) throw new LoraError(`${where}.alpha must be a number > 0 (got ${JSON.stringify(o.alpha)})`);
+  if (!Array.isArray(o.targets) || o.targets.length === 0 || !o.targets.every((t) => typeof t === "string")) {
+    throw new LoraError(`${where}.targets must be a non-empty list of ${LORA_TARGETS.join(", ")}`);
+  }
+  const set = new Set((o.targets as string[]).map(parseLoraTarget));
+  const dropout = o.dropout ?? 0;
+  if (dropout !== 0) throw new LoraError(`${where}.dropout must be 0 (got ${JSON.stringify(o.dropout)}); LoRA dropout is not implemented`);
+  return { rank, alpha, targets: LORA_TARGETS.filter((t) => set.has(t)), dropout: 0 };
+}
+
+/** One adapted projection of one layer: where A [r, in] and B [out, r] sit in the adapter buffer. */
+export interface LoraEntry {
+  layer: number;
+  target: LoraTarget;
+  inDim: number;
+  outDim: number;
+  aOffset: number;
+  bOffset: number;
+}
+
+/** An adapter for one model: its config, layout and parameters (`data`: every A and B, flat). */
+export interface LoraAdapter {
+  lora: LoraConfig;
+  entries: LoraEntry[];
+  data: Float32Array;
+  /** alpha / rank. */
+  scale: number;
+}
+
+/** [out, in] of a target projection. */
+export function targetShape(cfg: ModelConfig, t: LoraTarget): [number, number] {
+  const C = cfg.hiddenSize;
+  const Q = cfg.numHeads * cfg.headDim;
+  const KV = cfg.numKvHeads * cfg.headDim;
+  const F = cfg.intermediateSize;
+  switch (t) {
+    case "q": return [Q, C];
+    case "k": case "v": return [KV, C];
+    case "o": return [C, Q];
+    case "gate": case "up": return [F, C];
+    case "down": return [C, F];
+  }
+}
+
+/** The adapter's layout for a model: entries in layer order, then target order; returns the total floats. */
+export function loraLayout(cfg: ModelConfig, lora: LoraConfig): { entries: LoraEntry[]; total: number } {
+  if (cfg.arch === "phi3") {
+    throw new LoraError("LoRA on Phi-3 is not supported (its checkpoints fuse qkv_proj and gate_up_proj, which peft adapts as whole modules); use a Qwen2, Qwen3 or Llama model");
+  }
+  const r = lora.rank;
+  const entries: LoraEntry[] = [];
+  let offset = 0;
+  for (let layer = 0; layer < cfg.numLayers; layer++) {
+    for (const target of lora.targets) {
+      const [outDim, inDim] = targetShape(cfg, target);
+      entries.push({ layer, target, inDim, outDim, aOffset: offset, bOffset: offset + r * inDim });
+      offset += r * (inDim + outDim);
+    }
+  }
+  return { entries, total: offset };
+}
+
+/** The number of trainable parameters of an adapter on a model. */
+export function loraParamCount(cfg: ModelConfig, lora: LoraConfig): number {
+  let n = 0;
+  for (const t of lora.targets) {
+    const [outDim, inDim] = targetShape(cfg, t);
+    n += lora.rank * (inDim + outDim);
+  }
+  return n * cfg.numLayers;
+}
+
+/**
+ * A fresh adapter as peft initializes one: A ~ kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)),
+ * B = 0, so the adapted model starts equal to the base.
+ */
+export function createLoraAdapter(cfg: ModelConfig, lora: LoraConfig, seed: number): LoraAdapter {
+  const valid = validateLoraConfig(lora);
+  const { entries, total } = loraLayout(cfg, valid);
+  const data = new Float32Array(total);
+  const rng = new Rng(seed, "xoshiro128**");
+  for (const e of entries) {
+    const bound = 1 / Math.sqrt(e.inDim);
+    const A = data.subarray(e.aOffset, e.aOffset + valid.rank * e.inDim);
+    for (let i = 0; i < A.length; i++) A[i] = (2 * rng.uniform() - 1) * bound;
+  }
+  return { lora: valid, entries, data, scale: valid.alpha / valid.rank };
+}
+
+/** A [r, in] and B [out, r] of one entry inside `buf` (the adapter's data or a buffer of its layout). */
+export function loraViews(a: LoraAdapter, e: LoraEntry, buf: Float32Array = a.data): { A: Float32Array; B: Float32Array } {
+  const r = a.lora.rank;
+  return { A: buf.subarray(e.aOffset, e.aOffset + r * e.inDim), B: buf.subarray(e.bOffset, e.bOffset + e.outDim * r) };
+}
+
+/** The base weight [out, in] a target adapts, in a layer's parameter views. */
+export function targetWeight(layer: LayerParams, t: LoraTarget): Float32Array {
+  return layer[t];
+}
+
+/** W += sign * (alpha / r) * B A for every adapted projection (sign -1 removes a merged adapter). */
+export function mergeLora(k: Kernels, params: ModelParams, a: LoraAdapter, sign: 1 | -1 = 1): void {
+  const r = a.lora.rank;
+  for (const e of a.entries) {
+    const { A, B } = loraViews(a, e);
+    const W = targetWeight(params.layers[e.layer]!, e.target);
+    k.sgemm(false, false, e.outDim, e.inDim, r, sign * a.scale, B, r, A, e.inDim, 1, W, e.inDim);
+  }
+}
+
+/** An adapter's gradient buffer (its layout) and the [N, r] scratch of `loraBackward`. */
+export class LoraGrads {
+  readonly data: Float32Array;
+  private u = new Float32Array(0);
+  private g = new Float32Array(0);
+  /** entries by layer, then target */
+  private readonly byLayer: Map<LoraTarget, LoraEntry>[];
+
+  constructor(readonly adapter: LoraAdapter, layers: number) {
+    this.data = new Float32Array(adapter.data.length);
+    this.byLayer = Array.from({ length: layers }, () => new Map());
+    for (const e of adapter.entries) this.byLayer[e.layer]!.set(e.target, e);
+  }
+
+  /**
+   * Accumulates the gradients of A and B of `target` in `layer` (when adapted) from the projection's input
+   * x [N, in] and output gradient dY [N, out]: with u = x A^T, dB += s dY^T u and dA += s (dY B)^T x. The
+   * input gradient needs no term here: the engine's weights hold W + s B A already.
+   */
+  backward(k: Kernels, layer: number, target: LoraTarget, N: number, x: Float32Array, dY: Float32Array): void {
+    const e = this.byLayer[layer]?.get(target);
+    if (!e) return;
+    const r = this.adapter.lora.rank;
+    const s = this.adapter.scale;
+    if (this.u.length < N * r) {
+      this.u = new Float32Array(N * r);
+      this.g = new Float32Array(N * r);
+    }
+    const { A, B } = loraViews(this.adapter, e);
+    const { A: dA, B: dB } = loraViews(this.adapter, e, this.data);
+    k.sgemm(false, true, N, r, e.inDim, 1, x, e.inDim, A, e.inDim, 0, this.u, r);
+    k.sgemm(true, false, e.outDim, r, N, s, dY, e.outDim, this.u, r, 1, dB, r);
+    k.sgemm(false, false, N, r, e.outDim, 1, dY, e.outDim, B, r, 0, this.g, r);
+    k.sgemm(true, false, r, e.inDim, N, s, this.g, r, x, e.inDim, 1, dA, e.inDim);
+  }
+}
+
+/** peft's name of an entry's A or B in adapter_model.safetensors. */
+export function peftTensorName(e: LoraEntry, which: "A" | "B"): string {
+  return `base_model.model.model.layers.${e.layer}.${LORA_MODULES[e.target]}.lora_${which}.weight`;
+}
+
+/** Writes an adapter folder peft loads: adapter_config.json and adapter_model.safetensors (F32). */
+export function saveLoraAdapter(dir: string, a: LoraAdapter, opts: { baseModel?: string; meta?: Record<string, unknown> } = {}): void {
+  mkdirSync(dir, { recursive: true });
+  const r = a.lora.rank;
+  const tensors: [string, NamedTensor][] = [];
+  for (const e of a.entries) {
+    const { A, B } = loraViews(a, e);
+    tensors.push([peftTensorName(e, "A"), { shape: [r, e.inDim], data: A }]);
+    tensors.push([peftTensorName(e, "B"), { shape: [e.outDim, r], data: B }]);
+  }
+  writeSafetensors(join(dir, ADAPTER_WEIGHTS_FILE), tensors);
+  const config = {
+    peft_type: "LORA",
+    task_type: "CAUSAL_LM",
+    base_model_name_or_path: opts.baseModel ?? null,
+    r,
+    lora_alpha: a.lora.alpha,
+    lora_dropout: 0,
+    target_modules: a.lora.targets.map((t) => `${t}_proj`),
+    bias: "none",
+    fan_in_fan_out: false,
+    use_rslora: false,
+    use_dora: false,
+    init_lora_weights: true,
+    modules_to_save: null,
+    inference_mode: true,
+    ...(opts.meta ? { sinkflex: opts.meta } : {}),
+  };
+  writeFileSync(join(dir, ADAPTER_CONFIG_FILE), JSON.stringify(config, null, 2) + "\n");
+}
+
+/** Whether a folder holds a PEFT adapter. */
+export function isLoraAdapterDir(dir: string): boolean {
+  return existsSync(join(dir, ADAPTER_CONFIG_FILE));
+}
+
+/** Reads a PEFT LoRA folder (ours or peft's) for a model of config `cfg`; anything it cannot represent is an error. */
+export function loadLoraAdapter(dir: string, cfg: ModelConfig): LoraAdapter & { meta: Record<string, unknown> | null } {
+  const cfgPath = join(dir, ADAPTER_CONFIG_FILE);
+  if (!existsSync(cfgPath)) throw new LoraError(`${dir}: no ${ADAPTER_CONFIG_FILE}; pass a PEFT LoRA adapter folder`);
+  const raw = JSON.parse(readFileSync(cfgPath, "utf8")) as Record<string, unknown>;
+  const bad = (what: string) => new LoraError(`${cfgPath}: ${what}`);
+  if (raw.peft_type !== "LORA") throw bad(`peft_type is ${JSON.stringify(raw.peft_type)}; only LORA adapters load`);
+  if (raw.use_dora || raw.use_rslora) throw bad("DoRA and rsLoRA adapters are not supported; train a plain LoRA");
+  if (raw.bias && raw.bias !== "none") throw bad(`bias "${raw.bias}" is not supported; only bias "none"`);
+  if (raw.fan_in_fan_out) throw bad("fan_in_fan_out adapters are not supported");
+  for (const key of ["rank_pattern", "alpha_pattern"]) {
+    if (raw[key] && Object.keys(raw[key] as object).length > 0) throw bad(`${key} (per-module ranks) is not supported`);
+  }
+  let targets = raw.target_modules;
+  if (typeof targets === "string") throw bad(`target_modules is a pattern ("${targets}"); list the modules instead`);
+  targets = (targets as string[]).map((t) => t.split(".").pop()!);
+  const lora = validateLoraConfig({ rank: raw.r, alpha: raw.lora_alpha, targets }, cfgPath);
+  const { entries, total } = loraLayout(cfg, lora);
+  const data = new Float32Array(total);
+  const wp = join(dir, ADAPTER_WEIGHTS_FILE);
+  if (!existsSync(wp)) throw new LoraError(`${dir}: no ${ADAPTER_WEIGHTS_FILE}`);
+  const tensors = readSafetensors(wp);
+  const seen = new Set<string>();
+  const r = lora.rank;
+  for (const e of entries) {
+    const views = { A: data.subarray(e.aOffset, e.aOffset + r * e.inDim), B: data.subarray(e.bOffset, e.bOffset + e.outDim * r) };
+    for (const which of ["A", "B"] as const) {
+      const name = peftTensorName(e, which);
+      // peft writes the adapter name into the key when saving with a non-default one: accept ".lora_A.default.weight" too.
+      const t = tensors.get(name) ?? tensors.get(name.replace(/\.weight$/, ".default.weight"));
+      const want = which === "A" ? [r, e.inDim] : [e.outDim, r];
+      if (!t) throw new LoraError(`${wp}: tensor ${name} is missing; the adapter does not match this model (layers ${cfg.numLayers}, targets ${lora.targets.join(",")})`);
+      if (t.shape.join(",") !== want.join(",")) throw new LoraError(`${wp}: ${name} has shape [${t.shape}], this model needs [${want}]`);
+      views[which].set(t.data);
+      seen.add(name);
+    }
+  }
+  if (seen.size !== tensors.size) {
+    const extra = [...tensors.keys()].filter((n) => !seen.has(n) && !seen.has(n.replace(/\.default\.weight$/, ".weight")));
+    if (extra.length > 0) throw new LoraError(`${wp}: tensors this adapter layout does not use (${extra.slice(0, 3).join(", ")}${extra.length > 3 ? ", ..." : ""}); is it for another model?`);
+  }
+  return { lora, entries, data, scale: lora.alpha / lora.rank, meta: (raw.sinkflex as Record<string, unknown>) ?? null };
+}
+
+/**
+ * Writes a full checkpoint at `outDir`: the base checkpoint folder with a PEFT LoRA adapter folder merged
+ * into its weights (W + alpha / r B A), tokenizer files carried over, in `dtype` (default the base's F32 math, saved F32).
+ */
+export function mergeAdapterCheckpoint(
+  k: Kernels, baseDir: string, adapterDir: string, outDir: string, opts: { dtype?: StDtype } = {},
+): { merged: number; rank: number; targets: LoraTarget[] } {
+  const ck = loadCheckpoint(baseDir);
+  const adapter = loadLoraAdapter(adapterDir, ck.cfg);
+  mergeLora(k, bindParams(ck.cfg, ck.entries, ck.data), adapter, 1);
+  saveCheckpoint(outDir, ck.cfg, ck.entries, ck.data, {
+    dtype: opts.dtype, tokenizerFrom: baseDir, generationConfig: ck.generationConfig, attention: ck.attention ?? undefined,
+  });
+  return { merged: adapter.entries.length, rank: adapter.lora.rank, targets: adapter.lora.targets };
+}

@@ -1,0 +1,198 @@
+// LoRA adapters against peft: a peft adapter (rank 4, alpha 8, every projection) on the Qwen2.5 and Qwen3
+// family fixtures gives peft's logits (within 1e-4 absolute), loss (1e-4) and every lora_A / lora_B gradient
+// (within 1e-4 of the tensor's largest gradient, plus 1e-7) on every kernel set, with the base frozen.
+// Also: a fresh adapter leaves the model unchanged; the engine holds gradients and AdamW moments for the
+// adapter only; a trained adapter saved by sinkflex loads in peft with the same logits (python subprocess,
+// skipped with a printed reason when torch or peft is missing); merging writes a checkpoint equal to
+// base + adapter; bad configs are refused with what to do.
+import { describe, expect, it } from "vitest";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadCheckpoint } from "../../src/model/checkpoint.js";
+import { buildModel } from "../../src/model/instance.js";
+import {
+  createLoraAdapter, loadLoraAdapter, LoraError, LoraGrads, loraParamCount, mergeAdapterCheckpoint, mergeLora,
+  peftTensorName, validateLoraConfig,
+} from "../../src/model/lora.js";
+import { bindParams } from "../../src/model/params.js";
+import { writeSafetensors } from "../../src/model/safetensors.js";
+import { packSequences, trainBackward, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
+import { EmbeddedEngine } from "../../src/engine/embedded.js";
+import { referenceKernels } from "../../src/kernels/index.js";
+import { FIXTURES, kernelSets, loadFixture } from "./fixtures.js";
+
+const kernels = await kernelSets();
+const LORA_FIXTURES = ["family-qwen2.5", "family-qwen3"];
+const ALL = { rank: 4, alpha: 8, targets: ["q", "k", "v", "o", "gate", "up", "down"] } as const;
+
+function meanCe(N: number, targets: Int32Array): { dLogprob: Float32Array; count: number } {
+  let count = 0;
+  for (let n = 0; n < N; n++) if (targets[n]! >= 0) count++;
+  const dLogprob = new Float32Array(N);
+  for (let n = 0; n < N; n++) dLogprob[n] = targets[n]! >= 0 ? -1 / count : 0;
+  return { dLogprob, count };
+}
+
+describe.each(kernels.map((k) => [k.name, k] as const))("LoRA vs peft on %s kernels", (_n, k) => {
+  it.each(LORA_FIXTURES)("%s: peft's adapter gives peft's logits, loss and A/B gradients", (name) => {
+    const fx = loadFixture(name);
+    const lx = loadFixture(join(name, "lora"));
+    const ck = loadCheckpoint(fx.checkpoint);
+    const adapter = loadLoraAdapter(join(FIXTURES, name, "lora", "adapter"), ck.cfg);
+    expect(adapter.lora).toMatchObject({ rank: 4, alpha: 8, targets: [...ALL.targets] });
+    const model = buildModel(ck, k);
+    mergeLora(k, model.params, adapter, 1);
+    const ws = new TrainWorkspace(ck.cfg);
+    const batch = packSequences(fx.inputIds);
+    trainForward(model, ws, batch);
+    const N = batch.ids.length;
+    const want = lx.expected.get("logits")!.data;
+    let maxDiff = 0;
+    for (let i = 0; i < want.length; i++) maxDiff = Math.max(maxDiff, Math.abs(ws.logits[i]! - want[i]!));
+    expect(maxDiff).toBeLessThan(1e-4);
+    const { dLogprob, count } = meanCe(N, batch.targets);
+    let sum = 0;
+    for (let n = 0; n < N; n++) sum += ws.logprob[n]!;
+    expect(Math.abs(-sum / count - lx.meta.loss)).toBeLessThan(1e-4);
+
+    const grads = new LoraGrads(adapter, ck.cfg.numLayers);
+    trainBackward(model, ws, batch, dLogprob, null, grads);
+    for (const e of adapter.entries) {
+      for (const which of ["A", "B"] as const) {
+        const pname = peftTensorName(e, which);
+        const g = lx.expected.get(`grad.${pname}`);
+        expect(g, pname).toBeDefined();
+        const off = which === "A" ? e.aOffset : e.bOffset;
+        const ours = grads.data.subarray(off, off + g!.data.length);
+        let scale = 0;
+        let diff = 0;
+        for (let i = 0; i < g!.data.length; i++) {
+          scale = Math.max(scale, Math.abs(g!.data[i]!));
+          diff = Math.max(diff, Math.abs(ours[i]! - g!.data[i]!));
+        }
+        expect(scale, `${pname} has a gradient`).toBeGreaterThan(0);
+        expect(diff, `${pname}: max |diff| ${diff} vs max |grad| ${scale}`).toBeLessThanOrEqual(1e-4 * scale + 1e-7);
+      }
+    }
+  });
+});
+
+describe("LoRA in the engine", () => {
+  const name = "family-qwen2.5";
+
+  it("a fresh adapter (B = 0) leaves the log-probs unchanged; gradients and AdamW hold the adapter only", () => {
+    const fx = loadFixture(name);
+    const engine = new EmbeddedEngine(loadCheckpoint(fx.checkpoint), { kernels: referenceKernels });
+    const before = engine.logprobsSync(fx.inputIds);
+    const adapter = createLoraAdapter(engine.config, { ...ALL, targets: [...ALL.targets] }, 3);
+    // A is kaiming-uniform: within +-1/sqrt(in) and not all zero
+    const a0 = adapter.entries[0]!;
+    const A = adapter.data.subarray(a0.aOffset, a0.aOffset + 4 * a0.inDim);
+    expect(Math.max(...A.map(Math.abs))).toBeLessThanOrEqual(1 / Math.sqrt(a0.inDim));
+    expect(Math.max(...A.map(Math.abs))).toBeGreaterThan(0.5 / Math.sqrt(a0.inDim));
+    engine.enableLora(adapter);
+    const after = engine.logprobsSync(fx.inputIds);
+    expect(after).toEqual(before);
+
+    const base = engine.weights.data.slice();
+    const n = loraParamCount(engine.config, adapter.lora);
+    expect(adapter.data.length).toBe(n);
+    const loss = (lps: Float32Array[]) => ({
+      loss: -lps.reduce((s, l) => s + l.reduce((a, b) => a + b, 0), 0),
+      dLogprobs: lps.map((l) => new Float32Array(l.length).fill(-1)),
+    });
+    const l0 = engine.forwardBackwardSync(fx.inputIds, loss).loss;
+    expect(engine.grads.length).toBe(n);
+    engine.optimStepSync({ lr: 1e-2 });
+    expect(engine.optimizer.size).toBe(n);
+    const l1 = engine.forwardBackwardSync(fx.inputIds, loss).loss;
+    expect(l1).toBeLessThan(l0);
+    // Only the adapted projections moved; norms and embeddings are frozen.
+    for (const e of engine.weights.entries) {
+      const moved = engine.weights.data.subarray(e.offset, e.offset + e.size).some((x, i) => x !== base[e.offset + i]);
+      expect(moved, e.name).toBe(e.kind === "linear" && e.name.includes("layers"));
+    }
+  });
+
+  it("a trained adapter saved by sinkflex loads in peft with the same logits, and in a new engine", (ctx) => {
+    const fx = loadFixture(name);
+    const dir = mkdtempSync(join(tmpdir(), "sinkflex-lora-"));
+    try {
+      const engine = new EmbeddedEngine(loadCheckpoint(fx.checkpoint), { kernels: referenceKernels });
+      engine.enableLora(createLoraAdapter(engine.config, { rank: 2, alpha: 4, targets: ["q", "v", "down"] }, 5));
+      const loss = (lps: Float32Array[]) => ({ loss: 0, dLogprobs: lps.map((l) => new Float32Array(l.length).fill(-1)) });
+      for (let i = 0; i < 2; i++) {
+        engine.forwardBackwardSync(fx.inputIds, loss);
+        engine.optimStepSync({ lr: 2e-2 });
+      }
+      const adapterDir = join(dir, "adapter");
+      engine.saveSync(adapterDir, { optimizer: true });
+      const ws = new TrainWorkspace(engine.config);
+      trainForward(engine.model, ws, packSequences(fx.inputIds), false);
+      const logits = ws.logits.slice(0, fx.inputIds.flat().length * engine.config.vocabSize);
+
+      // a new engine on the base, loading the folder, scores the same
+      const again = new EmbeddedEngine(loadCheckpoint(fx.checkpoint), { kernels: referenceKernels });
+      again.loadSync(adapterDir);
+      expect(again.lora?.lora).toEqual(engine.lora!.lora);
+      expect(again.optimizer.step).toBe(2);
+      const a = again.logprobsSync(fx.inputIds);
+      const b = engine.logprobsSync(fx.inputIds);
+      for (let s = 0; s < a.length; s++) for (let t = 0; t < a[s]!.length; t++) expect(Math.abs(a[s]![t]! - b[s]![t]!)).toBeLessThan(1e-5);
+
+      const probe = spawnSync("python3", ["-c", "import torch, transformers, peft"], { encoding: "utf8" });
+      if (probe.status !== 0) {
+        console.log(`skipped the peft load check: python3 cannot import torch, transformers and peft (${probe.stderr.trim().split("\n").pop()})`);
+        ctx.skip();
+      }
+      writeFileSync(join(dir, "ids.json"), JSON.stringify(fx.inputIds));
+      writeSafetensors(join(dir, "logits.safetensors"), [["logits", { shape: [logits.length], data: logits }]]);
+      const r = spawnSync("python3", ["scripts/make-fixtures.py", "check-lora", fx.checkpoint, adapterDir, join(dir, "ids.json"), join(dir, "logits.safetensors")], { encoding: "utf8", timeout: 120_000 });
+      expect(r.status, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toContain("PeftModel");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 180_000);
+
+  it("merging peft's adapter writes a checkpoint with peft's logits", () => {
+    const fx = loadFixture(name);
+    const lx = loadFixture(join(name, "lora"));
+    const dir = mkdtempSync(join(tmpdir(), "sinkflex-merge-"));
+    try {
+      const out = join(dir, "merged");
+      const r = mergeAdapterCheckpoint(referenceKernels, fx.checkpoint, join(FIXTURES, name, "lora", "adapter"), out);
+      expect(r).toMatchObject({ rank: 4, merged: 2 * 7 });
+      const ck = loadCheckpoint(out);
+      const model = buildModel(ck, referenceKernels);
+      const ws = new TrainWorkspace(ck.cfg);
+      trainForward(model, ws, packSequences(fx.inputIds), false);
+      const want = lx.expected.get("logits")!.data;
+      let maxDiff = 0;
+      for (let i = 0; i < want.length; i++) maxDiff = Math.max(maxDiff, Math.abs(ws.logits[i]! - want[i]!));
+      expect(maxDiff).toBeLessThan(1e-4);
+      // the base alone differs: the merge did something
+      const base = loadCheckpoint(fx.checkpoint);
+      const bw = new TrainWorkspace(base.cfg);
+      trainForward(buildModel(base, referenceKernels), bw, packSequences(fx.inputIds), false);
+      let baseDiff = 0;
+      for (let i = 0; i < want.length; i++) baseDiff = Math.max(baseDiff, Math.abs(bw.logits[i]! - want[i]!));
+      expect(baseDiff).toBeGreaterThan(1e-2);
+      expect(bindParams(ck.cfg, ck.entries, ck.data).layers.length).toBe(2);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses bad settings with what to do", () => {
+    expect(() => validateLoraConfig({ rank: 0, alpha: 8, targets: ["q"] })).toThrow(/rank must be an integer >= 1/);
+    expect(() => validateLoraConfig({ rank: 4, alpha: 8, targets: ["qkv"] })).toThrow(/"qkv" is not one of q, k, v, o, gate, up, down/);
+    expect(() => validateLoraConfig({ rank: 4, alpha: 8, targets: ["q"], dropout: 0.1 })).toThrow(/dropout must be 0/);
+    expect(() => validateLoraConfig({ rank: 4, targets: [], alpha: 1 })).toThrow(LoraError);
+    expect(validateLoraConfig({ rank: 4, alpha: 8, targets: ["v_proj", "q"] }).targets).toEqual(["q", "v"]);
+    const phi = loadCheckpoint(join(FIXTURES, "family-phi3.5", "checkpoint"));
+    expect(() => createLoraAdapter(phi.cfg, { rank: 2, alpha: 2, targets: ["q"] }, 1)).toThrow(/Phi-3 is not supported/);
+  });
+});
