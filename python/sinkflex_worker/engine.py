@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 META_FILE = "sinkflex.json"
+OPTIMIZER_FILE = "sinkflex_optimizer.pt"
 ATTENTION_FILE = "sinkflex_attention.json"
 TOKENIZER_FILE = re.compile(
     r"^(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.(jinja|json)|sinkflex-vocab.*)$"
@@ -127,6 +128,12 @@ class TorchEngine:
         self.policy_version = int(meta.get("policyVersion", 0))
         self.optimizer = None
         self.optimizer_step = 0
+        opath = os.path.join(directory, OPTIMIZER_FILE)
+        if os.path.isfile(opath):  # the AdamW moments a checkpoint saved with its optimizer (exact resume)
+            saved = torch.load(opath, map_location=self.device, weights_only=True)
+            self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+            self.optimizer.load_state_dict(saved["state"])
+            self.optimizer_step = int(saved.get("step", 0))
         self.source_dir = directory
         self.attention_record = attention
         self.pending = None
@@ -137,7 +144,17 @@ class TorchEngine:
             "architecture": type(model).__name__,
         }
 
-    def save(self, directory: str) -> None:
+    def reset_optimizer(self) -> None:
+        """A fresh AdamW at the next step (its moments and step count dropped); gradients dropped too."""
+        model = self._model()
+        self.pending = None
+        self.optimizer = None
+        self.optimizer_step = 0
+        for p in model.parameters():
+            p.grad = None
+
+    def save(self, directory: str, optimizer: bool = False) -> None:
+        """A Hugging Face folder; with `optimizer`, the AdamW state as well (sinkflex_optimizer.pt)."""
         model = self._model()
         parent = os.path.dirname(os.path.abspath(directory))
         os.makedirs(parent, exist_ok=True)
@@ -146,6 +163,8 @@ class TorchEngine:
             model.save_pretrained(tmp, safe_serialization=True)
             with open(os.path.join(tmp, META_FILE), "w") as f:
                 json.dump({"policyVersion": self.policy_version, "optimizerStep": self.optimizer_step}, f, indent=2)
+            if optimizer and self.optimizer is not None:
+                torch.save({"state": self.optimizer.state_dict(), "step": self.optimizer_step}, os.path.join(tmp, OPTIMIZER_FILE))
             if self.attention_record is not None:
                 with open(os.path.join(tmp, ATTENTION_FILE), "w") as f:
                     json.dump(self.attention_record, f, indent=2)
@@ -221,6 +240,7 @@ class TorchEngine:
         top_p = float(p.get("topP", 1.0))
         top_k = int(p.get("topK", 0))
         max_tokens = int(p["maxTokens"])
+        limit = int(p.get("limit", 0))  # ids at or past it (padding rows of the embedding) are never sampled
         seed = p.get("seed")
         gen = self.generator if seed is None else torch.Generator(device="cpu").manual_seed(int(seed) & 0xFFFFFFFFFFFF)
         stops = set(int(t) for t in stop)
@@ -229,6 +249,8 @@ class TorchEngine:
         finish = "length"
         for _ in range(max_tokens):
             logits = self.next_logits(s)
+            if 0 < limit < logits.shape[0]:
+                logits = logits[:limit]
             tok, lp = pick(logits, temperature, top_p, top_k, gen)
             tokens.append(tok)
             logprobs.append(lp)

@@ -116,7 +116,7 @@ class Connection:
                 s.cache, s.cached, s.logits, s.logits_for = None, 0, None, -1
             return info, None
         if op == "save":
-            eng.save(_str(h, "dir"))
+            eng.save(_str(h, "dir"), optimizer=bool(h.get("optimizer", False)))
             return {}, None
         if op == "state":
             return {"policyVersion": eng.policy_version, "sessions": len(self.sessions), "vocabSize": eng.vocab_size}, None
@@ -178,6 +178,9 @@ class Connection:
             return {"handle": handle}, {"logprobs": lp}
         if op == "backward":
             eng.backward(_int(h, "handle"), a.get("dlogprobs", np.zeros(0, np.float32)))
+            return {}, None
+        if op == "reset_optimizer":
+            eng.reset_optimizer()
             return {}, None
         if op == "release":
             eng.release()

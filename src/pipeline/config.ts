@@ -15,11 +15,12 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import type { AgentFunction } from "../gateway/index.js";
 import { ATTENTION_INITS } from "../model/instance.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
-
 import { resolveModule } from "./user-modules.js";
+
 const positiveInt = z.number().int().positive();
 /** Every count has an upper bound, so that a typo (1e12 steps) is refused here rather than failing mid-run. */
 const atMost = (max: number) => `must be at most ${max}`;
@@ -42,6 +43,24 @@ const JudgeEntry = z
     cacheFile: z.string().optional(),
   })
   .strict();
+
+/**
+ * An agent of the user's own playing a suite's GRPO episodes (src/pipeline/stages/agent-rollouts.ts):
+ * exactly one of `command` (a shell command, run from the working folder) and `run` (a function, for
+ * configs built in code; it is not kept in the run folder's config.json). `reward`: "verifier" (the
+ * suite's reward on the env the agent drove through the session's tools) or "agent" (what the agent
+ * posts to its session's /reward).
+ */
+const AgentEntry = z
+  .object({
+    command: z.string().min(1, "give the command that starts the agent, e.g. node my-agent.mjs").optional(),
+    run: z.custom<AgentFunction>((v) => typeof v === "function", "must be a function (ctx) => Promise<void>").optional(),
+    /** An episode still running after this is ended (its process killed) and recorded as failed. */
+    timeoutMs: z.number().int().min(100).max(3_600_000, atMost(3_600_000)).default(120_000),
+    reward: z.enum(["verifier", "agent"]).default("verifier"),
+  })
+  .strict()
+  .refine((a) => (a.command === undefined) !== (a.run === undefined), { message: "give exactly one of command (a program) and run (a function)" });
 
 const SuiteEntry = z
   .object({
@@ -96,6 +115,12 @@ const SuiteEntry = z
       .strict()
       .refine((r) => r.verifier + r.progress + r.format + (r.judge?.weight ?? 0) > 0, { message: "at least one reward weight must be above 0" })
       .optional(),
+    /**
+     * Play this suite's GRPO episodes with an agent of your own instead of the built-in agent loop, through
+     * the recording gateway (docs/gateway.md): `command` (a program started per episode with
+     * OPENAI_BASE_URL, OPENAI_API_KEY and SINKFLEX_TASK) or, in code, `run` (a TypeScript function).
+     */
+    agent: AgentEntry.optional(),
   })
   .strict();
 
@@ -129,13 +154,45 @@ const ModelSection = z
   .strict()
   .refine((m) => (m.checkpoint ? !m.init : !!m.init), { message: "set exactly one of model.checkpoint or model.init" });
 
+/**
+ * The policy's attention (docs/attention.md): "full", "sink-window" (K = `sinks` leading slots + a window),
+ * or "profile": before SFT the policy is probed on a sample of the run's own conversations (or
+ * `profile` names a saved SinkProfile) and its sink slots cover that model's own position sinks, up to
+ * `pinBudget` slots beyond `sinks`; GRPO probes again every `reprobeEvery` steps (0 = never) and logs
+ * what moved. `sinkLogit` adds the learnable per-head sink logit, initialized so outputs are unchanged.
+ */
 const AttentionSection = z
   .object({
-    mode: z.enum(["full", "sink-window"]).default("full"),
+    mode: z.enum(["full", "sink-window", "profile"]).default("full"),
     sinks: z.number().int().min(0).max(1024, atMost(1024)).default(4),
     window: positiveInt.max(1000000, atMost(1000000)).default(1024),
+    profile: z.string().min(1, "name a SinkProfile JSON file (sinkflex sinks probe --out FILE)").optional(),
+    pinBudget: z.number().int().min(0).max(1024, atMost(1024)).default(4),
+    reprobeEvery: z.number().int().min(0).max(1000000, atMost(1000000)).default(0),
+    probeSequences: positiveInt.max(4096, atMost(4096)).default(16),
+    sinkLogit: z.boolean().default(false),
   })
   .strict();
+
+/**
+ * Which engine computes the policy and the reference: "embedded" (in this process, CPU; the default) or
+ * "torch" (a PyTorch worker, python/; docs/backends.md). For torch: `url` connects to a running worker
+ * (`unix:/path.sock` or `tcp://host:port`; checkpoint paths must then be readable by the worker as written
+ * here), else one worker per engine is started with `python` (default $SINKFLEX_TORCH_PYTHON, else
+ * python3) on `device`; `tokenEnv` names the environment variable holding the worker's token.
+ */
+const EngineSection = z
+  .object({
+    backend: z.enum(["embedded", "torch"]).default("embedded"),
+    url: z.string().regex(/^(unix:.+|tcp:\/\/.+:\d+)$/, "a worker address like unix:/tmp/w.sock or tcp://127.0.0.1:7000").optional(),
+    device: z.enum(["cpu", "cuda"]).optional(),
+    python: z.string().min(1).optional(),
+    tokenEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name like SINKFLEX_WORKER_TOKEN").optional(),
+    /** torch CPU threads of a started worker (0 = torch's default). */
+    threads: z.number().int().min(0).max(1024, atMost(1024)).default(0),
+  })
+  .strict();
+export type EngineConfig = z.infer<typeof EngineSection>;
 
 /** The learning-rate schedule's fields, shared by SFT and GRPO (src/rl/lr-schedule.ts). */
 const LrScheduleFields = {
@@ -296,9 +353,16 @@ export const TrainConfigSchema = z
     name: z.string().default("run"),
     seed: z.number().int().default(0),
     runsDir: z.string().default("runs"),
+    /**
+     * The user's modules (TypeScript or JavaScript files, or package names) that register envs when
+     * imported: `suites[].env` may then name their ids. A config file's relative paths are resolved from
+     * its folder (user-modules.ts imports them in every thread).
+     */
+    modules: z.array(z.string().min(1, "name a module file (./my-env.ts) or package")).default([]),
     suites: z.array(SuiteEntry).min(1, "list at least one suite"),
     model: ModelSection,
-    attention: AttentionSection.default({ mode: "full", sinks: 4, window: 1024 }),
+    engine: EngineSection.prefault({}),
+    attention: AttentionSection.prefault({}),
     sft: SftSection.prefault({}),
     grpo: GrpoSection.prefault({}),
     eval: EvalSection.prefault({}),
@@ -323,8 +387,11 @@ export const TrainConfigSchema = z
     if (cfg.eval.samples > 1 && cfg.eval.temperature === 0) {
       ctx.addIssue({ code: "custom", path: ["eval", "temperature"], message: "pass@k with samples > 1 needs temperature > 0 (greedy samples are identical)" });
     }
-    if (cfg.attention.mode === "sink-window" && cfg.attention.window <= cfg.attention.sinks) {
-      ctx.addIssue({ code: "custom", path: ["attention", "window"], message: "the window must be larger than the number of sink slots" });
+    if (cfg.attention.mode !== "full" && cfg.attention.window <= cfg.attention.sinks) {
+      ctx.addIssue({ code: "custom", path: ["attention", "window"], message: `the window (${cfg.attention.window}) must be larger than the number of sink slots (${cfg.attention.sinks})` });
+    }
+    if (cfg.attention.mode !== "profile" && (cfg.attention.profile !== undefined || cfg.attention.reprobeEvery > 0)) {
+      ctx.addIssue({ code: "custom", path: ["attention", "mode"], message: 'attention.profile and attention.reprobeEvery apply to mode "profile"; set the mode, or drop them' });
     }
     for (const stage of ["sft", "grpo"] as const) {
       if (cfg[stage].lrSchedule === "constant" && cfg[stage].minLrRatio !== undefined) {
@@ -341,17 +408,29 @@ export const TrainConfigSchema = z
     cfg.suites.forEach((s, i) => {
       if (s.sftContextLoss === false && !(cfg.sft.contextLossFraction > 0)) {
         ctx.addIssue({ code: "custom", path: ["suites", i, "sftContextLoss"], message: "false only applies with sft.contextLossFraction above 0 (there is no context-loss phase to leave out)" });
-    /**
-     * The user's modules (TypeScript or JavaScript files, or package names) that register envs when
-     * imported: `suites[].env` may then name their ids. A config file's relative paths are resolved from
-     * its folder (user-modules.ts imports them in every thread).
-     */
-    modules: z.array(z.string().min(1, "name a module file (./my-env.ts) or package")).default([]),
       }
       if ((s.sftLead ?? 0) > 0 && cfg.sft.batchBy !== "prefix") {
         ctx.addIssue({ code: "custom", path: ["suites", i, "sftLead"], message: 'needs sft.batchBy "prefix" (the leading batches are each from one suite); set it, or drop sftLead' });
       }
     });
+    if (cfg.engine.backend === "embedded") {
+      for (const k of ["url", "device", "python", "tokenEnv"] as const) {
+        if (cfg.engine[k] !== undefined) ctx.addIssue({ code: "custom", path: ["engine", k], message: 'only applies to engine.backend "torch"; set the backend, or drop it' });
+      }
+    } else {
+      // The torch worker runs plain causal attention over one document per sequence.
+      if (cfg.attention.mode !== "full" || cfg.attention.sinkLogit) {
+        ctx.addIssue({ code: "custom", path: ["attention", "mode"], message: 'the torch engine runs full causal attention without a sink logit: use mode "full" (sinkLogit false) with engine.backend "torch", or the embedded engine' });
+      }
+      for (const stage of ["sft", "grpo"] as const) {
+        if (cfg[stage].packPrefixes) {
+          ctx.addIssue({ code: "custom", path: [stage, "packPrefixes"], message: 'packed prefixes need per-document attention, which the torch engine lacks: set it false with engine.backend "torch"' });
+        }
+      }
+      if (cfg.engine.url && (cfg.engine.python || cfg.engine.device || cfg.engine.threads)) {
+        ctx.addIssue({ code: "custom", path: ["engine", "url"], message: "python, device and threads choose how a worker is started; with url the worker is already running: drop them" });
+      }
+    }
     if (!g.enabled && !cfg.sft.enabled) {
       ctx.addIssue({ code: "custom", path: ["grpo", "enabled"], message: "both sft and grpo are disabled: nothing to train" });
     }

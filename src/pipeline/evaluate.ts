@@ -2,7 +2,7 @@
  * Evaluation: plays held-out tasks with the policy and reports, per suite, the success rate with a
  * 95% Wilson interval, pass@k, the average reward, and the model tokens processed.
  */
-import type { EmbeddedEngine } from "../engine/embedded.js";
+import type { Engine } from "../engine/index.js";
 import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
 import { RolloutScheduler } from "../rollout/scheduler.js";
 import type { TrainConfig } from "./config.js";
@@ -53,7 +53,7 @@ export function evalOptionsOf(cfg: TrainConfig): EvalOptions {
 
 export const SUCCESS_THRESHOLD = 1 - 1e-9;
 
-export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOptions, engine: EmbeddedEngine = policy.engine): Promise<Record<string, SuiteEval>> {
+export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOptions, engine: Engine = policy.engine): Promise<Record<string, SuiteEval>> {
   const out: Record<string, SuiteEval> = {};
   const total = plans.reduce((n, p) => n + p.evalTasks.length, 0);
   const progress = new Progress(opts.label ?? "eval", total, "tasks", opts.quiet);

@@ -6,11 +6,17 @@
  * conversations use (plus every byte token). A saved policy is a Hugging Face checkpoint folder with
  * `sinkflex-vocab.json` beside the weights when the vocabulary is trimmed, and `sinkflex_attention.json`
  * with the sink-window mask it was trained with.
+ *
+ * The engine is the embedded one, or a torch worker (`engine.backend: "torch"` in the run config):
+ * `openPolicy` loads a checkpoint into either, `onBackend` moves a policy made here (embedded) to the
+ * configured backend through a checkpoint folder the worker loads.
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import type { SinkWindow } from "../attention/index.js";
 import { createRandomModel, EmbeddedEngine, loadEngine } from "../engine/embedded.js";
+import { openTorchEngine, type TorchEngine } from "../engine/index.js";
+import type { EngineConfig } from "./config.js";
 import type { ChatMessage, ToolSpec } from "../gym/chat.js";
 import { ChatTemplate } from "../model/chat-template.js";
 import { parseHfConfig } from "../model/config.js";
@@ -19,8 +25,11 @@ import type { AttentionInit } from "../model/instance.js";
 import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/tokenizer.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/vocab.js";
 
-export interface Policy {
-  engine: EmbeddedEngine;
+/** The engines a policy runs on: both serve the engine primitives, reset their optimizer and save with it. */
+export type PolicyEngine = EmbeddedEngine | TorchEngine;
+
+export interface Policy<E extends PolicyEngine = PolicyEngine> {
+  engine: E;
   tokenizer: Tokenizer;
   template: ChatTemplate;
   codec: TokenCodec;
@@ -52,7 +61,7 @@ export function createPolicy(
   corpus: { messages: ChatMessage[]; tools: ToolSpec[] }[],
   seed: number,
   attention?: SinkWindow,
-): Policy {
+): Policy<EmbeddedEngine> {
   const tokenizer = loadQwen3Tokenizer();
   // A model trained from scratch uses the prefix-stable template, so no trajectory drifts.
   const template = new ChatTemplate(STABLE_TOOL_TEMPLATE, { eosToken: tokenizer.eosToken, bosToken: tokenizer.bosToken, specialTokens: tokenizer.specialTokens });
@@ -97,20 +106,79 @@ export function createPolicy(
  * sink-window mask it was trained with (see `loadEngine`): `attention` undefined takes the checkpoint's,
  * and settings that differ from the checkpoint's are an error naming both.
  */
-export function loadPolicy(dir: string, mask: SinkWindow | { attention?: SinkWindow; override?: boolean } = {}): Policy {
+export function loadPolicy(dir: string, mask: SinkWindow | { attention?: SinkWindow; override?: boolean } = {}): Policy<EmbeddedEngine> {
   // A bare SinkWindow: settings that must agree with the checkpoint's; { override: true }: run with them anyway.
   const { attention, override } = "window" in mask ? { attention: mask, override: false } : mask;
+  const text = loadPolicyText(dir);
+  const engine = loadEngine(dir, { attention, overrideAttention: override, tokenizerDir: text.tokenizerDir });
+  return withEngine(text, engine);
+}
+
+/** The text side of a checkpoint folder: its tokenizer files when present, else Qwen3's. */
+function loadPolicyText(dir: string): PolicyText & { tokenizerDir: string } {
   if (!existsSync(dir)) throw new Error(`no checkpoint folder at ${dir}`);
-  const tokenizer = existsSync(`${dir}/tokenizer.json`) ? Tokenizer.fromDir(dir) : loadQwen3Tokenizer();
+  const own = existsSync(`${dir}/tokenizer.json`);
+  const tokenizer = own ? Tokenizer.fromDir(dir) : loadQwen3Tokenizer();
   const template = ChatTemplate.fromTokenizer(tokenizer);
   const vocab = TrimmedVocab.load(dir);
   const codec = tokenCodec(tokenizer, vocab);
-  const engine = loadEngine(dir, { attention, overrideAttention: override, tokenizerDir: existsSync(`${dir}/tokenizer.json`) ? dir : qwen3TokenizerDir() });
-  if (engine.config.vocabSize < codec.size) {
-    throw new Error(`the checkpoint's vocab_size (${engine.config.vocabSize}) is smaller than its tokenizer/vocabulary (${codec.size} ids); the tokenizer files do not belong to the weights`);
+  return { tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS, tokenizerDir: own ? dir : qwen3TokenizerDir() };
+}
+
+/** The text side joined with an engine over the same ids (padding rows past the tokenizer's never sampled). */
+function withEngine<E extends PolicyEngine>(text: PolicyText, engine: E): Policy<E> {
+  const { tokenizer, template, codec, vocab, templateVars } = text;
+  const rows = engine instanceof EmbeddedEngine ? engine.config.vocabSize : engine.vocabSize;
+  if (rows < codec.size) {
+    engine.dispose();
+    throw new Error(`the checkpoint's vocab_size (${rows}) is smaller than its tokenizer/vocabulary (${codec.size} ids); the tokenizer files do not belong to the weights`);
   }
   engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
-  return { engine, tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS };
+  return { engine, tokenizer, template, codec, vocab, templateVars };
+}
+
+/** The torch worker options of an engine config: where it runs, and its token read from `tokenEnv`. */
+function torchOptions(engine: EngineConfig): { url?: string; device?: string; python?: string; token?: string; threads?: number } {
+  let token: string | undefined;
+  if (engine.tokenEnv) {
+    token = process.env[engine.tokenEnv];
+    if (!token) throw new Error(`engine.tokenEnv names ${engine.tokenEnv}, which is not set: export the worker's token in it, or drop tokenEnv`);
+  }
+  return {
+    ...(engine.url ? { url: engine.url } : {}),
+    ...(engine.device ? { device: engine.device } : {}),
+    ...(engine.python ? { python: engine.python } : {}),
+    ...(engine.threads ? { threads: engine.threads } : {}),
+    ...(token ? { token } : {}),
+  };
+}
+
+/**
+ * A policy from a checkpoint folder on the configured backend: `loadPolicy` for the embedded engine; for
+ * torch, the same text side and a worker that loads the folder (full attention only: a sink-window
+ * mask is refused, by the config and by the worker).
+ */
+export async function openPolicy(dir: string, engine: EngineConfig, mask: SinkWindow | { attention?: SinkWindow; override?: boolean } = {}): Promise<Policy> {
+  if (engine.backend === "embedded") return loadPolicy(dir, mask);
+  const attention = "window" in mask ? mask : mask.attention;
+  if (attention && attention.window > 0) {
+    throw new Error(`the torch engine runs full causal attention, and this run asks for a sink window (window ${attention.window}, sinks ${attention.sinks}): use the embedded engine`);
+  }
+  const text = loadPolicyText(dir);
+  const torch = await openTorchEngine({ model: resolve(dir), tokenizerDir: text.tokenizerDir, ...torchOptions(engine) });
+  return withEngine(text, torch);
+}
+
+/**
+ * The policy on the configured backend: itself for the embedded engine; for torch, it is saved to `dir`
+ * (weights, tokenizer files, trimmed vocabulary: the folder the worker loads and copies tokenizer files
+ * from, so keep it) and loaded by a worker, and the embedded engine is disposed.
+ */
+export async function onBackend(policy: Policy, engine: EngineConfig, dir: string): Promise<Policy> {
+  if (engine.backend === "embedded") return policy;
+  await savePolicy(policy, dir);
+  policy.engine.dispose();
+  return openPolicy(dir, engine);
 }
 
 /** Writes the policy as a checkpoint folder (weights, config, tokenizer files, trimmed vocabulary). */

@@ -14,7 +14,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { registerBundledEnvs } from "../envs/index.js";
 import { validateConfig, type TrainConfig } from "./config.js";
-import { loadPolicy, savePolicy, type Policy } from "./policy.js";
+import { openPolicy, savePolicy, type Policy } from "./policy.js";
 import { PrepPool } from "./prep-pool.js";
 import { writeJsonAtomic } from "./run-dir.js";
 import { checkpointName, loadMaskOf, openRun, resumePoint, type RunContext, type TrainerState, type TrainOptions, type TrainResult } from "./stages/context.js";
@@ -35,14 +35,16 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
   const ctx = openRun(cfg, options);
   // Task contents, expert episodes and SFT examples are prepared on worker threads (stopped once the data is ready).
   const prep = new PrepPool();
+  let policy: Policy | undefined;
   try {
     // 1. Prepare.
     const data = await prepareData(ctx, prep);
-    const start = preparePolicy(ctx, data, options.resume ? resumePoint(ctx.run) : undefined);
+    const start = await preparePolicy(ctx, data, options.resume ? resumePoint(ctx.run) : undefined);
+    policy = start.policy;
     await savePrepared(ctx, start);
     const sftData = await sftExamples(ctx, prep, data, start);
     await prep.close();
-    const { policy, state } = start;
+    const { state } = start;
 
     // 2. SFT, and the hand-over to RL.
     if ((await runSft(ctx, policy, state, data.plans, sftData)) === "stopped") return stoppedResult(ctx, state);
@@ -51,6 +53,7 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     ctx.status({ state: "failed", error: err instanceof Error ? err.message : String(err) });
     throw err;
   } finally {
+    policy?.engine.dispose(); // a torch worker ends with its engine
     await prep.close();
   }
 }
@@ -90,6 +93,7 @@ export async function runStage(stage: StageName, where: { runDir?: string; cfg?:
   }
   const ctx = openRun(cfg, options, runDir);
   const prep = new PrepPool();
+  let policy: Policy | undefined;
   try {
     const latest = ctx.run.latestCheckpoint();
     const at = latest ? JSON.parse(readFileSync(join(latest, "trainer.json"), "utf8")) as TrainerState : undefined;
@@ -105,8 +109,9 @@ export async function runStage(stage: StageName, where: { runDir?: string; cfg?:
       throw new RunFolderError(`--stage ${stage} needs the policy SFT handed over (a GRPO checkpoint) in ${runDir}, and ${where}: run \`${next(at ? "sft" : "prepare")}\` first`);
     }
     const data = await prepareData(ctx, prep, { episodes: stage === "sft" });
-    const start = preparePolicy(ctx, data, resumePoint(ctx.run));
-    const { policy, state } = start;
+    const start = await preparePolicy(ctx, data, resumePoint(ctx.run));
+    policy = start.policy;
+    const { state } = start;
     if (stage === "sft") {
       const sftData = await sftExamples(ctx, prep, data, start);
       await prep.close();
@@ -117,7 +122,7 @@ export async function runStage(stage: StageName, where: { runDir?: string; cfg?:
     await prep.close();
     const totalGrpo = cfg.grpo.enabled ? cfg.grpo.steps : 0;
     if (stage === "grpo") {
-      const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir(ctx), loadMaskOf(ctx)).engine : undefined;
+      const reference = await openReference(ctx);
       try {
         const evalBeforeMs = Object.values(readEvalTables(ctx).stages["before-rl"] ?? {}).reduce((ms, e) => ms + e.wallMs, 0);
         if ((await runGrpo(ctx, policy, reference, state, data, evalBeforeMs)) === "stopped") return stoppedResult(ctx, state);
@@ -145,8 +150,16 @@ export async function runStage(stage: StageName, where: { runDir?: string; cfg?:
     ctx.status({ state: "failed", error: err instanceof Error ? err.message : String(err) });
     throw err;
   } finally {
+    policy?.engine.dispose();
     await prep.close();
   }
+}
+
+/** The frozen reference for the KL term, on the run's engine backend (none without a KL term). */
+async function openReference(ctx: RunContext): Promise<Policy["engine"] | undefined> {
+  const { cfg } = ctx;
+  if (!(cfg.grpo.klCoef > 0 && cfg.grpo.enabled)) return undefined;
+  return (await openPolicy(referenceDir(ctx), cfg.engine, loadMaskOf(ctx))).engine;
 }
 
 /** The prepare stage on its own: the data, the starting policy and its checkpoint. */
@@ -154,8 +167,12 @@ async function prepareStage(ctx: RunContext): Promise<TrainResult> {
   const prep = new PrepPool();
   try {
     const data = await prepareData(ctx, prep);
-    const start = preparePolicy(ctx, data, resumePoint(ctx.run));
-    await savePrepared(ctx, start);
+    const start = await preparePolicy(ctx, data, resumePoint(ctx.run));
+    try {
+      await savePrepared(ctx, start);
+    } finally {
+      start.policy.engine.dispose();
+    }
     ctx.status({ state: "done", stage: "prepare", step: 0, totalSteps: 0 });
     return { ...stoppedResult(ctx, start.state), stopped: false };
   } catch (err) {
@@ -168,8 +185,8 @@ async function prepareStage(ctx: RunContext): Promise<TrainResult> {
 
 /** Stages 3 to 5: the evaluation before RL, GRPO, the evaluation after RL and the final policy. */
 async function fromGrpo(ctx: RunContext, policy: Policy, state: TrainerState, data: RunData): Promise<TrainResult> {
-  const { cfg, options } = ctx;
-  const reference = cfg.grpo.klCoef > 0 && cfg.grpo.enabled ? loadPolicy(referenceDir(ctx), loadMaskOf(ctx)).engine : undefined;
+  const { options } = ctx;
+  const reference = await openReference(ctx);
   try {
     // 3. Evaluation before RL (kept across resumes in eval.json).
     if (!options.skipEval) await runEvaluation(ctx, policy, data.plans, "before-rl", 0);

@@ -30,6 +30,8 @@ export interface TorchEngineOptions extends LaunchOptions {
   url?: string;
   /** Token for a worker that requires one. Default: $SINKFLEX_WORKER_TOKEN. */
   token?: string;
+  /** The tokenizer files that go with the model (recorded for callers; the worker never tokenizes). */
+  tokenizerDir?: string;
 }
 
 /** Starts (or connects to) a torch worker and loads `opts.model` into it. */
@@ -47,6 +49,7 @@ export async function openTorchEngine(opts: TorchEngineOptions): Promise<TorchEn
       client.explainEnd = () => w.waitExit(2000);
     }
     const engine = new TorchEngine(client, info, worker);
+    engine.tokenizerDir = opts.tokenizerDir;
     await engine.load(worker ? resolvePath(opts.model) : opts.model);
     return engine;
   } catch (e) {
@@ -59,6 +62,12 @@ export class TorchEngine implements Engine {
   policyVersion = 0;
   /** Token ids 0..vocabSize-1 are valid (set by load). */
   vocabSize = 0;
+  /** The model's parameter count and class (set by load). */
+  parameters = 0;
+  architecture = "";
+  /** The tokenizer files that go with the model, when the caller named them. */
+  tokenizerDir: string | undefined;
+  private usable = 0;
   private nextSid = 1;
   private disposed = false;
 
@@ -79,6 +88,30 @@ export class TorchEngine implements Engine {
     const { header } = await this.client.call("load", { dir });
     this.vocabSize = header.vocabSize as number;
     this.policyVersion = header.policyVersion as number;
+    this.parameters = header.parameters as number;
+    this.architecture = header.architecture as string;
+    this.usable = 0;
+  }
+
+  /** The ids sampling may produce (0 .. usableTokens-1); the embedding's rows past them are padding. */
+  get usableTokens(): number {
+    return this.usable || this.vocabSize;
+  }
+
+  set usableTokens(n: number) {
+    if (!(Number.isInteger(n) && n >= 1 && n <= this.vocabSize)) {
+      throw new EngineError(`usableTokens ${n}: the model has ${this.vocabSize} embedding rows; the tokenizer's id count must be between 1 and that`);
+    }
+    this.usable = n === this.vocabSize ? 0 : n;
+  }
+
+  /**
+   * A fresh AdamW at the next step (moments and step count dropped). Sent without waiting, as the
+   * embedded engine's is synchronous; a failure is reported by the next call (the worker answers in order).
+   */
+  resetOptimizer(): void {
+    this.alive();
+    this.client.call("reset_optimizer").catch(() => {});
   }
 
   async session(prefix: number[] = []): Promise<EngineSession> {
@@ -112,6 +145,7 @@ export class TorchEngine implements Engine {
           params: ps.map((p, i) => ({
             temperature: p.temperature, topP: p.topP, topK: p.topK, maxTokens: p.maxTokens,
             ...(p.seed === undefined ? {} : { seed: p.seed }), stopCount: stops[i]!.length,
+            ...(this.usable ? { limit: this.usable } : {}),
           })),
         },
         { stop: Int32Array.from(stops.flat()) },
@@ -171,10 +205,13 @@ export class TorchEngine implements Engine {
     return { gradNorm: header.gradNorm as number };
   }
 
-  /** Writes a Hugging Face checkpoint folder (written by the worker: a path on its machine). */
-  async save(dir: string): Promise<void> {
+  /**
+   * Writes a Hugging Face checkpoint folder (written by the worker: a path on its machine); with
+   * `optimizer`, the AdamW state as well (sinkflex_optimizer.pt, read back by load).
+   */
+  async save(dir: string, options: { optimizer?: boolean } = {}): Promise<void> {
     this.alive();
-    await this.client.call("save", { dir: this.worker ? resolvePath(dir) : dir });
+    await this.client.call("save", { dir: this.worker ? resolvePath(dir) : dir, optimizer: options.optimizer ?? false });
   }
 
   /** Closes the connection and stops a worker this engine started. */

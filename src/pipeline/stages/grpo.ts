@@ -9,8 +9,7 @@
  */
 import { Rng } from "../../core/rng.js";
 import { mixSeed } from "../../core/seed.js";
-import type { EmbeddedEngine } from "../../engine/embedded.js";
-import { Rollout, type GroupTask } from "../../rollout/agent-loop.js";
+import type { Engine } from "../../engine/index.js";
 import { RolloutScheduler } from "../../rollout/scheduler.js";
 import type { Trajectory } from "../../rollout/trajectory.js";
 import { grpoUpdate, type TrainSequence } from "../../rl/grpo.js";
@@ -22,6 +21,7 @@ import { Progress } from "../progress.js";
 import { mean } from "../stats.js";
 import { scoreTrajectory, trajectoryMessages, type ScoredTrajectory } from "../suite-reward.js";
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "../tasks.js";
+import { agentSuites, agentTrainSequences, SuiteRollout, type SuiteGroupTask } from "./agent-rollouts.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 import type { RunData } from "./prepare.js";
 
@@ -103,13 +103,14 @@ function trajectoryRecord(policy: Policy, suite: string, groupIdx: number, t: Tr
  * it. `evalBeforeMs` (the evaluation before RL's time) sizes the room the budget leaves for the one after.
  * Returns "stopped" when a stop request ended it (the step's checkpoint is saved).
  */
-export async function runGrpo(ctx: RunContext, policy: Policy, reference: EmbeddedEngine | undefined, state: TrainerState, data: Pick<RunData, "plans" | "rubrics">, evalBeforeMs: number): Promise<"stopped" | "done"> {
+export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine | undefined, state: TrainerState, data: Pick<RunData, "plans" | "rubrics">, evalBeforeMs: number): Promise<"stopped" | "done"> {
   const { cfg, options } = ctx;
   const { plans, rubrics } = data;
   const totalGrpo = cfg.grpo.enabled ? cfg.grpo.steps : 0;
   if (state.step >= totalGrpo) return "done";
   const progress = new Progress("grpo", totalGrpo - state.step, "steps", options.quiet);
-  const rollout = new Rollout(policy.engine, policy.codec, policy.template, {
+  // Suites with an `agent` are played by it through the recording gateway (agent-rollouts.ts).
+  const rollout = new SuiteRollout(agentSuites(cfg, plans), policy.engine, policy.codec, policy.template, {
     maxTurns: cfg.grpo.maxTurns,
     maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
     maxContextTokens: cfg.grpo.maxContextTokens,
@@ -120,10 +121,11 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
     templateVars: policy.templateVars,
   });
   const stepsLeft = Array.from({ length: totalGrpo - state.step }, (_, i) => state.step + 1 + i);
-  const tasks = async function* (): AsyncGenerator<GroupTask> {
+  const tasks = async function* (): AsyncGenerator<SuiteGroupTask> {
     for (const step of stepsLeft) {
       for (const t of stepTasks(cfg, plans, step)) {
         yield {
+          suite: t.plan.name,
           envId: t.plan.envId,
           makeEnv: () => makeChatEnv(t.plan.envId, t.plan.options),
           envKey: chatEnvKey(t.plan.envId, t.plan.options),
@@ -156,7 +158,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
 
       // 3. Advantages and update (weights change between decoding steps only): grpoUpdate computes the
       // group advantages, trains on them and returns them.
-      const train = groups.map((g, i) => trainSequences(g, scored[i]!, suiteOf(i)));
+      const train = groups.map((g, i) => (rollout.isAgentSuite(suiteOf(i)) ? agentTrainSequences : trainSequences)(g, scored[i]!, suiteOf(i)));
       const lr = learningRateAt(step, totalGrpo, cfg.grpo);
       const m = await rollout.decoder.swapWeights(() => grpoUpdate(policy.engine, reference, train.map((t) => t.sequences), { ...cfg.grpo, lr, microBatch: 8 }));
       const trainMs = performance.now() - tTrain;
@@ -210,6 +212,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Embedd
         groups: m.groups,
         noSignal: noSignal(m, allRewards) !== undefined,
         rewardErrors: scored.flat().filter((x) => x.error).length,
+        ...rollout.takeCounts(),
         trajectories: groups.flat().length,
         tokens: { prefill: prefilled, sampled, trained: trainedTokens },
         tokensPerSec: Math.round((sampled + prefilled + trainedTokens) / ((rolloutMs + trainMs) / 1000)),

@@ -2,7 +2,8 @@
  * Stage 1, prepare: the data and the starting policy. Plans the suites (training / held-out tasks),
  * plays the experts' episodes into SFT conversations (plus imported chat JSONL), and builds the policy:
  * from the run's latest checkpoint when it continues, from `model.checkpoint`, or a fresh model over
- * the data's vocabulary. Then tokenizes the conversations into SFT examples (with the copy drill's).
+ * the data's vocabulary, on the configured engine (`engine.backend`: a fresh model is made by the
+ * embedded engine and handed to a torch worker through the folder "initial-model" of the run). Then tokenizes the conversations into SFT examples (with the copy drill's).
  *
  * It trains nothing. Its output on disk is the checkpoint "sft-00000" (the policy SFT starts from);
  * its output in memory is handed to the SFT stage, which rebuilds it when run on its own.
@@ -11,7 +12,9 @@ import { COPY_DRILL_SOURCE, copyDrillExamples } from "../../recipes/copy-drill.j
 import type { LeadExtension, SftExample } from "../../rl/sft.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
 import { drillLossSteps, drillMaxExamples } from "../config.js";
-import { createPolicy, loadPolicy, type Policy } from "../policy.js";
+import { join } from "node:path";
+import { EmbeddedEngine } from "../../engine/index.js";
+import { createPolicy, onBackend, openPolicy, type Policy } from "../policy.js";
 import type { PrepPool } from "../prep-pool.js";
 import { Progress } from "../progress.js";
 import { readSftData, type Conversation } from "../sft-data.js";
@@ -69,16 +72,16 @@ export async function prepareData(ctx: RunContext, prep: PrepPool, what: { episo
     for (const { file, conversations } of await readSftData(cfg.sft.data, plans, (m) => process.stderr.write(`warning: ${m}\n`))) {
       for (const c of conversations) add(c, file);
     }
+    if (cfg.sft.enabled && data.conversations.length === 0) throw noSftDataError(plans);
   }
   return data;
 }
-    if (cfg.sft.enabled && data.conversations.length === 0) throw noSftDataError(plans);
 
 /**
  * The policy: resumed from `resumed` (a checkpoint and its state), loaded from `model.checkpoint`, or a
  * fresh model over the data's vocabulary. Sets the process's matrix precision first.
  */
-export function preparePolicy(ctx: RunContext, data: RunData, resumed: { dir: string; state: TrainerState } | undefined): Start {
+export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { dir: string; state: TrainerState } | undefined): Promise<Start> {
   const { cfg } = ctx;
   // Matrix products in bf16 where the config asks and the CPU has a bf16 unit (AMX or AVX512-BF16); a
   // process-wide setting, so it is set (to fp32 as well) at every start.
@@ -86,18 +89,23 @@ export function preparePolicy(ctx: RunContext, data: RunData, resumed: { dir: st
   if (matmul !== cfg.model.matmul) ctx.log(`model.matmul is "${cfg.model.matmul}", but this CPU (or OS) has no bf16 unit for it (AMX or AVX512-BF16): matrix products stay ${matmul}`);
   let start: Start;
   if (resumed) {
-    start = { policy: loadPolicy(resumed.dir, loadMaskOf(ctx)), state: resumed.state, from: resumed.dir };
+    start = { policy: await openPolicy(resumed.dir, cfg.engine, loadMaskOf(ctx)), state: resumed.state, from: resumed.dir };
     ctx.log(`resuming from ${resumed.dir} (${resumed.state.stage} step ${resumed.state.step})`);
   } else if (cfg.model.checkpoint) {
-    start = { policy: loadPolicy(cfg.model.checkpoint, loadMaskOf(ctx)), state: initialState() };
+    start = { policy: await openPolicy(cfg.model.checkpoint, cfg.engine, loadMaskOf(ctx)), state: initialState() };
   } else {
     // The vocabulary is read off an even sample of the conversations (ids the sample lacks are spelled
     // with smaller pieces, down to bytes): rendering all of them would cost as much again as the SFT data.
     const step = Math.max(1, Math.ceil(data.conversations.length / VOCAB_SAMPLE));
-    start = { policy: createPolicy(cfg.model.init!, data.conversations.filter((_, i) => i % step === 0), cfg.seed, attentionOf(cfg)), state: initialState() };
+    const fresh = createPolicy(cfg.model.init!, data.conversations.filter((_, i) => i % step === 0), cfg.seed, attentionOf(cfg));
+    start = { policy: await onBackend(fresh, cfg.engine, join(ctx.run.path, "initial-model")), state: initialState() };
   }
-  const params = start.policy.engine.weights.data.length;
-  ctx.log(`policy: ${start.policy.engine.config.arch}, ${(params / 1e6).toFixed(2)}M parameters, vocabulary ${start.policy.codec.size}, kernels ${start.policy.engine.kernels.describe()}`);
+  const { engine } = start.policy;
+  const params = engine instanceof EmbeddedEngine ? engine.weights.data.length : engine.parameters;
+  const runsOn = engine instanceof EmbeddedEngine
+    ? `kernels ${engine.kernels.describe()}`
+    : `torch worker pid ${engine.workerPid} (${engine.architecture}, torch ${engine.info.torch}, ${engine.info.device})`;
+  ctx.log(`policy: ${engine instanceof EmbeddedEngine ? engine.config.arch : engine.architecture}, ${(params / 1e6).toFixed(2)}M parameters, vocabulary ${start.policy.codec.size}, ${runsOn}`);
   if (!resumed) ctx.metrics({ stage: "setup", step: 0, parameters: params, vocabulary: start.policy.codec.size, sftConversations: data.conversations.length });
   return start;
 }
