@@ -6,18 +6,23 @@
  *   POST   /sessions                             {task?, metadata?} -> {id, baseURL}
  *   POST   /sessions/<id>/v1/chat/completions    the OpenAI chat API (tools, n, stream, logprobs, stop)
  *   GET    /sessions/<id>/v1/models
+ *   GET    /sessions/<id>/tools                  the env's tools (OpenAI function tools), when the session owns an env
+ *   POST   /sessions/<id>/tools/<name>           the tool's arguments -> {content, isError, reward, terminated, truncated}
  *   POST   /sessions/<id>/reward                 {reward, info?}
  *   GET    /sessions/<id>/trajectory             the recorded calls and the assembled trajectory
  *   DELETE /sessions/<id>
  *
  * Requests are checked with the checkpoint server's validation and answered with the OpenAI error
  * shape (src/serve); limits bound sessions, calls per session, body size and tokens per call. Beyond
- * loopback it needs an API key unless told `insecure`. It does not load checkpoints (the CLI does) and
- * does not train.
+ * loopback it needs an API key unless told `insecure`. Sessions opened in code (`open`) may own an
+ * environment (env-tools.ts) whose tools the agent calls over HTTP; refused requests are kept per
+ * session (`refusals`), so a trainer can tell an episode whose agent was refused. It does not load
+ * checkpoints (the CLI does) and does not train.
  */
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { mixSeedParts } from "../core/index.js";
 import { BatchDecoder, toolParserForTemplate, trajectoryToJSON, type PolicySampler, type ToolCallParser } from "../rollout/index.js";
 import type { ChatTemplate } from "../model/chat-template.js";
 import type { TokenCodec } from "../model/vocab.js";
@@ -25,6 +30,7 @@ import {
   ApiError, bearerAuthorized, checkExposure, ClientGone, defaultMaxBodyBytes, endStream, isObject, maxBytesPerToken, now, num, readBody, sendError,
   sendJson, startStream, toChatMessages, toToolSpecs, usage, writeEvent, type Json,
 } from "../serve/index.js";
+import { EnvTools, ToolCallRefused } from "./env-tools.js";
 import { SessionRecorder, type CallRecord, type CallRequest } from "./recorder.js";
 
 export interface GatewayOptions {
@@ -51,6 +57,40 @@ export interface GatewayOptions {
   maxChoices?: number;
   parser?: ToolCallParser;
   templateVars?: Record<string, unknown>;
+  /**
+   * The batch decoder to sample through (default: the gateway's own over `sampler`). A trainer passes
+   * its rollout's, so that the calls of every session decode together with its other rollouts and a
+   * weight update waits for a decoding step to end.
+   */
+  decoder?: BatchDecoder;
+  /** Sampling settings for calls that do not send them (default temperature 1, top_p 1). */
+  defaults?: { temperature?: number; topP?: number };
+}
+
+/** What `open` takes: the session's task and metadata, the env it owns, and its base seed. */
+export interface OpenSessionOptions {
+  task?: unknown;
+  metadata?: Json;
+  /** The env whose tools the session serves at `tools/<name>`. */
+  env?: EnvTools;
+  /** Calls without a `seed` sample with one derived from this and the call's index (repeatable runs). */
+  seed?: number;
+}
+
+/** A request the gateway refused on a session (4xx), as kept for the session's owner. */
+export interface Refusal {
+  route: string;
+  status: number;
+  message: string;
+}
+
+/** A session as its owner in code sees it. */
+export interface GatewaySessionView {
+  id: string;
+  recorder: SessionRecorder;
+  env: EnvTools | undefined;
+  task: unknown;
+  refusals: Refusal[];
 }
 
 interface GatewaySession {
@@ -58,6 +98,9 @@ interface GatewaySession {
   task: unknown;
   metadata: Json;
   createdAt: number;
+  env: EnvTools | undefined;
+  seed: number | undefined;
+  refusals: Refusal[];
 }
 
 const SESSION_ROUTE = /^\/sessions\/([A-Za-z0-9_-]{1,64})(\/.*)?$/;
@@ -76,8 +119,38 @@ export class GatewayServer {
     if (!Number.isInteger(options.maxContextTokens) || options.maxContextTokens < 1) {
       throw new RangeError(`maxContextTokens must be a positive integer (at most the model's positions), got ${options.maxContextTokens}`);
     }
-    this.decoder = new BatchDecoder(options.sampler);
+    this.decoder = options.decoder ?? new BatchDecoder(options.sampler);
     this.parser = options.parser ?? toolParserForTemplate(options.template.source);
+  }
+
+  /** The gateway's origin, http://HOST:PORT ("" before `listen`). */
+  get url(): string {
+    return this.origin;
+  }
+
+  /** Opens a session in code (as `POST /sessions` does); returns its id and the agent's base URL. */
+  open(options: OpenSessionOptions = {}): { id: string; baseURL: string } {
+    const max = this.options.maxSessions ?? 256;
+    if (this.sessions.size >= max) {
+      throw new ApiError(429, `the gateway holds ${max} open sessions, its limit; DELETE finished sessions (after reading their trajectories) or raise --max-sessions`, "rate_limit_error", null, "too_many_sessions");
+    }
+    const id = `sess_${(++this.counter).toString(36)}_${randomBytes(8).toString("hex")}`;
+    const o = this.options;
+    const recorder = new SessionRecorder(id, { decoder: this.decoder, sampler: o.sampler, codec: o.codec, template: o.template, parser: this.parser, templateVars: o.templateVars });
+    this.sessions.set(id, { recorder, task: options.task ?? null, metadata: options.metadata ?? {}, createdAt: Date.now(), env: options.env, seed: options.seed, refusals: [] });
+    return { id, baseURL: `${this.origin}/sessions/${id}/v1` };
+  }
+
+  /** An open session's recorder, env, task and refusals, or undefined. */
+  session(id: string): GatewaySessionView | undefined {
+    const s = this.sessions.get(id);
+    return s && { id, recorder: s.recorder, env: s.env, task: s.task, refusals: s.refusals };
+  }
+
+  /** Ends a session: later requests to it get 404; its engine sessions are freed (the env is the owner's to close). */
+  closeSession(id: string): void {
+    this.sessions.get(id)?.recorder.close();
+    this.sessions.delete(id);
   }
 
   /** Sessions open now. */
@@ -113,6 +186,8 @@ export class GatewayServer {
     res.on("close", () => {
       if (!res.writableFinished) gone.abort();
     });
+    let session: GatewaySession | undefined;
+    let route = "";
     try {
       if (!bearerAuthorized(req, this.options.apiKey)) {
         throw new ApiError(401, "invalid or missing API key; send Authorization: Bearer <key> (the gateway's --api-key)", "authentication_error", null, "invalid_api_key");
@@ -123,9 +198,11 @@ export class GatewayServer {
       if (!m) throw new ApiError(404, `no route ${req.method} ${path}; open a session with POST /sessions and use the baseURL it returns`, "invalid_request_error", null, "not_found");
       const id = m[1]!;
       const rest = m[2] ?? "";
-      const session = this.sessions.get(id);
+      session = this.sessions.get(id);
       if (!session) throw new ApiError(404, `no session ${JSON.stringify(id)}: it was never opened or was deleted; open one with POST /sessions`, "invalid_request_error", null, "session_not_found");
-      const route = `${req.method} ${rest}`;
+      route = `${req.method} ${rest}`;
+      const tool = /^POST \/tools\/([A-Za-z0-9_.-]{1,64})$/.exec(route);
+      if (tool) return await this.callTool(session, tool[1]!, await this.body(req), res);
       switch (route) {
         case "POST /v1/chat/completions":
           return await this.chat(session, await this.body(req), res, gone.signal);
@@ -133,6 +210,8 @@ export class GatewayServer {
           return sendJson(res, 200, { object: "list", data: [{ id: this.options.modelName, object: "model", created: this.created, owned_by: "sinkflex" }] });
         case "POST /reward":
           return this.setReward(session, await this.body(req), res);
+        case "GET /tools":
+          return sendJson(res, 200, { tools: (session.env?.tools ?? []).map((t) => ({ type: "function", function: t })) });
         case "GET /trajectory":
           return sendJson(res, 200, this.trajectoryJSON(id, session));
         case "DELETE ":
@@ -142,7 +221,7 @@ export class GatewayServer {
         default:
           throw new ApiError(
             404,
-            `no route ${req.method} /sessions/${id}${rest}; a session has POST v1/chat/completions, GET v1/models, POST reward, GET trajectory and DELETE`,
+            `no route ${req.method} /sessions/${id}${rest}; a session has POST v1/chat/completions, GET v1/models, GET tools, POST tools/<name>, POST reward, GET trajectory and DELETE`,
             "invalid_request_error",
             null,
             "not_found",
@@ -157,7 +236,9 @@ export class GatewayServer {
         res.end();
         return;
       }
-      sendError(res, err instanceof ApiError ? err : new ApiError(500, `internal error: ${(err as Error).message}`, "server_error"));
+      const apiErr = err instanceof ApiError ? err : new ApiError(500, `internal error: ${(err as Error).message}`, "server_error");
+      if (session && session.refusals.length < 64) session.refusals.push({ route, status: apiErr.status, message: apiErr.message });
+      sendError(res, apiErr);
     }
   }
 
@@ -166,18 +247,21 @@ export class GatewayServer {
   }
 
   private openSession(body: Json, res: ServerResponse): void {
-    const max = this.options.maxSessions ?? 256;
-    if (this.sessions.size >= max) {
-      throw new ApiError(429, `the gateway holds ${max} open sessions, its limit; DELETE finished sessions (after reading their trajectories) or raise --max-sessions`, "rate_limit_error", null, "too_many_sessions");
-    }
     if (body.metadata !== undefined && body.metadata !== null && !isObject(body.metadata)) {
       throw new ApiError(400, `metadata must be a JSON object, got ${JSON.stringify(body.metadata)}`, "invalid_request_error", "metadata");
     }
-    const id = `sess_${(++this.counter).toString(36)}_${randomBytes(8).toString("hex")}`;
-    const o = this.options;
-    const recorder = new SessionRecorder(id, { decoder: this.decoder, sampler: o.sampler, codec: o.codec, template: o.template, parser: this.parser, templateVars: o.templateVars });
-    this.sessions.set(id, { recorder, task: body.task ?? null, metadata: (body.metadata as Json | undefined) ?? {}, createdAt: Date.now() });
-    sendJson(res, 201, { id, baseURL: `${this.origin}/sessions/${id}/v1` });
+    sendJson(res, 201, this.open({ task: body.task ?? null, metadata: (body.metadata as Json | undefined) ?? {} }));
+  }
+
+  private async callTool(session: GatewaySession, name: string, body: Json, res: ServerResponse): Promise<void> {
+    if (!session.env) throw new ApiError(404, "this session owns no environment: its tools are the agent's own (sessions opened by a trainer for a suite have tools)", "invalid_request_error", null, "no_env");
+    try {
+      const r = await session.env.call(name, body);
+      sendJson(res, 200, { content: r.content, isError: r.isError, messages: r.messages as unknown as Json, reward: r.reward, terminated: r.terminated, truncated: r.truncated });
+    } catch (err) {
+      if (err instanceof ToolCallRefused) throw new ApiError(err.status, err.message, "invalid_request_error", null, err.status === 409 ? "episode_ended" : err.status === 404 ? "unknown_tool" : "invalid_arguments");
+      throw err;
+    }
   }
 
   private setReward(session: GatewaySession, body: Json, res: ServerResponse): void {
@@ -254,7 +338,7 @@ export class GatewayServer {
     const req: CallRequest = {
       messages,
       tools,
-      params: { temperature: num(body, "temperature", 1, 0, 2), topP: num(body, "top_p", 1, 1e-9, 1), seed, maxTokens, stopTokens: [o.codec.tokenId(eos)] },
+      params: { temperature: num(body, "temperature", o.defaults?.temperature ?? 1, 0, 2), topP: num(body, "top_p", o.defaults?.topP ?? 1, 1e-9, 1), seed, maxTokens, stopTokens: [o.codec.tokenId(eos)] },
       n,
       stop: stop as string[],
       model: body.model as string | undefined,
@@ -270,6 +354,7 @@ export class GatewayServer {
       throw new ApiError(429, `this session has recorded ${calls} calls, the gateway's limit per session; end the episode and open a new session`, "rate_limit_error", null, "too_many_calls");
     }
     const { req, text, wantLogprobs } = this.callRequest(body);
+    if (req.params.seed === undefined && session.seed !== undefined) req.params.seed = mixSeedParts(session.seed, calls) >>> 0;
     const promptLength = o.codec.encode(text).length;
     if (promptLength + req.params.maxTokens > o.maxContextTokens) {
       throw new ApiError(
