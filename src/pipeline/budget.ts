@@ -194,7 +194,10 @@ export function planBudgetRun(budgetMs: number, cal: Calibration, r: PlanRecipe)
     // Held-out sets: the recipe's where they fit a fifth of the time, never below the widest interval accepted.
     const floor = tasksForHalfWidth(r.evalHalfWidthPoints);
     const k = Math.min(1, (EVAL_SHARE * time) / Math.max(1, (1 + EVAL_AFTER_FACTOR) * evalMs(fullEval)));
-    const evalTasks = fullEval.map((n) => Math.min(n, Math.max(floor, Math.round(k * n))));
+    // Where even the widest accepted interval does not fit that fifth, the sets shrink to it (at least 20
+    // tasks) and the plan prints the wider interval they buy.
+    const floorFits = (1 + EVAL_AFTER_FACTOR) * evalMs(fullEval.map((n) => Math.min(n, floor))) <= EVAL_SHARE * time;
+    const evalTasks = fullEval.map((n) => Math.min(n, Math.max(floorFits ? floor : 20, Math.round(k * n))));
     const rest = time - (1 + EVAL_AFTER_FACTOR) * evalMs(evalTasks) - naive - contentsMs;
     // GRPO's minimum first (at most 60% of what is left), then SFT, then GRPO again up to its steps.
     let grpoSteps = Math.min(r.grpo.steps, r.grpoMinSteps);

@@ -96,3 +96,22 @@ describe("planBudgetRun (calibrate, then plan)", () => {
     expect(halfWidthPoints(2000)).toBeCloseTo(2.19, 2);
   });
 });
+
+describe("planBudgetRun on a budget too short for the widest accepted interval", () => {
+  it("shrinks the held-out sets below it to fit a fifth of the time, and prints the wider interval", () => {
+    const recipe: PlanRecipe = {
+      suites: [{ name: "arith", contents: 12000, evalTasks: 2000, episodes: 500 }, { name: "restapi", contents: 12000, evalTasks: 2000, episodes: 1500 }],
+      sft: { batchSize: 8, drillSteps: 1000, warmupSteps: 50 },
+      grpo: { steps: 72, batchTasks: 32, warmupSteps: 5 },
+      shares: { copyDrill: 0.45 },
+      grpoMinSteps: 50,
+      evalHalfWidthPoints: 5,
+      naiveSteps: 0,
+    };
+    const cal: Calibration = { sftMsPerStep: 1000, grpoMsPerTask: 700, evalMsPerTask: [200, 200], contentMsPerTask: 0.5, episodeMs: 2, elapsedMs: 60_000 };
+    const plan = planBudgetRun(6 * 60_000, cal, recipe);
+    expect(plan.evalTasks.every((n) => n < 385 && n >= 20)).toBe(true);
+    expect(plan.ms.evalBefore + plan.ms.evalAfter).toBeLessThanOrEqual(0.2 * (6 * 60_000 - 60_000));
+    expect(Object.values(plan.ms).reduce((a, b) => a + b, 0) + cal.elapsedMs).toBeLessThanOrEqual(6 * 60_000);
+  });
+});
