@@ -65,7 +65,9 @@ export type ErrorCode =
   | "session_limit"
   | "session_expired"
   | "contract"
-  | "env_error";
+  | "env_error"
+  /** The server is shutting down (or draining): it takes no new sessions; use another server. */
+  | "shutting_down";
 
 export interface ErrorBody {
   error: { code: ErrorCode; message: string };

@@ -15,6 +15,11 @@
  * With `apiKey`, every request and upgrade needs `Authorization: Bearer <key>`; serving beyond
  * loopback without one is refused unless `insecure`. This file is the server only; `RemoteEnv`
  * (client.ts) is the client.
+ *
+ * GET /health reports sessions, steps per second (over the last 10 s), steps and errors; `drain()`
+ * stops taking sessions (503 "shutting_down"), lets the steps in flight finish (up to a grace period)
+ * and then closes. Serving with several worker processes is the CLI's (`envs serve --workers`); each
+ * worker runs one `serveEnv` with a session id prefix and the cluster's totals in its /health.
  */
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -64,6 +69,26 @@ export interface ServeEnvOptions {
   apiKey?: string;
   /** Serve beyond loopback without an API key (refused otherwise); a warning goes to stderr. */
   insecure?: boolean;
+  /** Prefix of every session id (a worker's, e.g. "w2."), so that a session's worker can be told. */
+  sessionIdPrefix?: string;
+  /** More fields for GET /health (a worker adds the whole cluster's totals). */
+  healthExtra?: () => Record<string, unknown>;
+}
+
+/** What GET /health reports of one server. */
+export interface EnvServerStats {
+  sessions: number;
+  maxSessions: number;
+  /** Steps answered since the start. */
+  steps: number;
+  /** Steps per second over the last 10 seconds. */
+  stepsPerSec: number;
+  /** Requests answered with a 5xx error (the env threw, or the server failed). */
+  errors: number;
+  /** Requests (resets and steps) running now. */
+  inFlight: number;
+  draining: boolean;
+  uptimeS: number;
 }
 
 /** True for 127.0.0.0/8, ::1 and localhost: a host only this machine can reach. */
@@ -84,6 +109,13 @@ export interface EnvServer {
   readonly port: number;
   /** Sessions open now. */
   sessionCount(): number;
+  /** Sessions, steps per second, errors (what GET /health reports). */
+  stats(): EnvServerStats;
+  /**
+   * Stops taking new sessions (HTTP 503 "shutting_down", WebSocket upgrades refused), waits for the
+   * resets and steps in flight to finish (at most `graceMs`), then closes. Safe to call twice.
+   */
+  drain(graceMs?: number): Promise<void>;
   /** Closes every session and stops listening. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -148,6 +180,31 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   const expired = new Set<string>();
   let reserved = 0; // sessions being created (counted against the limit)
   let closed = false;
+  let draining = false;
+  const startedAt = Date.now();
+  // Steps per second: the last 10 one-second buckets.
+  const buckets = new Array<number>(10).fill(0);
+  let bucketSecond = Math.floor(Date.now() / 1000);
+  let totalSteps = 0;
+  let totalErrors = 0;
+  let inFlight = 0;
+  const advanceBuckets = () => {
+    const now = Math.floor(Date.now() / 1000);
+    for (let sec = bucketSecond + 1; sec <= Math.min(now, bucketSecond + 10); sec++) buckets[sec % 10] = 0;
+    bucketSecond = Math.max(bucketSecond, now);
+  };
+  const countStep = () => {
+    advanceBuckets();
+    buckets[bucketSecond % 10]!++;
+    totalSteps++;
+  };
+  const stats = (): EnvServerStats => {
+    advanceBuckets();
+    const elapsed = Math.min(10, Math.max(1, (Date.now() - startedAt) / 1000));
+    // The current second is partly over: count the buckets of the window the server has lived through.
+    const stepsPerSec = buckets.reduce((a, b) => a + b, 0) / elapsed;
+    return { sessions: openCount(), maxSessions, steps: totalSteps, stepsPerSec: Math.round(stepsPerSec * 10) / 10, errors: totalErrors, inFlight, draining, uptimeS: Math.round((Date.now() - startedAt) / 1000) };
+  };
 
   const openCount = () => sessions.size + reserved;
 
@@ -187,12 +244,13 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
     } catch (err) {
       throw envError(err, "making the env");
     }
-    const session: Session = { id: randomUUID(), env, kind, lastUsed: Date.now(), busy: 0, queue: Promise.resolve(), episodeId: 0, stepCount: 0, done: false };
+    const session: Session = { id: `${options.sessionIdPrefix ?? ""}${randomUUID()}`, env, kind, lastUsed: Date.now(), busy: 0, queue: Promise.resolve(), episodeId: 0, stepCount: 0, done: false };
     sessions.set(session.id, session);
     return session;
   };
 
   const reserve = () => {
+    if (draining || closed) throw new HttpError(503, "shutting_down", "the server is shutting down and takes no new sessions; use another server");
     if (openCount() >= maxSessions) {
       throw new HttpError(429, "session_limit", `the server is at its session limit (${maxSessions}); close a session (DELETE /sessions/:id) or retry later`);
     }
@@ -211,10 +269,12 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   /** Runs `fn` after the session's earlier requests, marking it busy (not idle) meanwhile. */
   const run = <T>(s: Session, fn: () => Promise<T>): Promise<T> => {
     s.busy++;
+    inFlight++;
     s.lastUsed = Date.now();
     const result = s.queue.then(fn);
     s.queue = result.catch(() => undefined).finally(() => {
       s.busy--;
+      inFlight--;
       s.lastUsed = Date.now();
     });
     return result;
@@ -249,6 +309,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
       try {
         const [observation, reward, terminated, truncated, info] = await s.env.step(body.action);
         s.stepCount++;
+        countStep();
         s.done = terminated || truncated;
         return { observation, reward, terminated, truncated, done: s.done, info };
       } catch (err) {
@@ -289,6 +350,9 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
     const s = sessions.get(id);
     if (s && s.kind === "http") return s;
     if (expired.has(id)) throw new HttpError(404, "session_expired", `session ${id} was closed after ${idleTimeoutMs} ms without requests; create a new one with POST /sessions`);
+    if (options.sessionIdPrefix && /^w\d+\./.test(id) && !id.startsWith(options.sessionIdPrefix)) {
+      throw new HttpError(404, "not_found", `session ${id} belongs to another worker of this server (--workers): HTTP sessions need every request on one worker; use WebSocket sessions (/ws, RemoteEnv transport "ws"), or serve without --workers`);
+    }
     throw new HttpError(404, "not_found", `no session ${id}; create one with POST /sessions`);
   };
 
@@ -314,7 +378,8 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
     };
     if (parts.length === 1 && parts[0] === "health") {
       allow("GET");
-      return send(res, 200, { status: "healthy", envId, sessions: openCount(), maxSessions });
+      const body = { status: draining ? "draining" : "healthy", envId, ...stats(), ...options.healthExtra?.() };
+      return send(res, draining ? 503 : 200, body);
     }
     if (parts.length === 1 && parts[0] === "spec") {
       allow("GET");
@@ -378,6 +443,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   const server = createServer((req, res) => {
     handle(req, res).catch((err) => {
       const e = err instanceof HttpError ? err : new HttpError(500, "env_error", err instanceof Error ? err.message : String(err));
+      if (e.status >= 500) totalErrors++;
       if (!res.headersSent) send(res, e.status, { error: { code: e.code, message: redact(e.message) } } satisfies ErrorBody, e.status === 401 ? { "WWW-Authenticate": "Bearer" } : {});
       else res.destroy();
     });
@@ -470,6 +536,7 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
       };
       const fail = (id: unknown, err: unknown) => {
         const e = err instanceof HttpError ? err : new HttpError(500, "env_error", err instanceof Error ? err.message : String(err));
+        if (e.status >= 500) totalErrors++;
         reply({ type: "error", id, error: { code: e.code, message: redact(e.message) } });
       };
       try {
@@ -524,12 +591,20 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
   const port = typeof address === "object" && address ? address.port : (options.port ?? 0);
   const hostForUrl = host.includes(":") ? `[${host}]` : host;
 
-  return {
+  const api: EnvServer = {
     url: `http://${hostForUrl}:${port}`,
     wsUrl: `ws://${hostForUrl}:${port}/ws`,
     host,
     port,
     sessionCount: openCount,
+    stats,
+    async drain(graceMs = 10_000) {
+      if (closed) return;
+      draining = true;
+      const until = Date.now() + graceMs;
+      while (inFlight > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      await api.close();
+    },
     async close() {
       if (closed) return;
       closed = true;
@@ -543,9 +618,10 @@ export async function serveEnv(target: string | RemoteEnvFactory, options: Serve
       });
     },
   };
+  return api;
 }
 
-const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error" };
+const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable" };
 
 function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);

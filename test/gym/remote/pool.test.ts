@@ -1,0 +1,261 @@
+/**
+ * The env pool (src/gym/remote/pool.ts) against real servers on 127.0.0.1: the same trajectories as
+ * local envs for the same seed, waiting on a full server, and faults: `sinkflex envs serve` child
+ * processes killed, restarted and stopped (hung) mid-episode, a WebSocket dropped by a proxy, and an
+ * episode that cannot move recorded as an infrastructure failure.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { connect, createServer, type Socket } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { EnvInfrastructureError, EnvPool, isInfrastructureFailure } from "../../../src/gym/remote/pool.js";
+import { serveEnv, type EnvServer } from "../../../src/gym/remote/server.js";
+import { make } from "../../../src/gym/registry.js";
+import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { Env } from "../../../src/gym/env.js";
+import { registerBundledEnvs } from "../../../src/envs/index.js";
+import { Rollout, type GroupTask } from "../../../src/rollout/agent-loop.js";
+import { RolloutScheduler } from "../../../src/rollout/scheduler.js";
+import { tokenCodec, TrimmedVocab } from "../../../src/model/vocab.js";
+import { template, tinyEngine, tokenizer } from "../../rollout/helpers.js";
+import { SlowEnv, SLOW_ENV_ID } from "./slow-env.js";
+
+registerBundledEnvs();
+
+const BIN = "bin/sinkflex.mjs";
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+/** A real `sinkflex envs serve test/slow-v0` process; resolves once it prints its URL. */
+async function startServer(port = 0, extra: string[] = []): Promise<{ proc: ChildProcess; url: string; port: number }> {
+  const proc = spawn(process.execPath, [BIN, "--import", "test/gym/remote/slow-env.ts", "envs", "serve", SLOW_ENV_ID, "--port", String(port), ...extra], { stdio: ["ignore", "pipe", "pipe"] });
+  cleanups.push(() => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+  });
+  let out = "";
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start in 60 s: ${out}`)), 60_000);
+    const read = (d: Buffer) => {
+      out += d.toString();
+      const m = /serving \S+ at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    };
+    proc.stdout!.on("data", read);
+    proc.stderr!.on("data", read);
+    proc.once("exit", (code) => reject(new Error(`server exited with ${code}: ${out}`)));
+  });
+  return { proc, url, port: Number(new URL(url).port) };
+}
+
+async function openPool(options: Parameters<typeof EnvPool.open>[0]): Promise<EnvPool> {
+  const pool = await EnvPool.open(options);
+  cleanups.push(() => pool.close());
+  return pool;
+}
+
+/** Plays one slow-env episode (action k at step k) and returns its observations and rewards. */
+async function play(env: Env<string, number>, seed: number, taskIndex = 0): Promise<string[]> {
+  const seen: string[] = [];
+  const [obs] = await env.reset({ seed, options: { taskIndex } });
+  seen.push(obs);
+  for (let k = 0; ; k++) {
+    const [o, r, term, trunc] = await env.step((seed + k) % 1000);
+    seen.push(`${o} ${r}`);
+    if (term || trunc) break;
+  }
+  return seen;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("EnvPool: same trajectories as local envs", () => {
+  it("a rollout with the same seed gives identical token ids and rewards on local envs and on a pool of 2 loopback servers", async () => {
+    const servers: EnvServer[] = [await serveEnv("sinkflex/arith-v0", { maxSessions: 8 }), await serveEnv("sinkflex/arith-v0", { maxSessions: 8 })];
+    cleanups.push(() => Promise.all(servers.map((s) => s.close())).then(() => undefined));
+    const pool = await openPool({ urls: servers.map((s) => s.url), sessionsPerServer: 4, envId: "sinkflex/arith-v0", options: { count: 40 } });
+    // A vocabulary from the suite's own prompts.
+    const probe = (await make("sinkflex/arith-v0", { count: 40 })) as Env<ChatObservation, AgentTurn>;
+    const corpus: number[][] = [];
+    for (let t = 0; t < 4; t++) {
+      const [obs] = await probe.reset({ seed: t, options: { taskIndex: t } });
+      corpus.push(tokenizer.encode(template.render(obs.messages, { tools: obs.tools, addGenerationPrompt: true })));
+    }
+    await probe.close();
+    const codec = tokenCodec(tokenizer, TrimmedVocab.build(tokenizer, corpus));
+    const tasks = (makeEnv: () => Promise<Env<ChatObservation, AgentTurn>>): GroupTask[] =>
+      [3, 17, 25, 31].map((taskIndex, i) => ({ envId: "sinkflex/arith-v0", makeEnv, reset: { seed: 1000 + i, options: { taskIndex } }, groupSize: 3 }));
+    const run = async (makeEnv: () => Promise<Env<ChatObservation, AgentTurn>>) => {
+      const rollout = new Rollout(tinyEngine(codec), codec, template, { maxTokensPerTurn: 12, maxTurns: 3, turnLimit: "close", seed: 5, temperature: 1 });
+      const groups = await new RolloutScheduler(rollout, { maxInFlight: 8 }).runAll(tasks(makeEnv));
+      await rollout.close();
+      return groups.flat();
+    };
+    const local = await run(async () => (await make("sinkflex/arith-v0", { count: 40 })) as Env<ChatObservation, AgentTurn>);
+    const remote = await run(async () => pool.make<ChatObservation, AgentTurn>());
+    expect(remote).toHaveLength(12);
+    for (const [i, t] of remote.entries()) {
+      const l = local[i]!;
+      expect(t.error).toBeUndefined();
+      expect(t.turns.length).toBeGreaterThan(0);
+      expect(t.segments.map((s) => s.tokens)).toEqual(l.segments.map((s) => s.tokens));
+      expect(t.segments.map((s) => [...s.lossMask])).toEqual(l.segments.map((s) => [...s.lossMask]));
+      expect(t.rewards).toEqual(l.rewards);
+      expect(t.endReason).toBe(l.endReason);
+      expect([t.taskIndex, t.seed]).toEqual([l.taskIndex, l.seed]);
+    }
+    // Both servers ran episodes, and never more sessions than the pool allows.
+    expect(servers.every((s) => s.stats().steps > 0)).toBe(true);
+    expect(pool.stats().peakSessions).toBeLessThanOrEqual(8);
+    expect(pool.stats().sessions).toBe(0);
+  }, 180_000);
+
+  it("a server at its session limit (429) is waited on, not failed", async () => {
+    const server = await serveEnv(SLOW_ENV_ID, { maxSessions: 2 });
+    cleanups.push(() => server.close());
+    // The pool believes the server takes 6 sessions; it takes 2.
+    const pool = await openPool({ urls: [server.url], sessionsPerServer: 6, options: { stepMs: 20, episodeSteps: 3 } });
+    const results = await Promise.all(Array.from({ length: 6 }, async (_, i) => {
+      const env = pool.make<string, number>();
+      try {
+        return await play(env, i);
+      } finally {
+        await env.close();
+      }
+    }));
+    const expected = await Promise.all(Array.from({ length: 6 }, (_, i) => play(new SlowEnv(0, 3), i)));
+    expect(results).toEqual(expected);
+    const stats = pool.stats();
+    expect(stats.sessionLimitWaits).toBeGreaterThan(0);
+    expect(stats).toMatchObject({ episodes: 6, completed: 6, failed: 0, retried: 0 });
+  }, 60_000);
+});
+
+describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
+  it("a server killed mid-episode and restarted: episodes move to the other server with the same seed, nothing is lost, the restarted one comes back", async () => {
+    const a = await startServer();
+    const b = await startServer();
+    const events: string[] = [];
+    const pool = await openPool({ urls: [a.url, b.url], sessionsPerServer: 8, options: { stepMs: 30, episodeSteps: 12 }, healthIntervalMs: 200, onEvent: (e) => events.push(e.kind) });
+    const N = 12;
+    const running = Array.from({ length: N }, async (_, i) => {
+      const env = pool.make<string, number>();
+      try {
+        return await play(env, 50 + i);
+      } finally {
+        await env.close();
+      }
+    });
+    await sleep(150); // every episode is a few steps in
+    a.proc.kill("SIGKILL");
+    const results = await Promise.all(running);
+    const expected = await Promise.all(Array.from({ length: N }, (_, i) => play(new SlowEnv(0, 12), 50 + i)));
+    expect(results).toEqual(expected);
+    const stats = pool.stats();
+    expect(stats.retried).toBeGreaterThan(0);
+    expect(stats.replayedSteps).toBeGreaterThan(0);
+    expect(stats).toMatchObject({ episodes: N, completed: N, failed: 0 });
+    expect(events).toContain("server_down");
+    expect(pool.serverStates()[0]!.up).toBe(false);
+    // Restarted on its port, the health check brings it back and it takes episodes again.
+    await startServer(a.port);
+    for (let i = 0; i < 100 && !pool.serverStates()[0]!.up; i++) await sleep(100);
+    expect(pool.serverStates()[0]!.up).toBe(true);
+    expect(events).toContain("server_up");
+    const again = await Promise.all(Array.from({ length: 10 }, async (_, i) => {
+      const env = pool.make<string, number>();
+      try {
+        return await play(env, 90 + i);
+      } finally {
+        await env.close();
+      }
+    }));
+    expect(again).toEqual(await Promise.all(Array.from({ length: 10 }, (_, i) => play(new SlowEnv(0, 12), 90 + i))));
+    const health = (await (await fetch(`${a.url}/health`)).json()) as { steps: number };
+    expect(health.steps).toBeGreaterThan(0);
+  }, 180_000);
+
+  it("a hung server (SIGSTOP) is left after the step timeout and its episodes finish elsewhere", async () => {
+    const a = await startServer();
+    const b = await startServer();
+    const pool = await openPool({ urls: [a.url, b.url], sessionsPerServer: 4, options: { stepMs: 20, episodeSteps: 8 }, stepTimeoutMs: 1_500, healthIntervalMs: 300 });
+    const running = Array.from({ length: 6 }, async (_, i) => {
+      const env = pool.make<string, number>();
+      try {
+        return await play(env, 7 + i);
+      } finally {
+        await env.close();
+      }
+    });
+    await sleep(100);
+    a.proc.kill("SIGSTOP");
+    cleanups.push(() => void a.proc.kill("SIGCONT"));
+    const results = await Promise.all(running);
+    expect(results).toEqual(await Promise.all(Array.from({ length: 6 }, (_, i) => play(new SlowEnv(0, 8), 7 + i))));
+    expect(pool.stats().retried).toBeGreaterThan(0);
+    expect(pool.stats().failed).toBe(0);
+    expect(pool.serverStates()[0]!.up).toBe(false);
+    a.proc.kill("SIGCONT");
+  }, 180_000);
+
+  it("a WebSocket dropped mid-episode (server still up) moves the episode; an episode with nowhere to go is an infrastructure failure, counted", async () => {
+    const server = await serveEnv(SLOW_ENV_ID, { maxSessions: 16 });
+    cleanups.push(() => server.close());
+    // A TCP proxy in front of the server whose connections can be cut.
+    const sockets = new Set<Socket>();
+    const proxy = createServer((client) => {
+      const upstream = connect(server.port, "127.0.0.1");
+      client.pipe(upstream).pipe(client);
+      sockets.add(client);
+      const drop = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on("error", drop).on("close", drop);
+      upstream.on("error", drop).on("close", drop);
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    cleanups.push(() => new Promise<void>((r) => proxy.close(() => r())));
+    const proxyUrl = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+    const pool = await openPool({ urls: [proxyUrl, server.url], sessionsPerServer: 2, options: { stepMs: 30, episodeSteps: 6 }, healthIntervalMs: 200 });
+    const running = Array.from({ length: 4 }, async (_, i) => {
+      const env = pool.make<string, number>();
+      try {
+        return await play(env, 300 + i);
+      } finally {
+        await env.close();
+      }
+    });
+    await sleep(100);
+    for (const s of sockets) s.destroy();
+    const results = await Promise.all(running);
+    expect(results).toEqual(await Promise.all(Array.from({ length: 4 }, (_, i) => play(new SlowEnv(0, 6), 300 + i))));
+    expect(pool.stats().retried).toBeGreaterThan(0);
+    expect(pool.stats().failed).toBe(0);
+
+    // One server, no retries allowed, killed mid-episode: every episode is an infrastructure failure.
+    const only = await startServer();
+    const strict = await openPool({ urls: [only.url], sessionsPerServer: 4, options: { stepMs: 30, episodeSteps: 20 }, maxRetries: 1, acquireTimeoutMs: 1_000 });
+    const doomed = Array.from({ length: 3 }, async (_, i) => {
+      const env = strict.make<string, number>();
+      try {
+        return await play(env, i);
+      } catch (err) {
+        return err as Error;
+      } finally {
+        await env.close();
+      }
+    });
+    await sleep(150);
+    only.proc.kill("SIGKILL");
+    const outcomes = await Promise.all(doomed);
+    for (const o of outcomes) {
+      expect(o).toBeInstanceOf(EnvInfrastructureError);
+      expect(isInfrastructureFailure((o as Error).message)).toBe(true);
+    }
+    expect(strict.stats()).toMatchObject({ episodes: 3, failed: 3, completed: 0 });
+  }, 180_000);
+});
