@@ -29,6 +29,9 @@ Run by hand (never at test time); needs `pip install torch transformers safetens
   python scripts/make-fixtures.py check-lora <checkpoint-dir> <adapter-dir> <ids.json> <logits.safetensors>
       The same with a LoRA adapter folder written by sinkflex on top, loaded by peft.PeftModel.from_pretrained.
 
+  python scripts/make-fixtures.py score <checkpoint-dir> <ids.json>
+      Prints (JSON) each token's teacher-forced log-prob under transformers, null for the first token.
+
 It is not a test runner and it is not used by sinkflex at run time.
 """
 import argparse
@@ -312,6 +315,17 @@ def check(ckpt, ids_path, logits_path, adapter=None):
     sys.exit(0 if diff <= 1e-4 else 1)
 
 
+def score(ckpt, ids_path):
+    with open(ids_path) as f:
+        ids = torch.tensor([json.load(f)], dtype=torch.long)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    with torch.no_grad():
+        lp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    tok = torch.gather(lp, 1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
+    print(json.dumps([None] + tok.tolist()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -327,12 +341,17 @@ def main():
     cl = sub.add_parser("check-lora", help="check a sinkflex-written LoRA adapter (on its base) against peft")
     for arg in ("checkpoint", "adapter", "ids", "logits"):
         cl.add_argument(arg)
+    sc = sub.add_parser("score", help="print transformers' teacher-forced log-probs of token ids")
+    sc.add_argument("checkpoint")
+    sc.add_argument("ids")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "build":
         build(os.path.normpath(a.out), a.only)
     elif a.cmd == "lora":
         lora(os.path.normpath(a.out))
+    elif a.cmd == "score":
+        score(a.checkpoint, a.ids)
     elif a.cmd == "check-lora":
         check(a.checkpoint, a.ids, a.logits, a.adapter)
     else:

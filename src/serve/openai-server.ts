@@ -16,7 +16,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { isIP, type AddressInfo } from "node:net";
 import type { ToolCall } from "../gym/chat.js";
-import type { EngineSession, SampleParams } from "../engine/types.js";
+import type { Engine, EngineSession, SampleParams } from "../engine/types.js";
 import type { ChatTemplate } from "../model/chat-template.js";
 import type { TokenCodec } from "../model/vocab.js";
 import { BatchDecoder, type Sampler } from "../rollout/batch-decoder.js";
@@ -46,6 +46,11 @@ export interface ServeOptions {
   maxChoices?: number;
   parser?: ToolCallParser;
   templateVars?: Record<string, unknown>;
+  /**
+   * Teacher-forced log-probs of whole sequences (the engine's `logprobs`): `/v1/completions` with
+   * `echo: true, max_tokens: 0` scores a prompt with it. Absent: such requests are refused.
+   */
+  scorer?: Pick<Engine, "logprobs">;
 }
 
 /** The default body limit for a context of `maxContextTokens`: room for the prompt's text and the JSON around it. */
@@ -274,6 +279,10 @@ export class OpenAIServer {
 
   private async completions(body: Json, res: ServerResponse, signal: AbortSignal): Promise<void> {
     const promptIds = this.encodePrompt(body.prompt);
+    if (body.echo === true) {
+      await this.scorePrompt(body, promptIds, res);
+      return;
+    }
     const { params, n } = this.sampling(body, promptIds.length, 16);
     const wantLogprobs = body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false;
     const asIds = body.return_tokens_as_token_ids === true;
@@ -304,6 +313,51 @@ export class OpenAIServer {
         ...(withIds ? { token_ids: r.tokens, prompt_token_ids: promptIds } : {}),
       })),
       usage: usage(promptIds.length, results),
+    });
+  }
+
+  /**
+   * `echo: true, max_tokens: 0`: the prompt scored teacher-forced, as vLLM answers it. `logprobs.tokens` are
+   * the prompt's tokens and `token_logprobs[i]` is log p(token i | tokens before it), null for the first
+   * (nothing predicts it); `top_logprobs` is null (alternatives are not computed). Generation after an echoed
+   * prompt is not supported.
+   */
+  private async scorePrompt(body: Json, promptIds: number[], res: ServerResponse): Promise<void> {
+    const o = this.options;
+    const bad = (msg: string, param: string) => new ApiError(400, msg, "invalid_request_error", param);
+    if (body.max_tokens !== 0 && body.max_tokens !== undefined) throw bad(`echo is supported with max_tokens: 0 only (scoring the prompt; got max_tokens ${JSON.stringify(body.max_tokens)}); send max_tokens: 0, or leave echo out to generate`, "max_tokens");
+    if (body.max_tokens === undefined) throw bad("echo needs max_tokens: 0 (scoring the prompt); generation after an echoed prompt is not supported", "max_tokens");
+    if (body.stream === true) throw bad("echo with stream is not supported; send stream: false", "stream");
+    if (body.n !== undefined && body.n !== 1) throw bad(`echo scores one prompt: n must be 1 (got ${JSON.stringify(body.n)})`, "n");
+    if (promptIds.length > o.maxContextTokens) {
+      throw new ApiError(400, `the prompt has ${promptIds.length} tokens, more than this server's context limit of ${o.maxContextTokens}; shorten the prompt`, "invalid_request_error", "prompt", "context_length_exceeded");
+    }
+    if (!o.scorer) throw new ApiError(400, "this server cannot score prompts (no scorer); run `sinkflex serve` on a checkpoint", "invalid_request_error", "echo");
+    const wantLogprobs = body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false;
+    const [lps] = await o.scorer.logprobs([promptIds]);
+    const asIds = body.return_tokens_as_token_ids === true;
+    const tokens = this.tokenStrings(promptIds, asIds);
+    const textOffset: number[] = [];
+    let at = 0;
+    for (const t of tokens) {
+      textOffset.push(at);
+      at += t.length;
+    }
+    sendJson(res, 200, {
+      id: `cmpl-${++this.counter}`,
+      object: "text_completion",
+      created: now(),
+      model: o.modelName,
+      choices: [{
+        index: 0,
+        text: o.codec.decode(promptIds),
+        logprobs: wantLogprobs
+          ? { tokens, token_logprobs: [null, ...Array.from(lps!)], top_logprobs: null, text_offset: textOffset }
+          : null,
+        finish_reason: "length",
+        ...(body.return_token_ids === true ? { token_ids: [], prompt_token_ids: promptIds } : {}),
+      }],
+      usage: usage(promptIds.length, [{ tokens: [] }]),
     });
   }
 

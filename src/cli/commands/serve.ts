@@ -62,7 +62,7 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
     );
   }
   engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
-  const server = new OpenAIServer({ sampler: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
+  const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
   let url: string;
   try {
     url = await server.listen(opts.port ?? 0, host);
