@@ -16,3 +16,4 @@ export { RemoteEnv, RemoteEnvError, type RemoteEnvOptions } from "./remote/clien
 export type * from "./remote/protocol.js";
 export { WS_CLOSE_IDLE, WS_CLOSE_ENV_ERROR } from "./remote/protocol.js";
 export { EnvPool, PooledEnv, EnvInfrastructureError, isInfrastructureFailure, INFRA_FAILURE_PREFIX, type EnvPoolOptions, type PoolEvent, type PoolStats } from "./remote/pool.js";
+export { serveEnvWorkers, isEnvWorker, type WorkersHandle } from "./remote/workers.js";

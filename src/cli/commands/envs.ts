@@ -10,7 +10,7 @@
 import { readFileSync } from "node:fs";
 import { Command } from "commander";
 import { checkEnv, formatCheckReport, sampledActions } from "../../gym/check.js";
-import { serveEnv } from "../../gym/remote/server.js";
+import { serveEnv, serveEnvWorkers, isEnvWorker, type EnvServer, type WorkersHandle } from "../../gym/index.js";
 import { make, makeUnwrapped, registeredIds, specs } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { UsageError } from "../usage-error.js";
@@ -131,10 +131,14 @@ export function registerEnvsCommands(program: Command): Command {
     .option("--options-file <file>", "a JSON object of env options fixed for every session (paths, URLs, sizes); clients cannot change them")
     .option("--api-key <key>", "require Authorization: Bearer <key> on every request (default: $SINKFLEX_API_KEY, else no key)")
     .option("--insecure", "serve beyond loopback without an API key (refused otherwise)")
-    .action(async (id: string, opts: { port: string; host: string; maxSessions: string; idleTimeout: string; optionsFile?: string; apiKey?: string; insecure?: boolean }) => {
+    .option("--workers <n>", "worker processes behind the one port (node:cluster); sessions then belong to one worker each, so clients should use WebSocket sessions", "1")
+    .option("--grace <ms>", "on SIGINT/SIGTERM: milliseconds the steps in flight get to finish before their sessions are closed", "10000")
+    .action(async (id: string, opts: { port: string; host: string; maxSessions: string; idleTimeout: string; optionsFile?: string; apiKey?: string; insecure?: boolean; workers: string; grace: string }) => {
       knownId(id);
       const apiKey = opts.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
-      const server = await serveEnv(id, {
+      const workers = intOption("--workers", opts.workers, 1, 256);
+      const graceMs = intOption("--grace", opts.grace, 0, 3_600_000);
+      const serveOptions = {
         port: intOption("--port", opts.port, 0, 65535),
         host: opts.host,
         maxSessions: intOption("--max-sessions", opts.maxSessions, 1),
@@ -142,22 +146,25 @@ export function registerEnvsCommands(program: Command): Command {
         ...(opts.optionsFile ? { envOptions: readOptionsFile(opts.optionsFile) } : {}),
         ...(apiKey !== undefined ? { apiKey } : {}),
         insecure: opts.insecure === true,
-      }).catch((err: Error) => {
+      };
+      const server: EnvServer | WorkersHandle = await (workers > 1 ? serveEnvWorkers(id, serveOptions, workers) : serveEnv(id, serveOptions)).catch((err: Error) => {
         throw err.message.includes("refusing to serve") ? new UsageError(err.message.replace(/^serveEnv: /, "")) : err;
       });
-      console.log(`serving ${id} at ${server.url} (WebSocket ${server.wsUrl})${apiKey !== undefined ? " with an API key" : ""}; Ctrl-C to stop`);
+      if (isEnvWorker()) return; // a worker process serves until the primary drains it
+      console.log(`serving ${id} at ${server.url} (WebSocket ${server.wsUrl})${workers > 1 ? ` with ${workers} workers` : ""}${apiKey !== undefined ? " with an API key" : ""}; Ctrl-C to stop`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
           process.off("SIGINT", onInt);
           process.off("SIGTERM", onTerm);
-          console.log(`${signal}: closing ${server.sessionCount()} session(s) and stopping`);
-          // Sessions get a few seconds to close; a second signal, or an env that does not close, ends the process.
-          const force = setTimeout(() => process.exit(1), 5_000);
+          const sessions = "sessionCount" in server ? `${server.sessionCount()} session(s)` : `${workers} workers`;
+          console.log(`${signal}: finishing the steps in flight (up to ${graceMs} ms), closing ${sessions} and stopping`);
+          // Steps in flight get the grace period; a second signal, or an env that does not close, ends the process.
+          const force = setTimeout(() => process.exit(1), graceMs + 5_000);
           force.unref();
           const again = () => process.exit(1);
           process.once("SIGINT", again);
           process.once("SIGTERM", again);
-          server.close().then(
+          server.drain(graceMs).then(
             () => {
               process.off("SIGINT", again);
               process.off("SIGTERM", again);

@@ -182,6 +182,17 @@ export class EnvPool {
           continue;
         }
         if (options.envId !== undefined && body.envId !== options.envId) throw new Error(`EnvPool: ${url} serves "${body.envId}", not "${options.envId}"; point the pool at servers of that env`);
+        // One session with the pool's options: an option the server does not allow fails here, not mid-run.
+        const probe = await RemoteEnv.connect(url, {
+          transport: options.transport ?? "ws",
+          timeoutMs: options.stepTimeoutMs ?? 60_000,
+          ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}),
+          ...(options.options ? { options: options.options } : {}),
+        }).catch((err: unknown) => {
+          if (isServerFault(err) || (err instanceof RemoteEnvError && err.code === "session_limit")) return undefined;
+          throw new Error(`EnvPool: ${url} refused a session with options ${JSON.stringify(options.options ?? {})}: ${describe(err)}`);
+        });
+        await probe?.close().catch(() => undefined);
         return new EnvPool(options, body);
       } catch (err) {
         if ((err as Error).message.startsWith("EnvPool:")) throw err;
