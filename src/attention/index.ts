@@ -8,13 +8,14 @@ export {
   canonicalMask, checkMaskConfig, documentPositions, keeps, keptKeys, keyBound, MaskError, type CanonicalMask, type SinkWindow,
 } from "./mask.js";
 export {
-  ATTENTION_MODES, describeSinkWindow, parseSinkWindowRecord, resolveSinkWindow, SINK_WINDOW_FILE, SINK_WINDOW_FORMAT,
+  ATTENTION_MODES, describeSinkWindow, parseSinkWindowRecord, resolveSinkWindow, SINK_PROFILE_FILE, SINK_WINDOW_FILE, SINK_WINDOW_FORMAT,
   sinkWindowOf, sinkWindowRecord, type AttentionChoice, type AttentionMode,
 } from "../model/sink-window.js";
 export {
-  formatProfile, ProfileError, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
+  checkProfileFits, formatProfile, parseProfile, ProfileError, profileChanges, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
   type LayerSinks, type PositionSink, type SinkProfile, type TokenSink,
 } from "./profile.js";
+export { describeLayout, profileLayout, type ProfileLayout, type ProfileLayoutConfig } from "./layout.js";
 export { attentionMass, ProbeError, probeSinks, type ProbeOptions } from "./probe.js";
 export { rewriteForSinks, sinkSlotTokens, type RewriterConfig, type RewrittenSequence } from "./rewriter.js";
 export { MaskedSession, type AppendOptions, type MaskedSessionOptions } from "./session.js";

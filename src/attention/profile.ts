@@ -91,11 +91,62 @@ export function readProfile(path: string): SinkProfile {
   } catch (e) {
     throw new ProfileError(`${path}: not a readable JSON file (${(e as Error).message}); write one with \`sinkflex sinks probe <checkpoint> --out ${path}\``);
   }
+  return parseProfile(json, path);
+}
+
+/** Checks a parsed JSON value is a SinkProfile (`where` names its file in errors). */
+export function parseProfile(json: unknown, where: string): SinkProfile {
   const p = json as SinkProfile;
   if (!p || p.format !== SINK_PROFILE_FORMAT || !Array.isArray(p.layers) || !Array.isArray(p.prefix)) {
-    throw new ProfileError(`${path}: not a sink profile (format ${JSON.stringify((p as { format?: unknown })?.format)}, expected ${SINK_PROFILE_FORMAT})`);
+    throw new ProfileError(`${where}: not a sink profile (format ${JSON.stringify((p as { format?: unknown })?.format)}, expected ${SINK_PROFILE_FORMAT})`);
+  }
+  if (!Number.isInteger(p.numLayers) || !Number.isInteger(p.numHeads) || p.layers.length !== p.numLayers) {
+    throw new ProfileError(`${where}: numLayers ${p.numLayers}, numHeads ${p.numHeads} and ${p.layers.length} layer entries do not agree; probe the model again`);
   }
   return p;
+}
+
+/**
+ * Refuses a profile measured on another model: its layer and head counts must be the model's. `where`
+ * names the profile (a file) in the error.
+ */
+export function checkProfileFits(p: SinkProfile, model: { numLayers: number; numHeads: number }, where: string): SinkProfile {
+  if (p.numLayers !== model.numLayers || p.numHeads !== model.numHeads) {
+    throw new ProfileError(
+      `${where} was probed on a model with ${p.numLayers} layers x ${p.numHeads} heads (${p.model}), but this model has ` +
+        `${model.numLayers} layers x ${model.numHeads} heads; probe this model (\`sinkflex sinks probe <checkpoint> --out FILE\`) or drop attention.profile to probe it in the run`,
+    );
+  }
+  return p;
+}
+
+/**
+ * What moved between two profiles of one model: per layer, the position sinks and token sinks that
+ * appeared or went away, and a changed natural prefix. Empty when nothing moved (masses may differ).
+ */
+export function profileChanges(before: SinkProfile, after: SinkProfile): string[] {
+  const out: string[] = [];
+  const n = Math.max(before.layers.length, after.layers.length);
+  for (let l = 0; l < n; l++) {
+    const a = before.layers[l];
+    const b = after.layers[l];
+    const pa = new Set(a?.positions.map((s) => s.position) ?? []);
+    const pb = new Set(b?.positions.map((s) => s.position) ?? []);
+    const ta = new Set(a?.tokens.map((t) => t.tokenId) ?? []);
+    const tb = new Set(b?.tokens.map((t) => t.tokenId) ?? []);
+    const parts: string[] = [];
+    const gone = [...pa].filter((x) => !pb.has(x));
+    const came = [...pb].filter((x) => !pa.has(x));
+    if (gone.length) parts.push(`position sink ${gone.join(", ")} gone`);
+    if (came.length) parts.push(`position sink ${came.join(", ")} new`);
+    const tGone = [...ta].filter((x) => !tb.has(x));
+    const tCame = [...tb].filter((x) => !ta.has(x));
+    if (tGone.length) parts.push(`token sink ${tGone.map((t) => `#${t}`).join(", ")} gone`);
+    if (tCame.length) parts.push(`token sink ${tCame.map((t) => `#${t}`).join(", ")} new`);
+    if (parts.length) out.push(`layer ${l}: ${parts.join("; ")}`);
+  }
+  if (before.prefix.join(",") !== after.prefix.join(",")) out.push(`natural prefix ${before.prefix.join(" ")} -> ${after.prefix.join(" ")}`);
+  return out;
 }
 
 /** The profile as a table, one row per layer. `decode` renders a token id (default: the id). */

@@ -12,7 +12,7 @@
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
-import { parseSinkWindowRecord, SINK_WINDOW_FILE, sinkWindowRecord, type SinkWindow } from "./sink-window.js";
+import { parseSinkWindowRecord, SINK_PROFILE_FILE, SINK_WINDOW_FILE, sinkWindowRecord, type SinkWindow } from "./sink-window.js";
 import { parseHfConfig, toHfConfig, type ModelConfig } from "./config.js";
 import { familyOf } from "./families/index.js";
 import type { ModelWeights } from "./instance.js";
@@ -43,6 +43,8 @@ export interface LoadedCheckpoint extends ModelWeights {
   meta: SinkflexMeta | null;
   /** The sink-window mask saved with the weights (sinkflex_attention.json); null when the folder has none. */
   attention: SinkWindow | null;
+  /** The sink profile saved with the weights (sinkflex_sink_profile.json, JSON as written); null when the folder has none. */
+  sinkProfile: Record<string, unknown> | null;
   dir: string;
 }
 
@@ -123,6 +125,15 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     }
     attention = parseSinkWindowRecord(json, attentionPath);
   }
+  const profilePath = join(dir, SINK_PROFILE_FILE);
+  let sinkProfile: Record<string, unknown> | null = null;
+  if (existsSync(profilePath)) {
+    try {
+      sinkProfile = JSON.parse(readFileSync(profilePath, "utf8")) as Record<string, unknown>;
+    } catch (e) {
+      throw new CheckpointError(`${profilePath}: not valid JSON (${(e as Error).message}); rewrite it with \`sinkflex sinks probe ${dir} --out ${profilePath}\` or remove it`);
+    }
+  }
   return {
     cfg: config,
     entries,
@@ -131,6 +142,7 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     generationConfig: existsSync(genPath) ? JSON.parse(readFileSync(genPath, "utf8")) : null,
     meta: existsSync(metaPath) ? JSON.parse(readFileSync(metaPath, "utf8")) : null,
     attention,
+    sinkProfile,
     dir,
   };
 }
@@ -157,6 +169,8 @@ export interface SaveOptions {
   meta?: SinkflexMeta;
   /** The sink-window mask the weights were trained with, written to sinkflex_attention.json ({0, 0} = full attention). */
   attention?: SinkWindow;
+  /** The sink profile the policy was laid out with, written as is to sinkflex_sink_profile.json. */
+  sinkProfile?: Record<string, unknown> | null;
   /** Extra tensors written to `name` (e.g. optimizer state) as safetensors in the same folder. */
   extraFiles?: { name: string; tensors: TensorMap }[];
 }
@@ -187,6 +201,7 @@ export function saveCheckpoint(
     writeFileSync(join(tmp, "generation_config.json"), JSON.stringify(gen, null, 2) + "\n");
     if (opts.meta) writeFileSync(join(tmp, SINKFLEX_META_FILE), JSON.stringify(opts.meta, null, 2) + "\n");
     if (opts.attention) writeFileSync(join(tmp, SINK_WINDOW_FILE), JSON.stringify(sinkWindowRecord(opts.attention), null, 2) + "\n");
+    if (opts.sinkProfile) writeFileSync(join(tmp, SINK_PROFILE_FILE), JSON.stringify(opts.sinkProfile, null, 2) + "\n");
     if (opts.tokenizerFrom && existsSync(opts.tokenizerFrom)) {
       for (const f of readdirSync(opts.tokenizerFrom)) {
         if (TOKENIZER_FILE.test(f)) copyFileSync(join(opts.tokenizerFrom, f), join(tmp, f));

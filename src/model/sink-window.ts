@@ -38,16 +38,38 @@ export function checkMaskConfig(cfg: SinkWindow): SinkWindow {
 export const SINK_WINDOW_FILE = "sinkflex_attention.json";
 /** The `format` field of that file. */
 export const SINK_WINDOW_FORMAT = "sinkflex-sink-window-v1";
+/**
+ * The file, beside SINK_WINDOW_FILE, that holds the sink profile a policy was laid out with
+ * (`attention.mode: profile`). The model module keeps it as an opaque JSON record; src/attention
+ * validates and reads it (`parseProfile`).
+ */
+export const SINK_PROFILE_FILE = "sinkflex_sink_profile.json";
 
-/** The attention a run's config chooses: full attention, or the sink-window mask with its settings. */
-export const ATTENTION_MODES = ["full", "sink-window"] as const;
+/**
+ * The attention a run's config chooses: full attention, the sink-window mask with its settings, or
+ * "profile": the sink-window mask with its sink slots laid out from the model's own probed sinks.
+ */
+export const ATTENTION_MODES = ["full", "sink-window", "profile"] as const;
 export type AttentionMode = (typeof ATTENTION_MODES)[number];
-/** A config's attention section: the mode, and the sink-window settings it uses in "sink-window" mode. */
+/** A config's attention section: the mode, the sink-window settings, and the profile mode's and sink logit's settings. */
 export interface AttentionChoice extends SinkWindow {
   mode: AttentionMode;
+  /** "profile": a saved SinkProfile to lay the slots out from, instead of probing the policy. */
+  profile?: string | undefined;
+  /** "profile": most slots beyond `sinks` added to cover the profile's position sinks. */
+  pinBudget: number;
+  /** "profile": re-probe every N GRPO steps (0 = never). */
+  reprobeEvery: number;
+  /** Conversations probed (and used to initialize the sink logit). */
+  probeSequences: number;
+  /** Adds the learnable per-head sink logit, initialized so the outputs are unchanged. */
+  sinkLogit: boolean;
 }
 
-/** The settings a choice runs with: its sink window, or undefined for "full" (the checkpoint's own, else full attention). */
+/**
+ * The settings a choice runs with: its sink window, or undefined for "full" (the checkpoint's own, else
+ * full attention) and for "profile" (the layout comes from the probe: src/pipeline/stages/attention-profile.ts).
+ */
 export function sinkWindowOf(choice: AttentionChoice): SinkWindow | undefined {
   return choice.mode === "sink-window" ? checkMaskConfig({ window: choice.window, sinks: choice.sinks }) : undefined;
 }

@@ -17,6 +17,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
 import { ATTENTION_INITS } from "../model/instance.js";
+import { ATTENTION_MODES } from "../model/sink-window.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
 import { resolveModule } from "./user-modules.js";
@@ -163,7 +164,7 @@ const ModelSection = z
  */
 const AttentionSection = z
   .object({
-    mode: z.enum(["full", "sink-window", "profile"]).default("full"),
+    mode: z.enum(ATTENTION_MODES).default("full"),
     sinks: z.number().int().min(0).max(1024, atMost(1024)).default(4),
     window: positiveInt.max(1000000, atMost(1000000)).default(1024),
     profile: z.string().min(1, "name a SinkProfile JSON file (sinkflex sinks probe --out FILE)").optional(),

@@ -22,6 +22,7 @@ import { mean } from "../stats.js";
 import { scoreTrajectory, trajectoryMessages, type ScoredTrajectory } from "../suite-reward.js";
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "../tasks.js";
 import { agentSuites, agentTrainSequences, SuiteRollout, type SuiteGroupTask } from "./agent-rollouts.js";
+import { reprobeAttention } from "./attention-profile.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 import type { RunData } from "./prepare.js";
 
@@ -162,6 +163,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
       const lr = learningRateAt(step, totalGrpo, cfg.grpo);
       const m = await rollout.decoder.swapWeights(() => grpoUpdate(policy.engine, reference, train.map((t) => t.sequences), { ...cfg.grpo, lr, microBatch: 8 }));
       const trainMs = performance.now() - tTrain;
+      reprobeAttention(ctx, policy, step, groups.flat().flatMap((t) => t.segments.map((sg) => sg.tokens)));
 
       // 4. Record: the step's metrics, its trajectories for the dashboard, the checkpoint.
       // Per suite, one entry per trajectory: reward, success, model turns, and whether a limit cut the

@@ -20,6 +20,7 @@ import { Progress } from "../progress.js";
 import { readSftData, type Conversation } from "../sft-data.js";
 import { expertEpisodeCount, noSftDataError, planSuites, type SuitePlan } from "../tasks.js";
 import { suiteRubric } from "../suite-reward.js";
+import { setUpAttention } from "./attention-profile.js";
 import { attentionOf, initialState, loadMaskOf, saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 
 /** At most this many conversations are read to build a new model's trimmed vocabulary. */
@@ -100,6 +101,8 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
     const fresh = createPolicy(cfg.model.init!, data.conversations.filter((_, i) => i % step === 0), cfg.seed, attentionOf(cfg));
     start = { policy: await onBackend(fresh, cfg.engine, join(ctx.run.path, "initial-model")), state: initialState() };
   }
+  // attention.mode profile / attention.sinkLogit: the policy's own sinks and sink logit (attention-profile.ts).
+  setUpAttention(ctx, data, start, resumed?.dir ?? cfg.model.checkpoint);
   const { engine } = start.policy;
   const params = engine instanceof EmbeddedEngine ? engine.weights.data.length : engine.parameters;
   const runsOn = engine instanceof EmbeddedEngine
