@@ -8,7 +8,7 @@
 import type { ChatMessage, ToolSpec } from "../core/index.js";
 
 /** An OpenAI chat message as an agent sends it back (`tool_call_id`, `tool_calls`). */
-export type WireMessage = Record<string, unknown> & { role: string };
+export type WireMessage = Record<string, unknown> & { role: string; content: string };
 
 /** The task an agent plays (`SINKFLEX_TASK`): the env's opening messages and tools, OpenAI-shaped. */
 export interface AgentTask {

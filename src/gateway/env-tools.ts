@@ -22,11 +22,14 @@ export interface ToolResult {
   truncated: boolean;
 }
 
-/** Refused tool calls: an unknown tool, arguments that are not a JSON object, or a call after the episode ended. */
+/**
+ * Refused tool calls: arguments that are not a JSON object, or a call after the episode ended. (An
+ * unknown tool goes to the env, which answers with an error observation, as in the agent loop.)
+ */
 export class ToolCallRefused extends Error {
   constructor(
     message: string,
-    readonly status: 404 | 400 | 409,
+    readonly status: 400 | 409,
   ) {
     super(message);
   }
@@ -68,9 +71,6 @@ export class EnvTools {
 
   private async callNow(name: string, args: unknown): Promise<ToolResult> {
     if (this.ended) throw new ToolCallRefused(`the episode has ended (${this.terminated ? "terminated" : "truncated"}); no more tool calls, end the agent`, 409);
-    if (!this.tools.some((t) => t.name === name)) {
-      throw new ToolCallRefused(`no tool ${JSON.stringify(name)}; this session's tools are ${this.tools.map((t) => t.name).join(", ") || "(none)"}`, 404);
-    }
     if (typeof args !== "object" || args === null || Array.isArray(args)) {
       throw new ToolCallRefused(`the body must be the tool's arguments as a JSON object, got ${JSON.stringify(args)}`, 400);
     }

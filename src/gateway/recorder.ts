@@ -268,6 +268,10 @@ export class SessionRecorder {
     const ended = tokens.length > 0 && stops.includes(tokens[tokens.length - 1]!);
     const text = codec.decode(ended ? tokens.slice(0, -1) : tokens);
     const parsed = this.deps.parser.parse(text, `call_${this.id.slice(-8)}_${callIndex}_${i}_`);
+    // A call without a function name cannot be sent back in OpenAI's shape: it is not returned (counted
+    // as malformed); the agent's next call then differs from what was sampled, and splits.
+    const nameless = parsed.toolCalls.filter((c) => c.name === "").length;
+    if (nameless > 0) parsed.toolCalls = parsed.toolCalls.filter((c) => c.name !== "");
     return {
       tokens,
       logprobs,
@@ -275,7 +279,7 @@ export class SessionRecorder {
       text,
       content: parsed.content,
       toolCalls: parsed.toolCalls,
-      malformedCalls: parsed.malformed,
+      malformedCalls: parsed.malformed + nameless,
       finishReason: finish,
       droppedTokens: dropped,
     };

@@ -259,7 +259,7 @@ export class GatewayServer {
       const r = await session.env.call(name, body);
       sendJson(res, 200, { content: r.content, isError: r.isError, messages: r.messages as unknown as Json, reward: r.reward, terminated: r.terminated, truncated: r.truncated });
     } catch (err) {
-      if (err instanceof ToolCallRefused) throw new ApiError(err.status, err.message, "invalid_request_error", null, err.status === 409 ? "episode_ended" : err.status === 404 ? "unknown_tool" : "invalid_arguments");
+      if (err instanceof ToolCallRefused) throw new ApiError(err.status, err.message, "invalid_request_error", null, err.status === 409 ? "episode_ended" : "invalid_arguments");
       throw err;
     }
   }

@@ -155,8 +155,9 @@ export class SuiteRollout extends Rollout {
         toolsURL: `${sessionURL}/tools`,
         sessionURL,
       };
+      // A function gets the task as a program does: plain JSON (no schema objects of the env's own).
       failure = agent.run
-        ? await runFunction(agent.run, { baseURL: opened.baseURL, apiKey: this.apiKey, task: agentTask }, agent.timeoutMs)
+        ? await runFunction(agent.run, { baseURL: opened.baseURL, apiKey: this.apiKey, task: JSON.parse(JSON.stringify(agentTask)) as AgentTask }, agent.timeoutMs)
         : await runCommand(agent.command!, { baseURL: opened.baseURL, apiKey: this.apiKey, task: agentTask }, agent.timeoutMs);
       const view = gw.session(id)!;
       const rec = view.recorder.trajectory().trajectory;
