@@ -236,7 +236,10 @@ export class TorchEngine implements Engine {
 
   /** @internal */ alive(): void {
     if (this.disposed) throw new EngineError("the engine was disposed; create a new one");
-    if (this.client.closed) throw new EngineError("the connection to the torch worker is closed; open a new engine");
+    if (this.client.closed) {
+      const why = this.worker?.exitReason();
+      throw new EngineError(why ? `${why}; open a new engine (a run continues from its last checkpoint with --resume)` : "the connection to the torch worker is closed; open a new engine");
+    }
   }
 
   /** @internal */ checkIds(ids: number[], what: string): void {

@@ -3,5 +3,5 @@
  */
 export { openTorchEngine, TorchEngine, TorchSession, type TorchEngineOptions } from "./engine.js";
 export { parseWorkerAddress, TorchWorkerError, WorkerClient, type WorkerAddress, type WorkerInfo } from "./client.js";
-export { defaultPython, launchWorker, type LaunchedWorker, type LaunchOptions } from "./launcher.js";
+export { defaultPython, launchWorker, runningWorkerPids, type LaunchedWorker, type LaunchOptions } from "./launcher.js";
 export { encodeFrame, FrameError, FrameReader, PROTOCOL_VERSION, type Frame, type FrameArray, type FrameHeader } from "./frames.js";

@@ -51,6 +51,11 @@ function killAllOnExit(): void {
   });
 }
 
+/** The process ids of the workers this process started and that still run, oldest first. */
+export function runningWorkerPids(): number[] {
+  return [...live].flatMap((c) => (c.pid === undefined ? [] : [c.pid]));
+}
+
 /** The repository's python/ folder: on the worker's PYTHONPATH, so a checkout runs without `pip install ./python`. */
 export const WORKER_PACKAGE_DIR = fileURLToPath(new URL("../../../python", import.meta.url));
 
