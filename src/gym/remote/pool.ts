@@ -391,6 +391,7 @@ export class PooledEnv<Obs = unknown, Act = unknown> implements Env<Obs, Act> {
     this.resetArgs = { ...(args.seed !== undefined ? { seed: args.seed } : {}), ...(args.options ? { options: args.options } : {}) };
     this.actions = [];
     this.answers = [];
+    this.firstAnswer = "";
     this.done = false;
     this.moves = 0;
     this.envMs = 0;
@@ -452,7 +453,8 @@ export class PooledEnv<Obs = unknown, Act = unknown> implements Env<Obs, Act> {
         try {
           if (!this.current) {
             this.current = (await this.pool.openSession(avoid, Math.min(deadline, Date.now() + settings.acquireTimeoutMs))) as { server: Server; env: RemoteEnv<Obs, Act> };
-            if (this.resetArgs !== undefined && (this.moves > 0 || this.actions.length > 0)) await this.replay();
+            // An episode whose reset was answered is replayed up to where it was; a failed reset just runs again.
+            if (this.firstAnswer !== "") await this.replay();
           }
           return await this.race(fn(this.current.env), deadline);
         } catch (err) {

@@ -134,6 +134,22 @@ describe("EnvPool: same trajectories as local envs", () => {
   }, 60_000);
 });
 
+describe("EnvPool: a fault while a reused env resets", () => {
+  it("a server gone when the next episode of the same env opens its session: the reset runs on the other server (no replay of the last episode)", async () => {
+    const a = await serveEnv(SLOW_ENV_ID, { maxSessions: 4 });
+    const b = await serveEnv(SLOW_ENV_ID, { maxSessions: 4 });
+    cleanups.push(() => Promise.all([a.close(), b.close()]).then(() => undefined));
+    // No health check during the test: the pool learns of the dead server only from the failed connect.
+    const pool = await openPool({ urls: [a.url, b.url], sessionsPerServer: 4, options: { episodeSteps: 3 }, healthIntervalMs: 600_000 });
+    const env = pool.make<string, number>();
+    cleanups.push(() => env.close());
+    expect(await play(env, 1)).toEqual(await play(new SlowEnv(0, 3), 1));
+    await a.close(); // the first (least-loaded, first listed) server is gone before the next episode
+    expect(await play(env, 2)).toEqual(await play(new SlowEnv(0, 3), 2));
+    expect(pool.stats()).toMatchObject({ episodes: 2, completed: 2, failed: 0, retried: 1, replayedSteps: 0 });
+  }, 60_000);
+});
+
 describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
   it("a server killed mid-episode and restarted: episodes move to the other server with the same seed, nothing is lost, the restarted one comes back", async () => {
     const a = await startServer();
