@@ -63,6 +63,22 @@ const AgentEntry = z
   .strict()
   .refine((a) => (a.command === undefined) !== (a.run === undefined), { message: "give exactly one of command (a program) and run (a function)" });
 
+const RemoteEntry = z
+  .object({
+    /** The servers, http://host:port each, all serving the suite's env id. */
+    urls: z.array(z.string().url("a URL like http://127.0.0.1:8765")).min(1, "list at least one server").max(1024, atMost(1024)),
+    /** The name of an environment variable that holds the servers' API key (keys stay out of config files). */
+    apiKeyEnv: z.string().optional(),
+    /** Sessions opened on one server at most (at or below its --max-sessions). */
+    sessionsPerServer: positiveInt.max(100000, atMost(100000)).default(16),
+    transport: z.enum(["ws", "http"]).default("ws"),
+    stepTimeoutMs: positiveInt.max(3600000, atMost(3600000)).default(60_000),
+    episodeTimeoutMs: positiveInt.max(86400000, atMost(86400000)).default(600_000),
+    /** Moves of one episode to another server before it counts as an infrastructure failure. */
+    maxRetries: z.number().int().min(0).max(100, atMost(100)).default(3),
+  })
+  .strict();
+
 const SuiteEntry = z
   .object({
     env: z.string().regex(/^[a-z0-9][a-z0-9_.-]*\/[a-z0-9][a-z0-9_.-]*-v\d+$/, "an env id like sinkflex/arith-v0"),
@@ -122,6 +138,12 @@ const SuiteEntry = z
      * OPENAI_BASE_URL, OPENAI_API_KEY and SINKFLEX_TASK) or, in code, `run` (a TypeScript function).
      */
     agent: AgentEntry.optional(),
+    /**
+     * Play this suite's GRPO episodes on `sinkflex envs serve` servers (an env pool, docs/remote-protocol.md)
+     * instead of in this process; task and seed assignment stay those of a local run. The id must also be
+     * installed here: planning, SFT's expert episodes and evaluation use the local env.
+     */
+    remote: RemoteEntry.optional(),
   })
   .strict();
 

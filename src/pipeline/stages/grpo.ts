@@ -21,6 +21,7 @@ import { Progress } from "../progress.js";
 import { mean } from "../stats.js";
 import { scoreTrajectory, trajectoryMessages, type ScoredTrajectory } from "../suite-reward.js";
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "../tasks.js";
+import { isInfrastructureTrajectory, SuiteEnvs } from "../remote-envs.js";
 import { agentSuites, agentTrainSequences, SuiteRollout, type SuiteGroupTask } from "./agent-rollouts.js";
 import { reprobeAttention } from "./attention-profile.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
@@ -109,6 +110,8 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
   const { plans, rubrics } = data;
   const totalGrpo = cfg.grpo.enabled ? cfg.grpo.steps : 0;
   if (state.step >= totalGrpo) return "done";
+  // Suites with `remote` play their episodes on env servers (remote-envs.ts); the others here.
+  const suiteEnvs = await SuiteEnvs.open(cfg, plans, ctx.log);
   const progress = new Progress("grpo", totalGrpo - state.step, "steps", options.quiet);
   // Suites with an `agent` are played by it through the recording gateway (agent-rollouts.ts).
   const rollout = new SuiteRollout(agentSuites(cfg, plans), policy.engine, policy.codec, policy.template, {
@@ -128,15 +131,14 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
         yield {
           suite: t.plan.name,
           envId: t.plan.envId,
-          makeEnv: () => makeChatEnv(t.plan.envId, t.plan.options),
-          envKey: chatEnvKey(t.plan.envId, t.plan.options),
+          ...(suiteEnvs.remoteSuites > 0 ? suiteEnvs.envFor(t.plan) : { makeEnv: () => makeChatEnv(t.plan.envId, t.plan.options), envKey: chatEnvKey(t.plan.envId, t.plan.options) }),
           reset: { seed: t.seed, options: { taskIndex: t.taskIndex } },
           groupSize: cfg.grpo.groupSize,
         };
       }
     }
   };
-  const scheduler = new RolloutScheduler(rollout, { maxInFlight: cfg.grpo.concurrency, batchGroups: cfg.grpo.batchTasks, maxStaleness: cfg.grpo.maxStaleness });
+  const scheduler = new RolloutScheduler(rollout, { maxInFlight: suiteEnvs.maxInFlight(cfg.grpo.concurrency), batchGroups: cfg.grpo.batchTasks, maxStaleness: cfg.grpo.maxStaleness });
   const deadline = grpoDeadline(options, performance.now(), evalBeforeMs);
   let tRollout = performance.now();
   let stepIndex = 0;
@@ -173,6 +175,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
         const s = (bySuite[suiteOf(i)] ??= { reward: [], success: [], turns: [], truncated: [] });
         g.forEach((x, j) => {
           const t = groups[i]![j]!;
+          if (isInfrastructureTrajectory(t)) return; // lost to the env servers: counted in envPool, not the policy's
           s.reward.push(x.reward);
           s.success.push(x.success ? 1 : 0);
           s.turns.push(t.turns.length);
@@ -191,7 +194,8 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
       state.grpo.trainTokens += trainedTokens;
       state.grpo.rolloutMs += rolloutMs;
       state.grpo.trainMs += trainMs;
-      const allRewards = scored.flat().map((x) => x.reward);
+      const allRewards = scored.flatMap((g, i) => g.filter((_, j) => !isInfrastructureTrajectory(groups[i]![j]!)).map((x) => x.reward));
+      const envPool = suiteEnvs.stepMetrics();
       state.rewardCurve.push(mean(allRewards));
       state.step = step;
       ctx.metrics({
@@ -214,6 +218,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
         groups: m.groups,
         noSignal: noSignal(m, allRewards) !== undefined,
         rewardErrors: scored.flat().filter((x) => x.error).length,
+        ...(envPool ? { envPool } : {}),
         ...rollout.takeCounts(),
         trajectories: groups.flat().length,
         tokens: { prefill: prefilled, sampled, trained: trainedTokens },
@@ -232,6 +237,8 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
       ctx.run.writeTrajectories("grpo", step, records);
       // A step whose groups all had equal rewards within each group (or no trainable sequence) has no
       // policy-gradient signal: it is said, not shown as a quiet "reward 0.000".
+      const poolLine = suiteEnvs.stepLine(step, envPool);
+      if (poolLine) ctx.log(poolLine);
       const signal = noSignal(m, allRewards);
       if (signal) {
         idleSteps++;
@@ -260,6 +267,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
     } else if (idleSteps > 0) ctx.log(`GRPO: ${idleSteps} of ${stepsRun} steps had no learning signal (every group's rewards equal)`);
   } finally {
     await rollout.close();
+    suiteEnvs.close();
   }
   return "done";
 }
