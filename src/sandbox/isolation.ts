@@ -6,10 +6,12 @@
  *   small generated `/etc`, a private `/tmp`, `/proc`, a minimal `/dev`, and the episode's tree bound
  *   read-write at its mount point. All capabilities are dropped.
  * - `unshare` (util-linux, needs root): the same layout built by a setup script in new mount, pid,
- *   network, ipc and uts namespaces, entered with `chroot --userspec`.
+ *   network, ipc and uts namespaces, entered with `chroot` from a user namespace of the command's own.
  *
  * When the host runs as root, the command runs under a dedicated unprivileged uid (so the process
- * limit counts only the sandbox's own processes); the tree is chowned to it. Resource limits (memory,
+ * limit counts only the sandbox's own processes); the tree is chowned to it. Under both backends a user
+ * namespace maps that uid (and gid) to 0 inside, so every sandbox sees itself and its tree's files as
+ * root: owners that commands print (`ls -l`, `stat`, `tar`) do not depend on which sandbox ran them. Resource limits (memory,
  * processes, file size, no core files) are set by the shell inside with `ulimit` before the command.
  *
  * Nothing outlives the owner (the process that started the sandbox), even one killed by SIGKILL:
@@ -188,7 +190,15 @@ function unshareArgv(spec: LaunchSpec): string[] {
     else linkLines.push(`mkdir -p ${q(r + links[i + 2]!)} && mount --rbind ${q(links[i + 1]!)} ${q(r + links[i + 2]!)} && mount -o remount,bind,ro ${q(r + links[i + 2]!)}`);
   }
   const devs = ["null", "zero", "full", "random", "urandom", "tty"];
-  const user = spec.uid !== undefined ? `${spec.uid}:${spec.uid}` : `${process.getuid?.() ?? 0}:${process.getgid?.() ?? 0}`;
+  // With a sandbox uid, the command enters a user namespace of its own that maps uid and gid 0 to that
+  // host uid, as bwrap does: every sandbox sees itself, and the tree's files, as root (0), whatever its
+  // host uid, so owners shown by `ls -l`, `stat` or `tar` are the same in any two sandboxes. All
+  // capabilities are dropped (bounding set cleared, no new privileges), so that root has no more power
+  // than the host uid. The host uid stays distinct per sandbox, for the process limit and the sweep.
+  const enter =
+    spec.uid !== undefined
+      ? `setpriv --reuid=${spec.uid} --regid=${spec.uid} --clear-groups -- unshare --user --map-root-user -- chroot ${q(r)} /usr/bin/setpriv --no-new-privs --inh-caps=-all --bounding-set=-all --`
+      : `chroot --userspec=${process.getuid?.() ?? 0}:${process.getgid?.() ?? 0} ${q(r)}`;
   const envArgs = Object.entries(spec.env).map(([k, v]) => q(`${k}=${v}`));
   const script = [
     "set -e",
@@ -209,9 +219,9 @@ function unshareArgv(spec: LaunchSpec): string[] {
     `hostname ${q(spec.hostname)}`,
     `cd ${q(r + spec.cwd)}`,
     // Not exec: this shell stays the namespace's first process, as root, so the parent-death signal
-    // of --kill-child holds (a change of uid, as chroot --userspec makes, would clear it).
+    // of --kill-child holds (a change of uid, as setpriv or chroot --userspec makes, would clear it).
     "set +e",
-    `chroot --userspec=${user} ${q(r)} /usr/bin/env -i ${envArgs.join(" ")} /bin/sh -c ${q(`cd ${q(spec.cwd)} && exec "$@"`)} sandbox ${spec.inner.map(q).join(" ")}`,
+    `${enter} /usr/bin/env -i ${envArgs.join(" ")} /bin/sh -c ${q(`cd ${q(spec.cwd)} && exec "$@"`)} sandbox ${spec.inner.map(q).join(" ")}`,
     "exit $?",
   ].join("\n");
   return ["unshare", "--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c", script];

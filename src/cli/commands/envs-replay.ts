@@ -47,19 +47,43 @@ function clip(text: unknown, max = 300): string {
   return s === undefined ? "undefined" : s.length > max ? `${s.slice(0, max)}... (${s.length} chars)` : s;
 }
 
+/** The failures of a replay that the suite did not expect, where it says which tasks may fail (else none). */
+function unexpectedFailures(report: ReplayReport): ReplayReport["failures"] {
+  if (!report.expectedToFail) return [];
+  const allowed = new Set(report.expectedToFail.map((e) => e.task));
+  return report.failures.filter((f) => !allowed.has(f.task));
+}
+
 export function formatReplayReport(envId: string, report: ReplayReport, maxFailures = 20): string {
   const rate = report.total === 0 ? 0 : report.succeeded / report.total;
   const lines = [
     `${envId}: ${report.succeeded}/${report.total} succeeded (${(rate * 100).toFixed(1)}%); expected at least ${(report.expectedRate * 100).toFixed(1)}%`,
   ];
+  if (report.expectedToFail) {
+    // Judged by which tasks failed, not by how many: an unexpected failure fails the replay.
+    const unexpected = unexpectedFailures(report);
+    lines.push(`  ${unexpected.length} unexpected failures; ${report.expectedToFail.length} tasks may fail (${report.expectedToFail.map((e) => e.task).join(", ") || "none"})`);
+    for (const f of unexpected.slice(0, maxFailures)) lines.push(`  unexpected: task ${f.task}: ${clip(f.reason)}`);
+    if (unexpected.length > maxFailures) lines.push(`  ... and ${unexpected.length - maxFailures} more unexpected failures`);
+    const expected = report.failures.filter((f) => !unexpected.includes(f));
+    for (const f of expected.slice(0, maxFailures)) lines.push(`  expected: task ${f.task}: ${clip(f.reason)}`);
+    return lines.join("\n");
+  }
   for (const f of report.failures.slice(0, maxFailures)) lines.push(`  task ${f.task}: ${clip(f.reason)}`);
   if (report.failures.length > maxFailures) lines.push(`  ... and ${report.failures.length - maxFailures} more failures`);
   return lines.join("\n");
 }
 
+/** Whether a replay passes: every failure expected where the suite lists them, else the expected rate reached. */
+export function replayPassed(report: ReplayReport): boolean {
+  if (report.total === 0) return false;
+  if (report.expectedToFail) return unexpectedFailures(report).length === 0;
+  return report.succeeded / report.total >= report.expectedRate;
+}
+
 export async function replayCommand(
   envId: string,
-  opts: { gold?: boolean; tasks?: string; dbDir?: string; games?: string; limit?: string },
+  opts: { gold?: boolean; tasks?: string; dbDir?: string; games?: string; limit?: string; tree?: string },
 ): Promise<CommandResult> {
   knownEnv(envId);
   const suite = suiteForEnv(envId);
@@ -70,9 +94,9 @@ export async function replayCommand(
     dbDir: opts.dbDir,
     games: opts.games,
     limit: positiveInt("--limit", opts.limit),
+    ...(opts.tree !== undefined ? { tree: opts.tree } : {}),
   });
-  const rate = report.total === 0 ? 0 : report.succeeded / report.total;
-  return { text: formatReplayReport(envId, report), exitCode: report.total > 0 && rate >= report.expectedRate ? 0 : 1 };
+  return { text: formatReplayReport(envId, report), exitCode: replayPassed(report) ? 0 : 1 };
 }
 
 export function conformCommand(envId: string, opts: { tasks?: string; expected?: string; dbDir?: string }): CommandResult {
@@ -143,6 +167,7 @@ export function registerEnvsReplayCommands(program: Command): void {
     .option("--db-dir <dir>", "a folder of databases (sql: DIR/<db>.sqlite; tau: DIR/<collection>.json)")
     .option("--games <dir>", "a folder of games (household)")
     .option("--limit <n>", "only the first n tasks")
+    .option("--tree <name>", "bash: the file tree a --tasks file runs on (testbed, system or workspace); without it, taken from a name ending _1/_2/_3.json")
     .action(async (id: string, opts) => print(await replayCommand(id, opts)));
   envs
     .command("conform <id>")

@@ -16,7 +16,7 @@ import { functionTool } from "../../tools/tool.js";
 import { BASH_LIMITS, compareOutcomes, formatResult, runOnFreshTree, TreeSession, type CommandOutcome } from "./episode.js";
 import { fileSystem } from "./fixtures.js";
 import { generateBashTask } from "./generator.js";
-import { loadNl2BashTasks, type BashTask } from "./tasks.js";
+import { loadNl2BashTasks, parseTreeName, type BashTask } from "./tasks.js";
 
 export interface BashState {
   session: TreeSession;
@@ -63,7 +63,11 @@ function readTasks(options: Record<string, unknown>): TaskSet<BashTask> {
   const source = options.source ?? "nl2bash";
   if (source === "nl2bash") {
     if (options.tasks !== undefined && typeof options.tasks !== "string") throw new TypeError("bash: options.tasks must be a file path");
-    return arrayTasks(loadNl2BashTasks({ file: options.tasks as string | undefined }));
+    if (options.tree !== undefined && (typeof options.tree !== "string" || options.tasks === undefined)) {
+      throw new TypeError(`bash: options.tree names the tree of a task file given in options.tasks ("testbed", "system" or "workspace"), got ${JSON.stringify(options.tree)}`);
+    }
+    const fs = options.tree === undefined ? undefined : parseTreeName(options.tree as string, "options.tree");
+    return arrayTasks(loadNl2BashTasks({ file: options.tasks as string | undefined, ...(fs ? { fs } : {}) }));
   }
   if (source === "generated") {
     const count = options.count ?? 300;
@@ -92,6 +96,10 @@ export function createBashEnv(options: Record<string, unknown> = {}): ToolEnv<Ba
     throw new RangeError(`bash: options.commandTimeoutMs must be a number of ms in (0, 60000], got ${JSON.stringify(options.commandTimeoutMs)}`);
   }
   const limits = { ...BASH_LIMITS, timeoutMs };
+  const isolation = options.isolation ?? "auto";
+  if (isolation !== "auto" && isolation !== "bwrap" && isolation !== "unshare") {
+    throw new RangeError(`bash: options.isolation must be "auto", "bwrap" or "unshare", got ${JSON.stringify(options.isolation)}`);
+  }
   return new ToolEnv<BashTask, BashState>({
     name: "BashEnv",
     tasks: readTasks(options),
@@ -99,7 +107,7 @@ export function createBashEnv(options: Record<string, unknown> = {}): ToolEnv<Ba
     toolTimeoutMs: TOOL_TIMEOUT_MS,
     metadata: { description: "NL2Bash: a sandboxed shell over a per-episode file tree; run, then submit the final command." },
     async open(task) {
-      const session = new TreeSession(task.fs, { limits });
+      const session = new TreeSession(task.fs, { limits, isolation });
       const mount = fileSystem(task.fs).mountPoint;
       return {
         state: { session, runs: 0 },
@@ -113,7 +121,7 @@ export function createBashEnv(options: Record<string, unknown> = {}): ToolEnv<Ba
       const { submitted, runs } = episode.state;
       const task = episode.task;
       if (!submitted) return { reward: 0, evidence: { submitted: false, gold: task.gold, runs } };
-      const reference = await runOnFreshTree(task.fs, task.gold, { now: episode.state.session.builtAt });
+      const reference = await runOnFreshTree(task.fs, task.gold, { now: episode.state.session.builtAt, isolation });
       const cmp = compareOutcomes(reference, submitted);
       const clip = (s: string) => (s.length > 2_000 ? `${s.slice(0, 2_000)}...` : s);
       return {

@@ -7,14 +7,22 @@
  * must print exactly what the gold command prints on a fresh tree (stdout), and the two trees must then
  * be equal (paths, kinds, modes, contents, link targets; times and owners are not compared). The fresh
  * tree is built with the episode's own build time, so file times (shown by `ls -l`, stored by `tar`)
- * are the same in both.
+ * are the same in both. Owners need no care: every sandbox sees itself and its tree's files as root
+ * (see src/sandbox/isolation.ts), so `ls -l`, `stat` and `tar` print the same owners in both runs.
  */
-import { DEFAULT_LIMITS, Sandbox, type ExecResult, type SandboxLimits } from "../../sandbox/sandbox.js";
-import { buildTree, diffSnapshots, makeTreeDir, removeTree, snapshotTree, type SnapshotEntry } from "../../sandbox/tree.js";
+import { buildTree, DEFAULT_LIMITS, diffSnapshots, makeTreeDir, removeTree, Sandbox, snapshotTree, type ExecResult, type IsolationKind, type SandboxLimits, type SnapshotEntry } from "../../sandbox/index.js";
 import { fileSystem, type FileSystemName } from "./fixtures.js";
 
 /** The bash suite's sandbox limits (short: the tasks are quick commands). */
 export const BASH_LIMITS: Partial<SandboxLimits> = { timeoutMs: 5_000, maxOutputBytes: 32 * 1024, maxProcesses: 64, memoryBytes: 1024 ** 3 };
+
+export interface TreeSessionOptions {
+  limits?: Partial<SandboxLimits>;
+  /** The build time (seconds since the epoch); default now. */
+  now?: number;
+  /** The sandbox backend (default "auto": bwrap, else unshare). */
+  isolation?: IsolationKind | "auto";
+}
 
 /** A tree of `fs` in a fresh host folder with its sandbox. */
 export class TreeSession {
@@ -24,7 +32,7 @@ export class TreeSession {
   /** The build time (seconds since the epoch) the files' ages are counted from. */
   readonly builtAt: number;
 
-  constructor(readonly fs: FileSystemName, options: { limits?: Partial<SandboxLimits>; now?: number } = {}) {
+  constructor(readonly fs: FileSystemName, options: TreeSessionOptions = {}) {
     const limits = options.limits ?? BASH_LIMITS;
     this.builtAt = options.now ?? Math.floor(Date.now() / 1000);
     const spec = fileSystem(fs);
@@ -32,7 +40,7 @@ export class TreeSession {
     this.dir = makeTreeDir("sinkflex-bash-");
     try {
       buildTree(this.dir, spec.nodes, this.builtAt);
-      this.sandbox = new Sandbox({ tree: this.dir, mountPoint: spec.mountPoint, limits });
+      this.sandbox = new Sandbox({ tree: this.dir, mountPoint: spec.mountPoint, limits, isolation: options.isolation ?? "auto" });
     } catch (err) {
       removeTree(this.dir);
       throw err;
@@ -62,7 +70,7 @@ export interface CommandOutcome {
 }
 
 /** Runs `command` on a fresh tree of `fs` (built as of `now`) and returns what it printed and the tree it left. */
-export async function runOnFreshTree(fs: FileSystemName, command: string, options: { limits?: Partial<SandboxLimits>; now?: number } = {}): Promise<CommandOutcome> {
+export async function runOnFreshTree(fs: FileSystemName, command: string, options: TreeSessionOptions = {}): Promise<CommandOutcome> {
   const session = new TreeSession(fs, options);
   try {
     const r = await session.run(command);

@@ -10,7 +10,7 @@
  */
 import { Rng } from "../../core/index.js";
 import { FILE_SYSTEMS, fileSystem, type FileSystemName } from "./fixtures.js";
-import type { BashTask } from "./tasks.js";
+import { bashTaskKey, type BashTask } from "./tasks.js";
 
 interface TreeFacts {
   fs: FileSystemName;
@@ -131,7 +131,7 @@ export function generateBashTask(options: { seed: number; difficulty?: 1 | 2 | 3
     } catch {
       made = undefined; // nothing in this tree fits the template
     }
-    if (made) return { id: `gen/${options.seed}/${options.difficulty ?? "mixed"}/${index}`, fs, ...made, difficulty: level };
+    if (made) return { id: `gen/${options.seed}/${options.difficulty ?? "mixed"}/${index}`, key: bashTaskKey(fs, made.gold), fs, ...made, difficulty: level };
   }
   throw new Error(`bash generator: no template fits (seed ${options.seed}, index ${index}, level ${level})`);
 }
