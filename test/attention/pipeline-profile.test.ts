@@ -14,6 +14,7 @@ import { referenceKernels } from "../../src/kernels/index.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { loadPolicy } from "../../src/pipeline/policy.js";
 import { train } from "../../src/pipeline/train.js";
+import { probeCommand } from "../../src/cli/commands/sinks.js";
 import { parityConfig, registerParityEnv } from "../pipeline/parity-env.js";
 import { randomTokens, tinyConfig } from "./helpers.js";
 
@@ -143,6 +144,12 @@ describe("attention.mode profile in a run", () => {
     expect(policy.engine.model.params.layers[0]!.sinks).not.toBeNull();
     expect(policy.engine.sinkProfile).not.toBeNull();
     policy.engine.dispose();
+    // `sinks probe --saved` shows the profile saved with the checkpoint; a checkpoint without one is refused.
+    const opts = { episodes: 1, delta: 32, queries: 16, maxTokens: 512, threshold: 0.3 };
+    expect(await probeCommand(final, { ...opts, saved: true })).toMatch(/saved profile \(.*sinkflex_sink_profile\.json\):\nlayer/);
+    const plain = join(scratch, "plain");
+    await createRandomModel(tinyConfig(), 1, { kernels: k }).save(plain);
+    await expect(probeCommand(plain, { ...opts, saved: true })).rejects.toThrow(/has no sinkflex_sink_profile\.json .*probe it without --saved/);
 
     // Starting a run from that checkpoint with another window: the checkpoint's mask and the config's, both named.
     const again = validateConfig({ ...cfgOf("conflict", { mode: "profile", sinks: 1, window: 32, pinBudget: 4, sinkLogit: true }), model: { checkpoint: final } });

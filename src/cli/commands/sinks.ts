@@ -1,14 +1,16 @@
 /**
  * `sinkflex sinks probe <checkpoint>`: measures where a model puts its attention sinks, per layer, on
  * real trajectories (a JSONL file, or the bundled suites' expert trajectories), prints the SinkProfile
- * as a table and writes it as JSON with --out.
+ * as a table and writes it as JSON with --out. `--saved` shows the profile a run laid the checkpoint out
+ * with (sinkflex_sink_profile.json, attention.mode profile) instead; a probe of such a checkpoint also
+ * says what moved since that profile.
  *
  * This file reads inputs and formats output; the measuring is attention/probe.ts.
  */
 import type { Command } from "commander";
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
-import { formatProfile, probeSinks, writeProfile } from "../../attention/index.js";
+import { checkProfileFits, formatProfile, parseProfile, probeSinks, profileChanges, SINK_PROFILE_FILE, writeProfile } from "../../attention/index.js";
 import { loadEngine } from "../../engine/embedded.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { runExpertEpisode } from "../../envs/suite.js";
@@ -32,6 +34,7 @@ interface ProbeCommandOptions {
   queries: number;
   maxTokens: number;
   threshold: number;
+  saved?: boolean;
 }
 
 function intOption(name: string, min: number) {
@@ -126,6 +129,20 @@ export async function probeCommand(checkpoint: string, o: ProbeCommandOptions): 
     throw new UsageError(`${checkpoint}: cannot load the checkpoint (${(e as Error).message}); give a folder with config.json and safetensors`);
   }
   try {
+    let decode: (id: number) => string = (id) => `#${id}`;
+    try {
+      const r = renderer(checkpoint);
+      decode = (id) => `${JSON.stringify(r.codec.decode([id]))} #${id}`;
+    } catch {
+      // no tokenizer: ids only
+    }
+    const where = `${checkpoint}/${SINK_PROFILE_FILE}`;
+    const saved = engine.sinkProfile ? checkProfileFits(parseProfile(engine.sinkProfile, where), engine.config, where) : null;
+    if (o.saved) {
+      if (!saved) throw new UsageError(`${checkpoint} has no ${SINK_PROFILE_FILE} (only runs with attention.mode profile save one); probe it without --saved`);
+      if (o.out) writeProfile(o.out, saved);
+      return `saved profile (${where}):\n${formatProfile(saved, decode)}${o.out ? `\nwrote ${o.out}` : ""}`;
+    }
     const V = engine.config.vocabSize;
     const raw = o.data
       ? sequencesFromFile(o.data, checkpoint, V)
@@ -142,14 +159,9 @@ export async function probeCommand(checkpoint: string, o: ProbeCommandOptions): 
       delta: o.delta, queries: o.queries, threshold: o.threshold, model: basename(checkpoint),
     });
     if (o.out) writeProfile(o.out, profile);
-    let decode: (id: number) => string = (id) => `#${id}`;
-    try {
-      const r = renderer(checkpoint);
-      decode = (id) => `${JSON.stringify(r.codec.decode([id]))} #${id}`;
-    } catch {
-      // no tokenizer: ids only
-    }
-    return `${formatProfile(profile, decode)}${o.out ? `\nwrote ${o.out}` : ""}`;
+    const moved = saved ? profileChanges(saved, profile) : [];
+    const since = saved ? `\nagainst the profile saved with the checkpoint (${SINK_PROFILE_FILE}): ${moved.length ? moved.join("; ") : "no sink moved"}` : "";
+    return `${formatProfile(profile, decode)}${since}${o.out ? `\nwrote ${o.out}` : ""}`;
   } finally {
     engine.dispose();
   }
@@ -169,6 +181,7 @@ export function registerSinksCommands(program: Command): void {
     .option("--queries <n>", "query rows sampled per trajectory (per layer and head)", intOption("--queries", 1), 256)
     .option("--threshold <a>", "a head depends on a key when its mean attention mass is at least this", fraction("--threshold"), 0.3)
     .option("--max-tokens <n>", "cut each trajectory to its first n tokens", intOption("--max-tokens", 1), 4096)
+    .option("--saved", "show the profile saved with the checkpoint (sinkflex_sink_profile.json, written by attention.mode profile) instead of probing")
     .action(async (checkpoint: string, o: ProbeCommandOptions) => {
       console.log(await probeCommand(checkpoint, o));
     });
