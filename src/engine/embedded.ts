@@ -21,7 +21,7 @@
  * This file does not know environments, rollouts or losses: a loss arrives as a function of log-probs.
  */
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../model/sink-window.js";
 import { SHARED_DOC, type Kernels } from "../kernels/kernels.js";
 import { getKernels } from "../kernels/index.js";
@@ -30,7 +30,7 @@ import type { ModelConfig } from "../model/config.js";
 import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type ModelWeights } from "../model/instance.js";
 import { AdamW } from "../model/optimizer.js";
 import {
-  isLoraAdapterDir, loadLoraAdapter, LoraGrads, mergeLora, saveLoraAdapter, type LoraAdapter,
+  isLoraAdapterDir, loadLoraAdapter, loraBaseDir, LoraGrads, mergeLora, saveLoraAdapter, type LoraAdapter,
 } from "../model/lora.js";
 import { PackedWeights } from "../model/packed-weights.js";
 import { bindParams, type ModelParams } from "../model/params.js";
@@ -132,6 +132,8 @@ export class EmbeddedEngine implements Engine {
   readonly pool: KvBlockPool;
   policyVersion: number;
   tokenizerDir: string | undefined;
+  /** The checkpoint folder the weights were loaded from (a saved LoRA adapter names it as its base). */
+  checkpointDir: string | undefined;
   /** The sink profile the policy was laid out with (src/attention), saved with every checkpoint; null = none. */
   sinkProfile: Record<string, unknown> | null = null;
   /** Sequences accumulated into `grads` since the last optimStep. */
@@ -486,7 +488,7 @@ export class EmbeddedEngine implements Engine {
     if (this.loraState) {
       // The adapter alone, in PEFT's format (`sinkflex merge` writes a full checkpoint from it).
       saveLoraAdapter(dir, this.loraState.adapter, {
-        baseModel: this.tokenizerDir, meta: { policyVersion: this.policyVersion, optimizerStep: this.adamw?.step ?? 0 },
+        baseModel: this.checkpointDir, tokenizerFrom: this.tokenizerDir, meta: { policyVersion: this.policyVersion, optimizerStep: this.adamw?.step ?? 0 },
       });
       if (opts.optimizer) {
         writeSafetensors(join(dir, OPTIMIZER_FILE), [
@@ -1023,6 +1025,12 @@ export function createRandomModel(
  * `opts.attention`, else full attention.
  */
 export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): EmbeddedEngine {
+  if (isLoraAdapterDir(dir)) {
+    // A PEFT adapter folder: its base checkpoint with the adapter on top (trained further by optimStep).
+    const engine = loadEngine(loraBaseDir(dir), opts);
+    engine.loadLoraSync(dir);
+    return engine;
+  }
   const ck = loadCheckpoint(dir);
   const engine = new EmbeddedEngine(ck, {
     tokenizerDir: dir,
@@ -1033,5 +1041,6 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
   });
   engine.restoreOptimizer(dir, ck.meta?.optimizerStep);
   engine.sinkProfile = ck.sinkProfile;
+  engine.checkpointDir = resolve(dir);
   return engine;
 }

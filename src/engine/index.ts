@@ -15,9 +15,10 @@ export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors
 export { randomWeights, type ModelWeights } from "../model/instance.js";
 export { AdamW, OptimizerError } from "../model/optimizer.js";
 export {
-  createLoraAdapter, isLoraAdapterDir, LORA_TARGETS, loadLoraAdapter, loraParamCount, LoraError, mergeAdapterCheckpoint,
+  createLoraAdapter, isLoraAdapterDir, LORA_TARGETS, loadLoraAdapter, loraParamCount, LoraError,
   saveLoraAdapter, validateLoraConfig, type LoraAdapter, type LoraConfig, type LoraTarget,
 } from "../model/lora.js";
+export { mergeAdapterCheckpoint } from "../model/lora-merge.js";
 export type { SinkWindow } from "../kernels/kernels.js";
 export {
   openTorchEngine, TorchEngine, TorchSession, TorchWorkerError, launchWorker, parseWorkerAddress,

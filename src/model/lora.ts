@@ -15,16 +15,15 @@
  * rsLoRA, bias or per-module ranks).
  *
  * This file does not run the model (transformer.ts) and does not own the optimizer (optimizer.ts); it reads
- * and writes adapter folders, and `mergeAdapterCheckpoint` writes a full checkpoint through checkpoint.ts.
+ * and writes adapter folders (a merged full checkpoint is lora-merge.ts's).
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { isAbsolute, join, resolve } from "node:path";
 import { Rng } from "../core/index.js";
 import type { Kernels } from "../kernels/kernels.js";
 import type { ModelConfig } from "./config-types.js";
-import { loadCheckpoint, saveCheckpoint } from "./checkpoint.js";
-import { bindParams, type LayerParams, type ModelParams } from "./params.js";
-import { readSafetensors, writeSafetensors, type NamedTensor, type StDtype } from "./safetensors.js";
+import type { LayerParams, ModelParams } from "./params.js";
+import { readSafetensors, writeSafetensors, type NamedTensor } from "./safetensors.js";
 
 /** The projections an adapter may target, by their short names. */
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
@@ -231,8 +230,18 @@ export function peftTensorName(e: LoraEntry, which: "A" | "B"): string {
 }
 
 /** Writes an adapter folder peft loads: adapter_config.json and adapter_model.safetensors (F32). */
-export function saveLoraAdapter(dir: string, a: LoraAdapter, opts: { baseModel?: string; meta?: Record<string, unknown> } = {}): void {
+export function saveLoraAdapter(
+  dir: string, a: LoraAdapter, opts: { baseModel?: string; meta?: Record<string, unknown>; tokenizerFrom?: string } = {},
+): void {
   mkdirSync(dir, { recursive: true });
+  // The base's tokenizer files too, so the folder serves and trains like a checkpoint folder.
+  if (opts.tokenizerFrom && existsSync(opts.tokenizerFrom) && resolve(opts.tokenizerFrom) !== resolve(dir)) {
+    for (const f of readdirSync(opts.tokenizerFrom)) {
+      if (/^(tokenizer.*\.json|vocab\.json|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.jinja|sinkflex-vocab.*)$/.test(f)) {
+        copyFileSync(join(opts.tokenizerFrom, f), join(dir, f));
+      }
+    }
+  }
   const r = a.lora.rank;
   const tensors: [string, NamedTensor][] = [];
   for (const e of a.entries) {
@@ -259,6 +268,20 @@ export function saveLoraAdapter(dir: string, a: LoraAdapter, opts: { baseModel?:
     ...(opts.meta ? { sinkflex: opts.meta } : {}),
   };
   writeFileSync(join(dir, ADAPTER_CONFIG_FILE), JSON.stringify(config, null, 2) + "\n");
+}
+
+/**
+ * The base checkpoint folder an adapter folder names (`base_model_name_or_path`, relative to the adapter
+ * folder or absolute); an error saying what to do when it is not a folder here.
+ */
+export function loraBaseDir(dir: string): string {
+  const raw = JSON.parse(readFileSync(join(dir, ADAPTER_CONFIG_FILE), "utf8")) as Record<string, unknown>;
+  const base = raw.base_model_name_or_path;
+  const fix = `set base_model_name_or_path in ${join(dir, ADAPTER_CONFIG_FILE)} to the base checkpoint folder, or write a full checkpoint with \`sinkflex merge <base> ${dir} --out DIR\``;
+  if (typeof base !== "string" || base === "") throw new LoraError(`${dir}: the adapter does not name its base model; ${fix}`);
+  const path = isAbsolute(base) ? base : resolve(dir, base);
+  if (!existsSync(join(path, "config.json"))) throw new LoraError(`${dir}: its base model "${base}" is not a checkpoint folder here (no ${join(path, "config.json")}); ${fix}`);
+  return path;
 }
 
 /** Whether a folder holds a PEFT adapter. */
@@ -308,20 +331,4 @@ export function loadLoraAdapter(dir: string, cfg: ModelConfig): LoraAdapter & { 
     if (extra.length > 0) throw new LoraError(`${wp}: tensors this adapter layout does not use (${extra.slice(0, 3).join(", ")}${extra.length > 3 ? ", ..." : ""}); is it for another model?`);
   }
   return { lora, entries, data, scale: lora.alpha / lora.rank, meta: (raw.sinkflex as Record<string, unknown>) ?? null };
-}
-
-/**
- * Writes a full checkpoint at `outDir`: the base checkpoint folder with a PEFT LoRA adapter folder merged
- * into its weights (W + alpha / r B A), tokenizer files carried over, in `dtype` (default the base's F32 math, saved F32).
- */
-export function mergeAdapterCheckpoint(
-  k: Kernels, baseDir: string, adapterDir: string, outDir: string, opts: { dtype?: StDtype } = {},
-): { merged: number; rank: number; targets: LoraTarget[] } {
-  const ck = loadCheckpoint(baseDir);
-  const adapter = loadLoraAdapter(adapterDir, ck.cfg);
-  mergeLora(k, bindParams(ck.cfg, ck.entries, ck.data), adapter, 1);
-  saveCheckpoint(outDir, ck.cfg, ck.entries, ck.data, {
-    dtype: opts.dtype, tokenizerFrom: baseDir, generationConfig: ck.generationConfig, attention: ck.attention ?? undefined,
-  });
-  return { merged: adapter.entries.length, rank: adapter.lora.rank, targets: adapter.lora.targets };
 }

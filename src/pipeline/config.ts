@@ -17,6 +17,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
 import { ATTENTION_INITS } from "../model/instance.js";
+import { LORA_TARGETS } from "../engine/index.js";
 import { ATTENTION_MODES } from "../model/sink-window.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
@@ -173,9 +174,23 @@ const ModelSection = z
      * other operation stay fp32.
      */
     matmul: z.enum(MATMUL_PRECISIONS).default("fp32"),
+    /**
+     * Train a LoRA adapter (rank r on the listed projections, scaled alpha / r; alpha defaults to r) on the
+     * frozen checkpoint instead of every weight; checkpoints are then PEFT adapter folders (docs/model.md).
+     */
+    lora: z
+      .object({
+        rank: positiveInt.max(4096, atMost(4096)),
+        alpha: z.number().positive().optional(),
+        targets: z.array(z.enum(LORA_TARGETS)).min(1, "list at least one of q, k, v, o, gate, up, down"),
+        dropout: z.literal(0, "only 0 (LoRA dropout is not implemented)").default(0),
+      })
+      .strict()
+      .optional(),
   })
   .strict()
-  .refine((m) => (m.checkpoint ? !m.init : !!m.init), { message: "set exactly one of model.checkpoint or model.init" });
+  .refine((m) => (m.checkpoint ? !m.init : !!m.init), { message: "set exactly one of model.checkpoint or model.init" })
+  .refine((m) => !m.lora || !!m.checkpoint, { message: "model.lora trains an adapter on a pretrained model: set model.checkpoint", path: ["lora"] });
 
 /**
  * The policy's attention (docs/attention.md): "full", "sink-window" (K = `sinks` leading slots + a window),
@@ -441,6 +456,7 @@ export const TrainConfigSchema = z
         if (cfg.engine[k] !== undefined) ctx.addIssue({ code: "custom", path: ["engine", k], message: 'only applies to engine.backend "torch"; set the backend, or drop it' });
       }
     } else {
+      if (cfg.model.lora) ctx.addIssue({ code: "custom", path: ["model", "lora"], message: 'LoRA trains on the embedded engine only: drop model.lora, or use engine.backend "embedded"' });
       // The torch worker runs plain causal attention over one document per sequence.
       if (cfg.attention.mode !== "full" || cfg.attention.sinkLogit) {
         ctx.addIssue({ code: "custom", path: ["attention", "mode"], message: 'the torch engine runs full causal attention without a sink logit: use mode "full" (sinkLogit false) with engine.backend "torch", or the embedded engine' });

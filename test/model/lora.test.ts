@@ -13,9 +13,10 @@ import { join } from "node:path";
 import { loadCheckpoint } from "../../src/model/checkpoint.js";
 import { buildModel } from "../../src/model/instance.js";
 import {
-  createLoraAdapter, loadLoraAdapter, LoraError, LoraGrads, loraParamCount, mergeAdapterCheckpoint, mergeLora,
+  createLoraAdapter, loadLoraAdapter, LoraError, LoraGrads, loraParamCount, mergeLora,
   peftTensorName, validateLoraConfig,
 } from "../../src/model/lora.js";
+import { mergeAdapterCheckpoint } from "../../src/model/lora-merge.js";
 import { bindParams } from "../../src/model/params.js";
 import { writeSafetensors } from "../../src/model/safetensors.js";
 import { packSequences, trainBackward, trainForward, TrainWorkspace } from "../../src/model/transformer.js";

@@ -13,7 +13,7 @@ import type { LeadExtension, SftExample } from "../../rl/sft.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
 import { drillLossSteps, drillMaxExamples } from "../config.js";
 import { join } from "node:path";
-import { EmbeddedEngine } from "../../engine/index.js";
+import { createLoraAdapter, EmbeddedEngine } from "../../engine/index.js";
 import { createPolicy, onBackend, openPolicy, type Policy } from "../policy.js";
 import type { PrepPool } from "../prep-pool.js";
 import { Progress } from "../progress.js";
@@ -94,6 +94,12 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
     ctx.log(`resuming from ${resumed.dir} (${resumed.state.stage} step ${resumed.state.step})`);
   } else if (cfg.model.checkpoint) {
     start = { policy: await openPolicy(cfg.model.checkpoint, cfg.engine, loadMaskOf(ctx)), state: initialState() };
+    const { lora } = cfg.model;
+    // A LoRA run trains a fresh adapter (B = 0: the policy starts as the checkpoint); its checkpoints are adapter folders.
+    if (lora && start.policy.engine instanceof EmbeddedEngine) {
+      start.policy.engine.enableLora(createLoraAdapter(start.policy.engine.config, { ...lora, alpha: lora.alpha ?? lora.rank }, cfg.seed));
+      ctx.log(`LoRA: rank ${lora.rank}, alpha ${lora.alpha ?? lora.rank} on ${lora.targets.join(", ")}: ${(start.policy.engine.lora!.data.length / 1e6).toFixed(3)}M trainable parameters`);
+    }
   } else {
     // The vocabulary is read off an even sample of the conversations (ids the sample lacks are spelled
     // with smaller pieces, down to bytes): rendering all of them would cost as much again as the SFT data.
