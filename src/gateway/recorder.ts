@@ -104,6 +104,11 @@ export interface RecorderDeps {
   templateVars?: Record<string, unknown>;
 }
 
+/** The text of ids; "" for none (a reply that is only the end-of-turn token). */
+function decode(codec: TokenCodec, ids: number[]): string {
+  return ids.length === 0 ? "" : codec.decode(ids);
+}
+
 function firstDifference(a: string, b: string): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) if (a.charCodeAt(i) !== b.charCodeAt(i)) return i;
@@ -220,7 +225,7 @@ export class SessionRecorder {
       throw (failed as PromiseRejectedResult).reason;
     }
     record.choices = results.map((r) => (r as PromiseFulfilledResult<ChoiceRecord>).value);
-    this.branches = record.choices.map((choice, i) => ({ session: sessions[i]!, choice, text: full + codec.decode(choice.tokens), sampleMs: record.sampleMs }));
+    this.branches = record.choices.map((choice, i) => ({ session: sessions[i]!, choice, text: full + decode(codec, choice.tokens), sampleMs: record.sampleMs }));
     this.calls.push(record);
     for (const c of record.choices) this.sampledTokens += c.tokens.length;
     return record;
@@ -245,7 +250,7 @@ export class SessionRecorder {
       logprobs.push(...r.logprobs);
       version = Math.min(version, r.policyVersion);
       if (req.stop.length > 0) {
-        const text = codec.decode(tokens);
+        const text = decode(codec, tokens);
         const at = Math.min(...req.stop.map((x) => (text.indexOf(x) < 0 ? Infinity : text.indexOf(x))));
         if (Number.isFinite(at)) {
           // Keep the longest run of tokens whose text lies wholly before the stop string.
@@ -266,7 +271,7 @@ export class SessionRecorder {
     }
     const stops = p.stopTokens ?? [];
     const ended = tokens.length > 0 && stops.includes(tokens[tokens.length - 1]!);
-    const text = codec.decode(ended ? tokens.slice(0, -1) : tokens);
+    const text = decode(codec, ended ? tokens.slice(0, -1) : tokens);
     const parsed = this.deps.parser.parse(text, `call_${this.id.slice(-8)}_${callIndex}_${i}_`);
     // A call without a function name cannot be sent back in OpenAI's shape: it is not returned (counted
     // as malformed); the agent's next call then differs from what was sampled, and splits.
