@@ -67,7 +67,16 @@ const AgentEntry = z
 const RemoteEntry = z
   .object({
     /** The servers, http://host:port each, all serving the suite's env id. */
-    urls: z.array(z.string().url("a URL like http://127.0.0.1:8765")).min(1, "list at least one server").max(1024, atMost(1024)),
+    urls: z
+      .array(
+        z
+          .string()
+          .url("a URL like http://127.0.0.1:8765")
+          .refine((u) => /^https?:\/\//i.test(u), "must be an http:// or https:// URL of a `sinkflex envs serve` (the pool adds /ws itself)"),
+      )
+      .min(1, "list at least one server")
+      .max(1024, atMost(1024))
+      .refine((us) => new Set(us).size === us.length, "lists a server twice; list each server once (raise sessionsPerServer for more sessions on it)"),
     /** The name of an environment variable that holds the servers' API key (keys stay out of config files). */
     apiKeyEnv: z.string().optional(),
     /** Sessions opened on one server at most (at or below its --max-sessions). */

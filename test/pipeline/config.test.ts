@@ -60,6 +60,20 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, suites: [{ env: "sinkflex/alfworld-gen-v0", sftMistakes: 0.8 }] })).toThrow(/sftMistakes: must be at most 0\.5/);
     expect(validateConfig({ ...minimal, sft: { lrSchedule: "cosine", minLrRatio: 0.2, warmupSteps: 5, contextLossFraction: 0.5 } }).sft).toMatchObject({ epochs: 2, lrSchedule: "cosine", minLrRatio: 0.2 });
   });
+  it("checks suites[].remote: server URLs, session counts and unknown fields, naming the field", () => {
+    const remote = (r: Record<string, unknown>) => ({ ...minimal, suites: [{ env: "sinkflex/arith-v0", remote: r }] });
+    const url = "http://127.0.0.1:8765";
+    expect(validateConfig(remote({ urls: [url] })).suites[0]!.remote).toEqual({ urls: [url], sessionsPerServer: 16, transport: "ws", stepTimeoutMs: 60_000, episodeTimeoutMs: 600_000, maxRetries: 3 });
+    expect(() => validateConfig(remote({ urls: ["127.0.0.1:8765 "] }))).toThrow(/suites\.0\.remote\.urls\.0: a URL like http:\/\/127\.0\.0\.1:8765/);
+    expect(() => validateConfig(remote({ urls: ["ftp://127.0.0.1:8765"] }))).toThrow(/suites\.0\.remote\.urls\.0: must be an http:\/\/ or https:\/\/ URL/);
+    expect(() => validateConfig(remote({ urls: [url, url] }))).toThrow(/suites\.0\.remote\.urls: lists a server twice/);
+    expect(() => validateConfig(remote({ urls: [] }))).toThrow(/suites\.0\.remote\.urls: list at least one server/);
+    expect(() => validateConfig(remote({}))).toThrow(/suites\.0\.remote\.urls/);
+    expect(() => validateConfig(remote({ urls: [url], sessionsPerServer: 0 }))).toThrow(/suites\.0\.remote\.sessionsPerServer/);
+    expect(() => validateConfig(remote({ urls: [url], sessions: 4 }))).toThrow(/suites\.0\.remote: unknown field\(s\) "sessions"/);
+    expect(() => validateConfig(remote({ urls: [url], transport: "grpc" }))).toThrow(/suites\.0\.remote\.transport: must be one of "ws", "http"/);
+    expect(() => validateConfig(remote({ urls: [url], maxRetries: -1 }))).toThrow(/suites\.0\.remote\.maxRetries/);
+  });
   it("loads YAML and JSON files and reports parse errors with the file name", () => {
     const dir = mkdtempSync(join(tmpdir(), "cfg-"));
     writeFileSync(join(dir, "a.yaml"), "suites:\n  - env: sinkflex/arith-v0\nmodel:\n  init: {hiddenSize: 64}\ngrpo:\n  steps: 3\n");
