@@ -1,5 +1,6 @@
 """Command line of the worker: `python -m sinkflex_worker --socket PATH` or `--tcp HOST:PORT`. Prints one
-line `SINKFLEX_WORKER_READY <address>` on stdout once it listens. With --exit-with-stdin it exits when its
+line `SINKFLEX_WORKER_READY <address>` on stdout once it listens. Under `torchrun --nproc-per-node N -m
+sinkflex_worker ...` the model is sharded with FSDP2 (distributed.py): rank 0 listens, the others follow. With --exit-with-stdin it exits when its
 stdin closes (the parent process ended). It does not load a model by itself unless --model is given.
 """
 from __future__ import annotations
@@ -25,15 +26,20 @@ def main(argv=None) -> int:
 
     import torch
 
+    from .distributed import follow, init_from_env
     from .engine import TorchEngine
     from .server import WorkerServer
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    engine = TorchEngine(device=args.device, autocast=args.autocast)
+    dist, device = init_from_env(args.device)
+    engine = TorchEngine(device=device, autocast=args.autocast, dist=dist)
     if args.model:
         engine.load(args.model)
-    server = WorkerServer(engine, token=args.token)
+    server = WorkerServer(engine, token=args.token, dist=dist)
+    if dist is not None and dist.rank != 0:
+        follow(server, dist)
+        return 0
     if args.socket:
         address = server.listen_unix(args.socket)
     else:

@@ -2,6 +2,10 @@
 its KV-cache sessions, sampling, teacher-forced log-probs, the two halves of forwardBackward, AdamW and
 checkpoints. Shapes: B sequences, T tokens (padded), V vocabulary.
 
+Under torchrun (distributed.py) every rank holds one engine over an FSDP2-sharded model and runs the
+same ops: sampling and log-probs compute every sequence on every rank, forward/backward split the
+sequences across ranks (gradients summed by the reduce-scatter), save gathers the full weights.
+
 It runs full causal attention only: a checkpoint saved with a sink-window mask (sinkflex_attention.json
 with window > 0) is refused. It does not know sockets or frames (server.py) nor any loss: backward
 receives dLoss/dLogprobs from the caller.
@@ -52,7 +56,9 @@ class PendingForward:
     logprobs: torch.Tensor  # [B, T-1] with graph
     valid: torch.Tensor  # [B, T-1] bool: real predictions (not padding)
     scored: Optional[torch.Tensor]  # [B, T-1] bool, or None = all
-    lengths: List[int]
+    lengths: List[int]  # of the rows computed here
+    rows: List[int]  # which of the request's sequences they are (all of them without FSDP)
+    all_lengths: List[int]  # every sequence's length in the request
 
 
 def _crop(cache, n: int):
@@ -77,8 +83,9 @@ def _forward_kwargs(model, cache, pos: torch.Tensor) -> dict:
 
 
 class TorchEngine:
-    def __init__(self, device: str = "cpu", autocast: Optional[str] = None):
+    def __init__(self, device: str = "cpu", autocast: Optional[str] = None, dist=None):
         self.device = torch.device(device)
+        self.dist = dist  # distributed.Dist under torchrun, else None
         if autocast is None:
             autocast = "bf16" if self.device.type == "cuda" else "off"
         if autocast not in ("off", "bf16"):
@@ -118,6 +125,10 @@ class TorchEngine:
             model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
         model.to(self.device)
         model.eval()  # no dropout: training and sampling see the same function
+        if self.dist is not None:
+            from .distributed import shard
+
+            shard(model)
         self.model = model
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         meta = {}
@@ -129,7 +140,11 @@ class TorchEngine:
         self.optimizer = None
         self.optimizer_step = 0
         opath = os.path.join(directory, OPTIMIZER_FILE)
-        if os.path.isfile(opath):  # the AdamW moments a checkpoint saved with its optimizer (exact resume)
+        if os.path.isfile(opath) and self.dist is not None:
+            import sys
+
+            sys.stderr.write(f"sinkflex_worker: {opath} is not restored under FSDP (a fresh AdamW starts)\n")
+        elif os.path.isfile(opath):  # the AdamW moments a checkpoint saved with its optimizer (exact resume)
             saved = torch.load(opath, map_location=self.device, weights_only=True)
             self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
             self.optimizer.load_state_dict(saved["state"])
@@ -156,11 +171,22 @@ class TorchEngine:
     def save(self, directory: str, optimizer: bool = False) -> None:
         """A Hugging Face folder; with `optimizer`, the AdamW state as well (sinkflex_optimizer.pt)."""
         model = self._model()
+        full = None
+        if self.dist is not None:  # every rank enters the gather; rank 0 writes the folder
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            if self.dist.rank != 0:
+                return
+            optimizer = False  # the sharded AdamW state is not written (see load)
         parent = os.path.dirname(os.path.abspath(directory))
         os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
         try:
-            model.save_pretrained(tmp, safe_serialization=True)
+            if full is not None:
+                model.save_pretrained(tmp, state_dict=full, safe_serialization=True)
+            else:
+                model.save_pretrained(tmp, safe_serialization=True)
             with open(os.path.join(tmp, META_FILE), "w") as f:
                 json.dump({"policyVersion": self.policy_version, "optimizerStep": self.optimizer_step}, f, indent=2)
             if optimizer and self.optimizer is not None:
@@ -296,44 +322,70 @@ class TorchEngine:
         return _flatten(lp, [len(q) for q in seqs], scored)
 
     def forward(self, seqs: List[np.ndarray], scored: Optional[List[np.ndarray]]) -> tuple:
-        """The first half of forwardBackward: log-probs with the graph kept until backward (or the next forward)."""
+        """The first half of forwardBackward: log-probs with the graph kept until backward (or the next forward).
+        Under FSDP each rank computes the sequences i with i % world == rank (a rank with none runs a
+        2-token stand-in that gets no gradient) and the log-probs are gathered."""
         self._model()
         self.pending = None
         if not seqs:
             raise EngineError("forwardBackward: no sequences")
-        ids, att = self._batch(seqs)
-        lengths = [len(q) for q in seqs]
+        for i, q in enumerate(seqs):
+            if len(q) == 0:
+                raise EngineError(f"sequence {i} is empty")
+        rows = list(range(len(seqs)))
+        if self.dist is not None:
+            rows = rows[self.dist.rank::self.dist.world]
+        mine = [seqs[i] for i in rows] or [np.zeros(2, np.int32)]
+        ids, att = self._batch(mine)
+        lengths = [len(q) for q in mine]
         with torch.enable_grad():
-            lp = self._token_logprobs(ids, att) if ids.shape[1] >= 2 else torch.zeros((len(seqs), 0), device=self.device)
-        valid = att[:, 1:].bool() if ids.shape[1] >= 2 else torch.zeros((len(seqs), 0), dtype=torch.bool, device=self.device)
+            lp = self._token_logprobs(ids, att) if ids.shape[1] >= 2 else torch.zeros((len(mine), 0), device=self.device)
+        valid = att[:, 1:].bool() if ids.shape[1] >= 2 else torch.zeros((len(mine), 0), dtype=torch.bool, device=self.device)
         sc = None
-        if scored is not None:
+        my_scored = [scored[i] for i in rows] if scored is not None and rows else None
+        if my_scored is not None:
             sc = torch.zeros_like(valid)
-            for i, m in enumerate(scored):
+            for i, m in enumerate(my_scored):
                 sc[i, : len(m)] = torch.from_numpy(m != 0)
         handle = self.next_handle
         self.next_handle += 1
-        self.pending = PendingForward(handle, lp, valid, sc, lengths)
-        return handle, _flatten(lp.detach().cpu(), lengths, scored)
+        self.pending = PendingForward(handle, lp, valid, sc, lengths, rows, [len(q) for q in seqs])
+        flat = _flatten(lp.detach().cpu(), lengths, my_scored)
+        if self.dist is None:
+            return handle, flat
+        # Every rank's rows and their log-probs, put back in the request's order.
+        parts = self.dist.all_gather((rows, flat))
+        out = np.zeros(sum(len(q) - 1 for q in seqs), dtype=np.float32)
+        starts = np.concatenate([[0], np.cumsum([len(q) - 1 for q in seqs])]).astype(np.int64)
+        for r_rows, r_flat in parts:
+            off = 0
+            for i in r_rows:
+                n = len(seqs[i]) - 1
+                out[starts[i]: starts[i] + n] = r_flat[off: off + n]
+                off += n
+        return handle, out
 
     def backward(self, handle: int, dlogprobs: np.ndarray) -> None:
-        """The second half: applies dLoss/dLogprobs ([sum(L-1)] flat) to the kept graph; gradients accumulate."""
+        """The second half: applies dLoss/dLogprobs ([sum(L-1)] flat, every sequence's) to the kept graph
+        (this rank's rows of it under FSDP); gradients accumulate."""
         pf = self.pending
         if pf is None or pf.handle != handle:
             raise EngineError(f"backward: forward {handle} is not pending (each forward gets one backward, and a newer forward replaces it)")
         self.pending = None
-        expected = sum(n - 1 for n in pf.lengths)
+        expected = sum(n - 1 for n in pf.all_lengths)
         if dlogprobs.shape[0] != expected:
             raise EngineError(f"backward: {dlogprobs.shape[0]} gradient values for {expected} predictions")
         if not np.all(np.isfinite(dlogprobs)):
             raise EngineError("backward: dLogprobs holds a non-finite value; check the loss")
+        starts = np.concatenate([[0], np.cumsum([n - 1 for n in pf.all_lengths])]).astype(np.int64)
         grad = torch.zeros(pf.logprobs.shape, dtype=torch.float32)
-        off = 0
-        for i, n in enumerate(pf.lengths):
-            grad[i, : n - 1] = torch.from_numpy(np.asarray(dlogprobs[off: off + n - 1], dtype=np.float32))
-            off += n - 1
+        for k, i in enumerate(pf.rows):
+            n = pf.all_lengths[i] - 1
+            grad[k, :n] = torch.from_numpy(np.asarray(dlogprobs[starts[i]: starts[i] + n], dtype=np.float32))
         if pf.scored is not None and bool(((grad != 0) & ~pf.scored.cpu()).any()):
             raise EngineError("backward: dLogprobs gives gradient to a prediction that masks.scored leaves out")
+        if self.dist is not None:  # FSDP averages over ranks; each rank's share, times the world, sums them
+            grad *= self.dist.world
         pf.logprobs.backward(grad.to(self.device))
 
     def release(self) -> None:
@@ -359,7 +411,7 @@ class TorchEngine:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params])))
+        norm = self._grad_norm(params)
         if not math.isfinite(norm):
             for p in params:
                 p.grad.zero_()
@@ -378,6 +430,16 @@ class TorchEngine:
         self.optimizer_step += 1
         self.policy_version += 1
         return norm
+
+    def _grad_norm(self, params) -> float:
+        """The global L2 norm of the gradients (of every rank's shards under FSDP)."""
+        local = lambda g: g.to_local() if hasattr(g, "to_local") else g  # noqa: E731 (DTensor shards)
+        sq = torch.zeros((), dtype=torch.float32, device=self.device)
+        for p in params:
+            sq += local(p.grad).float().pow(2).sum()
+        if self.dist is not None:
+            self.dist.all_reduce_sum(sq)
+        return float(sq.sqrt())
 
     def _model(self):
         if self.model is None:

@@ -1,7 +1,8 @@
 """The worker's socket server: accepts connections on a Unix socket or TCP, checks the token, reads frames
 (frames.py), runs each op on the engine (engine.py) in arrival order and answers with one frame per
 request. Sessions belong to the connection that opened them and are freed when it closes; the model,
-optimizer and policy version are shared. One op runs at a time (a global lock).
+optimizer and policy version are shared. One op runs at a time (a global lock). Under torchrun (FSDP2,
+distributed.py) this is rank 0: each op after hello is broadcast to the other ranks before it runs.
 
 It does not know losses or the TypeScript side's types; python/README.md is the protocol.
 """
@@ -69,6 +70,8 @@ class Connection:
                 rid = header.get("id")
                 try:
                     with self.server.lock:
+                        if self.server.dist is not None and header.get("op") != "hello" and self.authed:
+                            self.server.dist.broadcast(("op", id(self), header, arrays))
                         reply, out = self.dispatch(header, arrays)
                     reply = dict(reply, id=rid, ok=True)
                 except (EngineError, RequestError, ValueError) as e:
@@ -88,6 +91,8 @@ class Connection:
         finally:
             self.sessions.clear()
             with self.server.lock:
+                if self.server.dist is not None:
+                    self.server.dist.broadcast(("close", id(self)))
                 self.server.engine.release()
             try:
                 self.sock.close()
@@ -208,8 +213,9 @@ def _int(h: dict, k: str) -> int:
 
 
 class WorkerServer:
-    def __init__(self, engine: TorchEngine, token: Optional[str] = None):
+    def __init__(self, engine: TorchEngine, token: Optional[str] = None, dist=None):
         self.engine = engine
+        self.dist = dist  # distributed.Dist on rank 0 of a torchrun group, else None
         self.token = token or None
         self.lock = threading.Lock()
         self.listener: Optional[socket.socket] = None
