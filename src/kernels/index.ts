@@ -1,8 +1,9 @@
 /**
  * Which kernels sinkflex computes with: the native addon by default, the TypeScript reference when the
- * addon is missing (said once, on stderr) or when SINKFLEX_KERNELS=reference. SINKFLEX_KERNELS=native
- * makes a missing addon an error instead of a fallback. This file chooses; it computes nothing.
+ * addon is missing (said once per process, on stderr, with how to build it: `fallbackNotice`) or when
+ * SINKFLEX_KERNELS=reference. SINKFLEX_KERNELS=native makes a missing addon an error instead of a fallback. This file chooses; it computes nothing.
  */
+import { isMainThread } from "node:worker_threads";
 import type { Kernels } from "./kernels.js";
 import { loadNativeKernels, nativeLoadError } from "./native.js";
 import { referenceKernels } from "./reference.js";
@@ -14,6 +15,20 @@ export { bf16Available, bf16Unit, loadNativeKernels, measurePeakGflops, nativeLo
 export type { MatmulPrecision } from "./native.js";
 
 let chosen: Kernels | null = null;
+
+/**
+ * What sinkflex prints when it falls back to the reference kernels: that it is slow, why the addon is
+ * missing, and the commands that build it (npm skips the install script of a package installed from a
+ * path, a tarball or git until its scripts are approved).
+ */
+export function fallbackNotice(reason: string | null): string {
+  return [
+    "sinkflex: WARNING: the native kernels are not available, so sinkflex runs on the TypeScript reference kernels (many times slower).",
+    `  why: ${reason ?? "unknown"}`,
+    "  fix: npx sinkflex build-native    (or npm rebuild sinkflex; needs a C++17 compiler, make and python3)",
+    "  (SINKFLEX_KERNELS=reference chooses the reference kernels on purpose and says nothing.)",
+  ].join("\n");
+}
 let warned = false;
 
 /**
@@ -37,9 +52,10 @@ export function getKernels(which?: "native" | "reference"): Kernels {
     chosen = k;
   } else {
     chosen = referenceKernels;
-    if (!warned) {
+    // Once per process: worker threads have their own copy of this module, and the main thread speaks for them.
+    if (!warned && isMainThread) {
       warned = true;
-      process.stderr.write(`sinkflex: using the TypeScript reference kernels (slow): ${nativeLoadError()}\n`);
+      process.stderr.write(`${fallbackNotice(nativeLoadError())}\n`);
     }
   }
   return chosen;

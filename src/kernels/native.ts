@@ -60,7 +60,7 @@ export function loadNativeAddon(): NativeAddon | null {
   if (!existsSync(nativeAddonPath)) {
     cached = {
       addon: null,
-      error: `the native addon is not built (${nativeAddonPath} is missing); run \`node scripts/build-native.mjs\` (needs a C++17 compiler and python3)`,
+      error: `the native addon is not built (${nativeAddonPath} is missing); npm skipped the install script that builds it, or the build failed; build it with \`npx sinkflex build-native\``,
     };
     return null;
   }
@@ -70,7 +70,7 @@ export function loadNativeAddon(): NativeAddon | null {
   } catch (err) {
     cached = {
       addon: null,
-      error: `the native addon failed to load (${(err as Error).message}); rebuild it with \`node scripts/build-native.mjs\``,
+      error: `the native addon failed to load (${(err as Error).message}); rebuild it with \`npx sinkflex build-native\``,
     };
   }
   return cached.addon;

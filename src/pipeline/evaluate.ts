@@ -10,6 +10,7 @@ import type { Policy } from "./policy.js";
 import { Progress } from "./progress.js";
 import { mean, passAtK, wilsonInterval } from "./stats.js";
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "./tasks.js";
+import { countingCodec, noticeSpelledTokens } from "./vocab-notice.js";
 
 export interface SuiteEval {
   successes: number;
@@ -36,6 +37,11 @@ export interface EvalOptions {
   concurrency: number;
   quiet?: boolean;
   label?: string;
+  /**
+   * Count, per suite, the tokens a trimmed vocabulary spells from smaller pieces and say so when they are
+   * many (vocab-notice.ts): set where the policy is a checkpoint that may have been built on other text.
+   */
+  vocabNotice?: boolean;
 }
 
 /** The evaluation settings of a training config: its eval section, its turn limits and its seed. */
@@ -59,7 +65,9 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
   const progress = new Progress(opts.label ?? "eval", total, "tasks", opts.quiet);
   for (const plan of plans) {
     const t0 = performance.now();
-    const rollout = new Rollout(engine, policy.codec, policy.template, {
+    // A checkpoint's trimmed vocabulary may not cover this env's text: counted here, said once per suite.
+    const codec = opts.vocabNotice ? countingCodec(policy.codec) : policy.codec;
+    const rollout = new Rollout(engine, codec, policy.template, {
       maxTurns: opts.maxTurns,
       maxTokensPerTurn: opts.maxTokensPerTurn,
       maxContextTokens: opts.maxContextTokens,
@@ -79,6 +87,7 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
     const scheduler = new RolloutScheduler(rollout, { maxInFlight: opts.concurrency });
     const groups = await scheduler.runAll(tasks, () => progress.tick(1, plan.name));
     await rollout.close();
+    noticeSpelledTokens(plan.name, codec);
     const first = groups.map((g) => g[0]!);
     const successes = first.filter((t) => t.reward >= SUCCESS_THRESHOLD).length;
     const ci = wilsonInterval(successes, first.length);

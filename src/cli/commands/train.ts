@@ -183,7 +183,7 @@ export function registerTrainCommands(program: Command): void {
       // The config's matrix products, as its run evaluated with (fp32 where the CPU has no bf16 unit).
       if (opts.config) setMatmulPrecision(cfg.model.matmul);
       const plans = await planSuites(cfg);
-      const table = await evaluate(loadPolicy(checkpoint, attentionOf(cfg)), plans, evalOptionsOf(cfg));
+      const table = await evaluate(loadPolicy(checkpoint, attentionOf(cfg)), plans, { ...evalOptionsOf(cfg), vocabNotice: true });
       console.log(formatEvalTable(table));
       for (const p of plans) if (p.heldOutWarning) console.error(`warning: ${p.name}: ${p.heldOutWarning}`);
       if (opts.json) {
