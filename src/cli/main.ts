@@ -18,6 +18,8 @@ import { registerEnvsReplayCommands } from "./commands/envs-replay.js";
 import { registerServeCommands } from "./commands/serve.js";
 import { registerGatewayCommands } from "./commands/gateway.js";
 import { registerSinksCommands } from "./commands/sinks.js";
+import { registerMergeCommand } from "./commands/merge.js";
+import { registerSizeCommand } from "./commands/size.js";
 import { registerBuildNativeCommand } from "./commands/build-native.js";
 import { UsageError } from "./usage-error.js";
 import { importModules, ModuleLoadError } from "../pipeline/user-modules.js";
@@ -48,6 +50,8 @@ export function buildProgram(): Command {
   registerServeCommands(program);
   registerGatewayCommands(program);
   registerSinksCommands(program);
+  registerMergeCommand(program);
+  registerSizeCommand(program);
   registerBuildNativeCommand(program);
   return program;
 }

@@ -19,6 +19,9 @@ export {
   saveLoraAdapter, validateLoraConfig, type LoraAdapter, type LoraConfig, type LoraTarget,
 } from "../model/lora.js";
 export { mergeAdapterCheckpoint } from "../model/lora-merge.js";
+export {
+  formatBytes, MODEL_SHAPES, shapeFromPath, sizeModel, SizingError, sizingConfig, type Sizing, type SizingRequest,
+} from "../model/sizing.js";
 export type { SinkWindow } from "../kernels/kernels.js";
 export {
   openTorchEngine, TorchEngine, TorchSession, TorchWorkerError, launchWorker, parseWorkerAddress,
