@@ -3,6 +3,7 @@
  * token-id prompts) and `/v1/chat/completions` (tools and tool calls through the model's own chat
  * template and tool-call format), with streaming (server-sent events), log-probs, token ids
  * (`return_token_ids`, `return_tokens_as_token_ids`, as vLLM), `n` choices forked from one prefill,
+ * teacher-forced prompt scoring (`/v1/completions` with `echo: true, max_tokens: 0`),
  * the OpenAI error shape, an optional API key and limits on body size and tokens.
  *
  * Requests from concurrent clients are decoded together through the batch decoder. Hostile input is
