@@ -431,18 +431,30 @@ function csvCell(v: unknown): string {
 }
 
 /** A record's figures as dotted paths ({reward: {a: 1}} -> {"reward.a": 1}); arrays stay whole. */
-function flatten(record: Record<string, unknown>, prefix = "", out: Record<string, unknown> = {}): Record<string, unknown> {
+export function flattenRecord(record: Record<string, unknown>, prefix = "", out: Record<string, unknown> = {}): Record<string, unknown> {
   for (const [k, v] of Object.entries(record)) {
-    if (isRecord(v)) flatten(v, `${prefix}${k}.`, out);
+    if (isRecord(v)) flattenRecord(v, `${prefix}${k}.`, out);
     else out[`${prefix}${k}`] = v;
   }
   return out;
 }
 
-/** metrics.jsonl as CSV: stage, step, time first, then every other figure in order of first appearance. */
-export async function metricsCsv(root: string, run: string): Promise<string> {
+/**
+ * Every complete record of a run's metrics.jsonl (at most METRICS_CSV_MAX_BYTES of it, 413 past that)
+ * and the run's start (status.json's startedAt, in ms) when known: what the CSV and TensorBoard exports read.
+ */
+export async function readAllMetrics(root: string, run: string): Promise<{ records: Record<string, unknown>[]; startedAt?: number }> {
+  if (!(await lookInside(root, [run], "dir")) || !(await lookInside(root, [run, "config.json"], "file"))) {
+    throw new HttpError(404, `no run named "${run}"`);
+  }
+  let startedAt: number | undefined;
+  try {
+    const status = await readJsonFile(root, [run, "status.json"]);
+    const t = isRecord(status) && typeof status.startedAt === "string" ? Date.parse(status.startedAt) : NaN;
+    if (Number.isFinite(t)) startedAt = t;
+  } catch {}
   const file = await openInside(root, [run, "metrics.jsonl"], METRICS_CSV_MAX_BYTES);
-  if (!file) return "stage,step,time\n";
+  if (!file) return { records: [], startedAt };
   let text: string;
   try {
     text = (await readRange(file.handle, 0, file.stats.size)).toString("utf8");
@@ -450,8 +462,12 @@ export async function metricsCsv(root: string, run: string): Promise<string> {
     await file.handle.close();
   }
   // A trailing line without its newline is still being written.
-  const complete = text.slice(0, text.lastIndexOf("\n") + 1);
-  const rows = parseRecords(complete).records.map((r) => flatten(r));
+  return { records: parseRecords(text.slice(0, text.lastIndexOf("\n") + 1)).records, startedAt };
+}
+
+/** metrics.jsonl as CSV: stage, step, time first, then every other figure in order of first appearance. */
+export async function metricsCsv(root: string, run: string): Promise<string> {
+  const rows = (await readAllMetrics(root, run)).records.map((r) => flattenRecord(r));
   const columns = ["stage", "step", "time"];
   const seen = new Set(columns);
   for (const r of rows) {

@@ -2,12 +2,13 @@
  * `sinkflex dashboard`: serves the run dashboard over a runs folder and opens it in a browser.
  * It binds to loopback by default; beyond loopback it needs a key (--key or SINKFLEX_DASHBOARD_KEY)
  * or --insecure. With --report RUN --out FILE it writes the run's static report (one HTML file that
- * opens without the server) instead of serving. It is not the server itself (see dashboard/).
+ * opens without the server) instead of serving; with --export-tensorboard RUN --out DIR it writes the
+ * run's scalar metrics as TensorBoard event files. It is not the server itself (see dashboard/).
  */
 import { spawn } from "node:child_process";
 import { existsSync, writeFileSync } from "node:fs";
 import type { Command } from "commander";
-import { buildReport, exposureRefusal, HttpError, isLoopbackHost, startDashboard } from "../../dashboard/index.js";
+import { buildReport, exportTensorboard, exposureRefusal, HttpError, isLoopbackHost, startDashboard } from "../../dashboard/index.js";
 import { UsageError } from "../usage-error.js";
 
 /** Opens a URL in the desktop's browser when there is one; does nothing on a headless machine. */
@@ -30,6 +31,7 @@ interface DashboardFlags {
   insecure?: boolean;
   open: boolean;
   report?: string;
+  exportTensorboard?: string;
   out?: string;
 }
 
@@ -47,6 +49,18 @@ async function writeReport(runsDir: string, run: string, out: string | undefined
   console.log(`report of ${run}: ${out} (${(html.length / 1024).toFixed(0)} KiB; opens without the server)`);
 }
 
+/** Writes `run`'s metrics as TensorBoard event files under `out` (one folder per stage). */
+async function writeTensorboard(runsDir: string, run: string, out: string | undefined): Promise<void> {
+  if (!out) throw new UsageError(`--export-tensorboard needs --out DIR: the folder to write the event files of "${run}" into (e.g. --out tb/${run})`);
+  try {
+    const done = await exportTensorboard(runsDir, run, out);
+    console.log(`TensorBoard events of ${run}: ${done.events} events, ${done.tags.length} tags, in ${done.files.length} stage folders under ${out} (view with \`tensorboard --logdir ${out}\`)`);
+  } catch (err) {
+    if (err instanceof HttpError) throw new UsageError(err.message);
+    throw err;
+  }
+}
+
 export function registerDashboardCommands(program: Command): void {
   program
     .command("dashboard")
@@ -58,9 +72,15 @@ export function registerDashboardCommands(program: Command): void {
     .option("--insecure", "allow serving beyond loopback without a key (anyone who reaches it can read every run)")
     .option("--no-open", "do not open a browser")
     .option("--report <run>", "write a static HTML report of this run (curves, run page, newest trajectories) instead of serving; needs --out")
-    .option("--out <file>", "where --report writes its HTML file")
+    .option("--export-tensorboard <run>", "write this run's scalar metrics as TensorBoard event files (one folder per stage, one tag per figure) instead of serving; needs --out")
+    .option("--out <path>", "where --report writes its HTML file, or the folder --export-tensorboard writes into")
     .action(async (opts: DashboardFlags) => {
-      if (opts.out && !opts.report) throw new UsageError("--out is for --report RUN: name the run to report on");
+      if (opts.report && opts.exportTensorboard) throw new UsageError("--report and --export-tensorboard each need their own --out: run them one at a time");
+      if (opts.out && !opts.report && !opts.exportTensorboard) throw new UsageError("--out is for --report RUN or --export-tensorboard RUN: name the run");
+      if (opts.exportTensorboard) {
+        if (!existsSync(opts.runs)) throw new UsageError(`the runs folder "${opts.runs}" does not exist; pass --runs DIR`);
+        return writeTensorboard(opts.runs, opts.exportTensorboard, opts.out);
+      }
       if (opts.report) {
         if (!existsSync(opts.runs)) throw new UsageError(`the runs folder "${opts.runs}" does not exist; pass --runs DIR`);
         return writeReport(opts.runs, opts.report, opts.out);
