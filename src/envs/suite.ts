@@ -7,8 +7,9 @@
  * A user's env needs no suite: its `ToolEnv`'s own `expert` hook comes first (`expertFor`), and an env
  * with neither has no expert (it trains from demonstrations in `sft.data`).
  */
-import { Rng, type AgentTurn, type ChatMessage, type ChatObservation, type ToolSpec } from "../core/index.js";
+import { Rng, type AgentTurn, type ChatMessage, type ChatObservation, type ToolCall, type ToolSpec } from "../core/index.js";
 import { unwrap, type Env, type Info } from "../gym/env.js";
+import { make } from "../gym/registry.js";
 import { ToolEnv, type Expert } from "../tools/tool-env.js";
 
 /** A scripted expert for one episode (defined with `ToolEnv`'s `expert` hook, tools/tool-env.ts). */
@@ -50,6 +51,104 @@ export interface Suite {
   createExpert(envId: string, task: unknown): Expert;
   /** `envs replay`: the suite's own replay (gold actions, gold SQL, gt trajectories, or the expert). */
   replay?(envId: string, options: ReplayOptions): Promise<ReplayReport>;
+  /**
+   * `envs replay --wrong`: an expert that plays the task to a plausible wrong answer (the verifier must
+   * give it reward 0), or why the task has no well-defined wrong answer.
+   */
+  wrongAnswer?(envId: string, task: unknown): Expert | { none: string };
+}
+
+/**
+ * `expert`, with the first of its tool calls that `change` alters replaced by the altered call (later
+ * calls pass unchanged): how most suites make a wrong answer out of their expert's right one.
+ */
+export function withChangedCall(expert: Expert, change: (call: ToolCall) => ToolCall | undefined): Expert {
+  let changed = false;
+  return {
+    async act(obs) {
+      const turn = await expert.act(obs);
+      if (changed) return turn;
+      const toolCalls = turn.toolCalls.map((call) => {
+        const altered = changed ? undefined : change(call);
+        if (altered) changed = true;
+        return altered ?? call;
+      });
+      return { ...turn, toolCalls };
+    },
+  };
+}
+
+/** A changed answer value: a number off by one, a string with its last digit moved on or a letter added. */
+export function offByOne(value: unknown): unknown {
+  if (typeof value === "number") return value + 1;
+  if (typeof value === "string") {
+    const n = Number(value.trim());
+    if (value.trim() !== "" && Number.isFinite(n)) return String(n + 1);
+    const m = /(\d)(\D*)$/.exec(value);
+    if (m) return `${value.slice(0, m.index)}${(Number(m[1]) + 1) % 10}${m[2]}`;
+    return `${value}x`;
+  }
+  if (typeof value === "boolean") return !value;
+  return "wrong";
+}
+
+/** `call` with its JSON argument `key` changed by `change` (default `offByOne`); undefined when it has no such argument. */
+export function changeArg(call: ToolCall, key: string, change: (value: unknown) => unknown = offByOne): ToolCall | undefined {
+  let args: Record<string, unknown>;
+  try {
+    args = JSON.parse(call.arguments);
+  } catch {
+    return undefined;
+  }
+  if (!(key in args)) return undefined;
+  return { ...call, arguments: JSON.stringify({ ...args, [key]: change(args[key]) }) };
+}
+
+export interface WrongReport {
+  /** Tasks played to a wrong answer. */
+  total: number;
+  /** Those the verifier scored above 0 (each one a verifier that accepts a wrong answer). */
+  scoredAboveZero: { task: number; reward: number; answer: string }[];
+  /** Tasks with no well-defined wrong answer, with why. */
+  skipped: { task: number; why: string }[];
+}
+
+/**
+ * `envs replay --wrong`: each task (the first `limit`) played by the suite's wrong-answer expert; every
+ * one must score 0. `envOptions` are the env's options (a task file, databases).
+ */
+export async function replayWrong(envId: string, envOptions: Record<string, unknown>, limit?: number): Promise<WrongReport> {
+  const suite = suiteForEnv(envId);
+  if (!suite.wrongAnswer) throw new Error(`the ${suite.name} suite has no wrong-answer maker (Suite.wrongAnswer)`);
+  const env = await make<ChatObservation, AgentTurn>(envId, envOptions);
+  const report: WrongReport = { total: 0, scoredAboveZero: [], skipped: [] };
+  try {
+    const n = Math.min(env.metadata.taskCount ?? 0, limit ?? Infinity);
+    for (let taskIndex = 0; taskIndex < n; taskIndex++) {
+      let why: string | undefined;
+      const episode = await runExpertEpisode(env, envId, {
+        taskIndex,
+        expert: (task) => {
+          const made = suite.wrongAnswer!(envId, task);
+          if ("none" in made) why = made.none;
+          return "none" in made ? undefined : made;
+        },
+      });
+      if (why !== undefined) {
+        report.skipped.push({ task: taskIndex, why });
+        continue;
+      }
+      report.total++;
+      if (episode.reward > 0) {
+        const calls = episode.messages.flatMap((m) => (m.role === "assistant" ? (m.toolCalls ?? []) : []));
+        const last = calls[calls.length - 1];
+        report.scoredAboveZero.push({ task: taskIndex, reward: episode.reward, answer: last ? `${last.name}(${last.arguments})`.slice(0, 300) : "(no tool call)" });
+      }
+    }
+  } finally {
+    await env.close();
+  }
+  return report;
 }
 
 const suites = new Map<string, Suite>();
@@ -118,12 +217,33 @@ export async function runExpertEpisode(
      * in a row); the mistake turn has weight 0, so SFT sees the recovery but never learns the mistake.
      */
     mistakes?: number;
+    /** Another expert for the episode's task (the env's own task object); undefined ends the episode unplayed. */
+    expert?: (task: unknown) => Expert | undefined;
   },
 ): Promise<ExpertEpisode> {
   const seed = options.seed ?? options.taskIndex;
   const [first, resetInfo] = await env.reset({ seed, options: { taskIndex: options.taskIndex } });
+  if (options.expert) {
+    const base = unwrap(env);
+    if (!(base instanceof ToolEnv) || !base.current) throw new Error(`${env}: the expert needs a ToolEnv-based env, reset`);
+    const other = options.expert(base.current.task);
+    if (!other) return { envId, taskIndex: options.taskIndex, seed, tools: first.tools ?? [], messages: [...first.messages], reward: 0, terminated: false, truncated: false, turns: 0, info: resetInfo };
+    return playEpisode(env, envId, options, seed, first, resetInfo, other);
+  }
   const expert = expertFor(env, envId);
   if (!expert) throw new Error(`env ${envId} has no expert to play its episodes: give its ToolEnv an \`expert\` hook (docs/your-env.md), or train it from demonstrations in sft.data`);
+  return playEpisode(env, envId, options, seed, first, resetInfo, expert);
+}
+
+async function playEpisode(
+  env: Env<ChatObservation, AgentTurn>,
+  envId: string,
+  options: { taskIndex: number; maxTurns?: number; mistakes?: number },
+  seed: number,
+  first: ChatObservation,
+  resetInfo: Info,
+  expert: Expert,
+): Promise<ExpertEpisode> {
   const messages: ChatMessage[] = [...first.messages];
   const tools = first.tools ?? [];
   let obs = first;

@@ -1,6 +1,6 @@
 /**
  * `sinkflex envs replay`, `sinkflex envs conform` and `sinkflex envs export-sft`: subcommands of the
- * `envs` group. `replay` and `export-sft` work for every suite (through `Suite.replay` and the suite's
+ * `envs` group. `replay` (and `replay --wrong`, which checks that verifiers reject wrong answers) and `export-sft` work for every suite (through `Suite.replay` and the suite's
  * scripted expert); `conform` checks the tau-bench tools against an expected-outputs file. Each command
  * has a function that does the work and returns its text and exit code, so tests can call it directly.
  */
@@ -9,7 +9,7 @@ import type { Command } from "commander";
 import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
 import { make, registeredIds } from "../../gym/registry.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { hasExpert, runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport } from "../../envs/suite.js";
+import { hasExpert, replayWrong, runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport, type WrongReport } from "../../envs/suite.js";
 import { conform, tauDomain } from "../../envs/tau/index.js";
 import { UsageError } from "../usage-error.js";
 import { envsCommand } from "./envs.js";
@@ -81,10 +81,35 @@ export function replayPassed(report: ReplayReport): boolean {
   return report.succeeded / report.total >= report.expectedRate;
 }
 
+export function formatWrongReport(envId: string, report: WrongReport, maxListed = 20): string {
+  const lines = [`${envId}: ${report.scoredAboveZero.length} of ${report.total} wrong answers scored above 0 (expected 0)`];
+  for (const w of report.scoredAboveZero.slice(0, maxListed)) lines.push(`  task ${w.task}: reward ${w.reward} for ${clip(w.answer)}`);
+  if (report.scoredAboveZero.length > maxListed) lines.push(`  ... and ${report.scoredAboveZero.length - maxListed} more`);
+  if (report.skipped.length > 0) {
+    const whys = [...new Set(report.skipped.map((s) => s.why))];
+    lines.push(`  ${report.skipped.length} tasks have no well-defined wrong answer: ${whys.join("; ")}`);
+  }
+  return lines.join("\n");
+}
+
+/** `envs replay <id> --wrong`: every task played to a plausible wrong answer; exit 0 only when all score 0. */
+export async function wrongReplayCommand(envId: string, opts: { tasks?: string; tree?: string; dbDir?: string; games?: string; gold?: boolean; limit?: string }): Promise<CommandResult> {
+  knownEnv(envId);
+  const suite = suiteForEnv(envId);
+  if (!suite.wrongAnswer) throw new UsageError(`the ${suite.name} suite has no wrong-answer maker; --wrong covers the bundled suites`);
+  if (opts.gold) throw new UsageError("--wrong and --gold exclude each other: --wrong submits wrong answers, --gold the gold ones");
+  if (opts.dbDir || opts.games) throw new UsageError("--wrong plays the bundled tasks and databases; leave out --db-dir and --games (bash takes --tasks FILE --tree NAME)");
+  if ((opts.tasks || opts.tree) && suite.name !== "bash") throw new UsageError("--wrong takes --tasks and --tree for the bash suite only");
+  const envOptions = { ...(opts.tasks ? { tasks: opts.tasks } : {}), ...(opts.tree ? { tree: opts.tree } : {}) };
+  const report = await replayWrong(envId, envOptions, positiveInt("--limit", opts.limit));
+  return { text: formatWrongReport(envId, report), exitCode: report.total > 0 && report.scoredAboveZero.length === 0 ? 0 : 1 };
+}
+
 export async function replayCommand(
   envId: string,
-  opts: { gold?: boolean; tasks?: string; dbDir?: string; games?: string; limit?: string; tree?: string },
+  opts: { gold?: boolean; tasks?: string; dbDir?: string; games?: string; limit?: string; tree?: string; wrong?: boolean },
 ): Promise<CommandResult> {
+  if (opts.wrong) return wrongReplayCommand(envId, opts);
   knownEnv(envId);
   const suite = suiteForEnv(envId);
   if (!suite.replay) throw new UsageError(`the ${suite.name} suite has no replay; try \`sinkflex envs check ${envId}\``);
@@ -167,6 +192,7 @@ export function registerEnvsReplayCommands(program: Command): void {
     .option("--db-dir <dir>", "a folder of databases (sql: DIR/<db>.sqlite; tau: DIR/<collection>.json)")
     .option("--games <dir>", "a folder of games (household)")
     .option("--limit <n>", "only the first n tasks")
+    .option("--wrong", "submit a plausible wrong answer for every task instead (a changed literal, value, argument or command; one step short); exit 0 only when every one scores 0")
     .option("--tree <name>", "bash: the file tree a --tasks file runs on (testbed, system or workspace); without it, taken from a name ending _1/_2/_3.json")
     .action(async (id: string, opts) => print(await replayCommand(id, opts)));
   envs

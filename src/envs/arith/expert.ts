@@ -1,9 +1,10 @@
 /**
  * The arith scripted expert: calls `calculate` with the task's expression, reads the result from the
- * tool message, and submits it. It acts only through the agent's tools.
+ * tool message, and submits it. It acts only through the agent's tools. `wrongAnswer` is the same play
+ * with an answer off by one (`envs replay --wrong`).
  */
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import type { Expert } from "../suite.js";
+import { changeArg, withChangedCall, type Expert } from "../suite.js";
 import type { ArithTask } from "./tasks.js";
 
 export class ArithExpert implements Expert {
@@ -28,4 +29,9 @@ export class ArithExpert implements Expert {
     }
     return { content: `The answer is ${this.task.answer}.`, toolCalls: [] };
   }
+}
+
+/** The expert's play with the submitted answer off by one: the verifier must score it 0. */
+export function wrongAnswer(task: ArithTask): Expert {
+  return withChangedCall(new ArithExpert(task), (call) => (call.name === "submit_answer" ? changeArg(call, "answer") : undefined));
 }

@@ -6,7 +6,7 @@ import { make, register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createArithEnv } from "./env.js";
-import { ArithExpert } from "./expert.js";
+import { ArithExpert, wrongAnswer } from "./expert.js";
 import type { ArithTask } from "./tasks.js";
 
 export const ARITH_ENV_ID = "sinkflex/arith-v0";
@@ -35,6 +35,7 @@ export function registerArith(): void {
     name: "arith",
     envIds: [ARITH_ENV_ID],
     createExpert: (_envId, task) => new ArithExpert(task as ArithTask),
+    wrongAnswer: (_envId, task) => wrongAnswer(task as ArithTask),
     replay: replayArith,
   });
 }

@@ -7,7 +7,7 @@ import { make, register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createBashEnv } from "./env.js";
-import { BashExpert } from "./expert.js";
+import { BashExpert, wrongAnswer } from "./expert.js";
 import { loadNl2BashTasks, parseTreeName, type BashTask } from "./tasks.js";
 
 export const NL2BASH_ENV_ID = "sinkflex/nl2bash-v0";
@@ -61,6 +61,7 @@ export function registerBash(): void {
     name: "bash",
     envIds: [NL2BASH_ENV_ID, NL2BASH_GEN_ENV_ID],
     createExpert: (_envId, task) => new BashExpert(task as BashTask),
+    wrongAnswer: (_envId, task) => wrongAnswer(task as BashTask),
     replay: replayBash,
   });
 }

@@ -10,10 +10,10 @@ import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import type { Env } from "../../gym/env.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createMintEnv, MINT_ENV_ID, type MintEnvOptions } from "./mint-env.js";
-import { MintExpert } from "./mint-expert.js";
+import { MintExpert, wrongAnswer as wrongMintAnswer } from "./mint-expert.js";
 import { MINT_SOURCES, type MintTask } from "./mint-tasks.js";
 import { createSweEnv, SWE_ENV_ID, type SweEnvOptions } from "./swe-env.js";
-import { SweExpert } from "./swe-expert.js";
+import { SweExpert, wrongAnswer as wrongSweAnswer } from "./swe-expert.js";
 import type { SweTask } from "./swe-tasks.js";
 
 export { createSweEnv, runHiddenTests, SWE_ENV_ID, SWE_SYSTEM_PROMPT, type SweEnvOptions, type SweState } from "./swe-env.js";
@@ -60,6 +60,7 @@ export const codeSuite: Suite = {
   name: "code",
   envIds: [SWE_ENV_ID, MINT_ENV_ID],
   createExpert: (envId, task) => (envId === SWE_ENV_ID ? new SweExpert(task as SweTask) : new MintExpert(task as MintTask)),
+  wrongAnswer: (envId, task) => (envId === SWE_ENV_ID ? wrongSweAnswer(task as SweTask) : wrongMintAnswer(task as MintTask)),
   replay: replayCode,
 };
 

@@ -5,7 +5,7 @@
  * SFT data and the suite's gold replay.
  */
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import type { Expert } from "../suite.js";
+import { changeArg, withChangedCall, type Expert } from "../suite.js";
 import type { MintTask, Reference } from "./mint-tasks.js";
 
 /** A Python literal for a reference answer. */
@@ -40,4 +40,14 @@ export class MintExpert implements Expert {
     }
     return { content: "Submitted.", toolCalls: [] };
   }
+}
+
+/**
+ * Answer tasks: the expert's play with the submitted answer changed (a number off by one). Code tasks
+ * have no well-defined wrong answer: a changed program may still pass the tests, and one made to fail
+ * on purpose says nothing about the verifier.
+ */
+export function wrongAnswer(task: MintTask): Expert | { none: string } {
+  if (task.kind === "code") return { none: "a code task's wrong program is not well defined (a changed program may still be correct)" };
+  return withChangedCall(new MintExpert(task), (call) => (call.name === "submit" ? changeArg(call, "answer") : undefined));
 }

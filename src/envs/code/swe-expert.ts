@@ -37,3 +37,18 @@ export class SweExpert implements Expert {
     }
   }
 }
+
+/**
+ * The expert's play without its fix: it looks, runs the tests, and submits the repository with the bug
+ * still in it (the `edit_file` turn is skipped), which the tests must fail.
+ */
+export function wrongAnswer(task: SweTask): Expert {
+  const expert = new SweExpert(task);
+  return {
+    async act(obs) {
+      let turn = await expert.act(obs);
+      if (turn.toolCalls[0]?.name === "edit_file") turn = await expert.act(obs);
+      return turn;
+    },
+  };
+}

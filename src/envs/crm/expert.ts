@@ -3,9 +3,10 @@
  * own tools (the REST API operations and the read-only SQL tool), then submits the answer it read off
  * the tool results. It knows the task's type and parameters (which product, which period), never its
  * answer. It is not a language model: its reading of transcripts is a fixed set of rules.
+ * `wrongAnswer` is the same play with a changed final answer (`envs replay --wrong`).
  */
 import type { AgentTurn, ChatObservation, ToolCall } from "../../core/index.js";
-import type { Expert } from "../suite.js";
+import { changeArg, offByOne, withChangedCall, type Expert } from "../suite.js";
 import type { CrmTask } from "./tasks.js";
 
 type Step = (results: string[]) => { content: string; calls: [string, Record<string, unknown>][] } | { answer: string };
@@ -157,4 +158,10 @@ export class CrmExpert implements Expert {
         : out.calls.map(([name, args], i) => ({ id: `call_${n}_${i}`, name, arguments: JSON.stringify(args) }));
     return { content: "answer" in out ? `The answer is ${out.answer}.` : out.content, toolCalls };
   }
+}
+
+/** The expert's play with the submitted answer changed (a number off by one, another id or name): it must score 0. */
+export function wrongAnswer(task: CrmTask): Expert {
+  const change = (value: unknown) => (value === "None" ? "Unknown" : offByOne(value));
+  return withChangedCall(new CrmExpert(task), (call) => (call.name === "submit_answer" ? changeArg(call, "answer", change) : undefined));
 }

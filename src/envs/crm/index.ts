@@ -6,7 +6,7 @@ import { register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createCrmEnv, CRM_ENV_ID, type CrmEnvOptions } from "./env.js";
-import { CrmExpert } from "./expert.js";
+import { CrmExpert, wrongAnswer } from "./expert.js";
 import { CRM_TASK_TYPES, type CrmTask } from "./tasks.js";
 
 export { createCrmEnv, CRM_ENV_ID, CrmEnv, type CrmEnvOptions, type CrmState } from "./env.js";
@@ -28,6 +28,7 @@ export const crmSuite: Suite = {
   name: "crm",
   envIds: [CRM_ENV_ID],
   createExpert: (_envId, task) => new CrmExpert(task as CrmTask),
+  wrongAnswer: (_envId, task) => wrongAnswer(task as CrmTask),
   replay: replayCrm,
 };
 

@@ -326,3 +326,11 @@ export class HouseholdExpert implements Expert {
 export function actTurn(command: string, id: string): AgentTurn {
   return { content: "", toolCalls: [{ id, name: "act", arguments: JSON.stringify({ command }) }] };
 }
+
+/**
+ * The expert's play stopped one step short of the goal: every command of the plan but the last, then
+ * no further action, so the game ends in a wrong final state (`envs replay --wrong`).
+ */
+export function wrongActions(game: Game): Expert {
+  return new HouseholdExpert(plan(game).slice(0, -1), game);
+}

@@ -8,7 +8,7 @@ import { make, register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createHouseholdEnv } from "./env.js";
-import { actTurn, HouseholdExpert, plan } from "./expert.js";
+import { actTurn, HouseholdExpert, plan, wrongActions } from "./expert.js";
 import { parseGoldTrajectory } from "./gold.js";
 import { defaultGamesDir, listGames, loadGame, type HouseholdTask } from "./tasks.js";
 import { readFileSync } from "node:fs";
@@ -53,6 +53,7 @@ export function registerHousehold(): void {
       const game = loadGame(task as HouseholdTask);
       return new HouseholdExpert(plan(game), game);
     },
+    wrongAnswer: (_envId, task) => wrongActions(loadGame(task as HouseholdTask)),
     replay: replayHousehold,
   });
 }

@@ -3,10 +3,10 @@
  * one call per turn, retrying a call whose result is an error (a fault: HTTP 503, a timeout, a
  * garbled body) up to `maxAttempts` times, then reads the answer from the last result at the task's
  * `answerPath` and submits it. It never submits the task's stored answer: what it submits is what the
- * API returned.
+ * API returned. `wrongAnswer` is the same play with a changed value in the final answer.
  */
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import type { Expert } from "../suite.js";
+import { changeArg, offByOne, withChangedCall, type Expert } from "../suite.js";
 import type { RestTask } from "./tasks.js";
 
 /** The value at a dotted path ("flights.0.price") of a JSON value. */
@@ -60,4 +60,13 @@ export class RestApiExpert implements Expert {
     this.calls++;
     return { content, toolCalls: [{ id: `call_${this.calls}`, name: "submit_answer", arguments: JSON.stringify({ answer }) }] };
   }
+}
+
+/**
+ * The expert's play with the final answer changed: a number moved by 1% (at least 1), beyond the 1e-4
+ * relative tolerance numeric answers are scored with (answer.ts); a string altered. It must score 0.
+ */
+export function wrongAnswer(task: RestTask): Expert {
+  const change = (v: unknown) => (typeof v === "number" ? v + Math.max(1, Math.round(Math.abs(v) * 0.01)) : offByOne(v));
+  return withChangedCall(new RestApiExpert(task), (call) => (call.name === "submit_answer" ? changeArg(call, "answer", change) : undefined));
 }

@@ -6,7 +6,7 @@ import { register } from "../../gym/registry.js";
 import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
 import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createRestApiEnv, RESTAPI_ENV_ID, type RestApiEnvOptions } from "./env.js";
-import { RestApiExpert } from "./expert.js";
+import { RestApiExpert, wrongAnswer } from "./expert.js";
 import { FAULT_KINDS } from "./server.js";
 import type { RestTask } from "./tasks.js";
 
@@ -30,6 +30,7 @@ export const restApiSuite: Suite = {
   name: "restapi",
   envIds: [RESTAPI_ENV_ID],
   createExpert: (_envId, task) => new RestApiExpert(task as RestTask),
+  wrongAnswer: (_envId, task) => wrongAnswer(task as RestTask),
   replay: replayRestApi,
 };
 

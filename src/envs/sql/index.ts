@@ -7,7 +7,7 @@ import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import type { SqlTask } from "./data.js";
 import { createSqlEnv, SQL_ENV_ID, type SqlEnvOptions } from "./env.js";
-import { SqlExpert } from "./expert.js";
+import { SqlExpert, wrongAnswer } from "./expert.js";
 
 export { createSqlEnv, SQL_ENV_ID, scoreSubmission, type SqlEnvOptions, type SqlState } from "./env.js";
 export { SqlExpert } from "./expert.js";
@@ -65,6 +65,7 @@ export const sqlSuite: Suite = {
   name: "sql",
   envIds: [SQL_ENV_ID],
   createExpert: (_envId, task) => new SqlExpert(task as SqlTask),
+  wrongAnswer: (_envId, task) => wrongAnswer(task as SqlTask),
   replay: replaySql,
 };
 

@@ -4,10 +4,11 @@
  * (it never reads the user id from the task), looks at an order or reservation before changing it,
  * lists each change and waits for the user's explicit "yes", then makes it, and finally tells the
  * user the figures they asked for. Its plan — which changes to make — comes from the task's gold
- * actions, as a person would work it out from the conversation.
+ * actions, as a person would work it out from the conversation. `wrongActions` is the same play with
+ * one changed argument in its first write action.
  */
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import type { Expert } from "../suite.js";
+import { offByOne, withChangedCall, type Expert } from "../suite.js";
 import type { Domain } from "./db.js";
 import { describeAction } from "./describe.js";
 import { pyDumps } from "./pyjson.js";
@@ -120,4 +121,19 @@ export class TauExpert implements Expert {
   private call(name: string, kwargs: Record<string, unknown>): AgentTurn {
     return { content: "", toolCalls: [{ id: `call_${++this.calls}`, name, arguments: pyDumps(kwargs) }] };
   }
+}
+
+/**
+ * The expert's play with the first string argument of its first write action changed (an order,
+ * reservation or user id with its last digit moved on, another value otherwise), so the database ends
+ * up other than the gold actions leave it. Tasks that write nothing have no such wrong answer.
+ */
+export function wrongActions(domain: Domain, task: TauTask): Expert | { none: string } {
+  if (!task.actions.some((a) => WRITE_TOOLS[domain].has(a.name))) return { none: "the task changes nothing (its reward reads only the outputs said), so there is no write action to change" };
+  return withChangedCall(new TauExpert(domain, task), (call) => {
+    if (!WRITE_TOOLS[domain].has(call.name)) return undefined;
+    const kwargs = JSON.parse(call.arguments) as Record<string, unknown>;
+    const key = Object.keys(kwargs).find((k) => typeof kwargs[k] === "string");
+    return key === undefined ? undefined : { ...call, arguments: pyDumps({ ...kwargs, [key]: offByOne(kwargs[key]) }) };
+  });
 }

@@ -10,7 +10,7 @@ import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../
 import { ToolEnv } from "../../tools/tool-env.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import type { Domain } from "./db.js";
-import { TauExpert } from "./expert.js";
+import { TauExpert, wrongActions } from "./expert.js";
 import { pyDumps } from "./pyjson.js";
 import type { TauTask } from "./tasks.js";
 
@@ -60,6 +60,7 @@ export function registerTau(): void {
     name: "tau",
     envIds: [TAU_RETAIL_ID, TAU_AIRLINE_ID],
     createExpert: (envId, task) => new TauExpert(tauDomain(envId), task as TauTask),
+    wrongAnswer: (envId, task) => wrongActions(tauDomain(envId), task as TauTask),
     replay: replayTau,
   });
 }
