@@ -20,7 +20,7 @@ export function registerDemoCommands(program: Command): void {
     .option("--quick", "a tiny smoke-test run (about a minute); its numbers mean nothing")
     .option("--naive-steps <n>", "GRPO steps replayed with the naive pipeline for the comparison (0 = skip)", String(DEMO_NAIVE_STEPS))
     .option("--seed <n>", "seed of everything", "0")
-    .option("--minutes <m>", "time budget of the whole demo: SFT ends by 52% of it, GRPO early enough for the evaluation after RL to end by 94%, then the naive replay; above 20 the recipe's SFT episodes grow in proportion (configs/demo.yaml, scale)", "20")
+    .option("--minutes <m>", "time budget of the whole demo: a short calibration run measures this machine, then every stage is planned to fit (the recipe's counts where they fit; else smaller held-out sets, GRPO's minimum steps, SFT in the time left) and the plan is printed before training; the naive replay is skipped when what is left cannot hold it (docs/demo.md, Calibrate, then plan)", "20")
     .option("--matmul <precision>", "matrix products in bf16 (on CPUs with AMX or AVX512-BF16) or fp32 (default: bf16 where the CPU has either); bf16 gives SFT 1.4 times the episodes (configs/demo.yaml, scale)")
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
