@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import Dict, List, Optional
 
@@ -68,6 +69,7 @@ class Connection:
                     return
                 header, arrays = frame
                 rid = header.get("id")
+                t0 = time.perf_counter()
                 try:
                     with self.server.lock:
                         if self.server.dist is not None and header.get("op") != "hello" and self.authed:
@@ -80,6 +82,7 @@ class Connection:
                     tb = traceback.format_exc(limit=4)
                     sys.stderr.write(tb)
                     reply, out = {"id": rid, "ok": False, "error": f"{type(e).__name__}: {e}", "kind": "internal"}, None
+                reply["ms"] = (time.perf_counter() - t0) * 1000  # the op's time in the worker (lock wait included)
                 self.sock.sendall(encode_frame(reply, out))
                 if header.get("op") == "hello" and not self.authed:
                     return

@@ -4,7 +4,7 @@
 import { describe } from "vitest";
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import { engineContract } from "./contract.js";
-import { tinyCheckpoint, torchUnavailable } from "./torch-helpers.js";
+import { tinyCheckpoint, testDevice, torchUnavailable } from "./torch-helpers.js";
 
 const missing = torchUnavailable();
 if (missing) {
@@ -12,7 +12,7 @@ if (missing) {
 } else {
   const dir = tinyCheckpoint();
   engineContract("torch engine, CPU fp32", async () => ({
-    engine: await openTorchEngine({ model: dir, threads: 1 }),
+    engine: await openTorchEngine({ model: dir, threads: 1, ...testDevice() }),
     vocabSize: 64,
   }));
 }

@@ -10,7 +10,7 @@ import { loadEngine } from "../../src/engine/embedded.js";
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import { grpoUpdate, type GrpoHparams, type TrainSequence } from "../../src/rl/grpo.js";
 import { randomTokens } from "./helpers.js";
-import { tinyCheckpoint, torchUnavailable } from "./torch-helpers.js";
+import { tinyCheckpoint, testDevice, torchUnavailable } from "./torch-helpers.js";
 
 const missing = torchUnavailable();
 
@@ -39,8 +39,8 @@ function groups(behaviour: (tokens: number[][]) => Promise<Float32Array[]>): Pro
     const dir = tinyCheckpoint();
     const emb = loadEngine(dir);
     const embRef = loadEngine(dir);
-    const torch = await openTorchEngine({ model: dir, threads: 1 });
-    const torchRef = await openTorchEngine({ model: dir, threads: 1 });
+    const torch = await openTorchEngine({ model: dir, threads: 1, ...testDevice() });
+    const torchRef = await openTorchEngine({ model: dir, threads: 1, ...testDevice() });
     try {
       const initial = emb.weights.data.slice();
       for (let step = 0; step < 3; step++) {

@@ -24,6 +24,14 @@ export function torchUnavailable(): string | null {
   return reason;
 }
 
+/**
+ * Where the torch engine tests run the worker: $SINKFLEX_TORCH_DEVICE (scripts/gpu-check.sh sets "cuda"),
+ * else the CPU; with fp32 weights (no bf16 autocast) so the parity tolerances hold.
+ */
+export function testDevice(): { device: string; autocast: "off" } {
+  return { device: process.env.SINKFLEX_TORCH_DEVICE || "cpu", autocast: "off" };
+}
+
 /** A checkpoint folder of the tiny test model (tinyConfig, seed 21, std 0.15), written by the embedded engine. */
 export function tinyCheckpoint(): string {
   const dir = join(mkdtempSync(join(tmpdir(), "sinkflex-torch-ckpt-")), "tiny");

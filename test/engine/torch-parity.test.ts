@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { loadEngine } from "../../src/engine/embedded.js";
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import { meanCrossEntropy, randomTokens } from "./helpers.js";
-import { tinyCheckpoint, torchUnavailable } from "./torch-helpers.js";
+import { tinyCheckpoint, testDevice, torchUnavailable } from "./torch-helpers.js";
 
 const TOL = 1e-4;
 const missing = torchUnavailable();
@@ -24,7 +24,7 @@ function maxDiff(a: Float32Array[], b: Float32Array[]): number {
   it("embedded and torch log-probs agree within 1e-4 on one checkpoint, before and after an AdamW step", async () => {
     const dir = tinyCheckpoint();
     const emb = loadEngine(dir);
-    const torch = await openTorchEngine({ model: dir, threads: 1 });
+    const torch = await openTorchEngine({ model: dir, threads: 1, ...testDevice() });
     try {
       const seqs = [randomTokens(1, 40, 64), randomTokens(2, 17, 64), randomTokens(3, 2, 64)];
       const a = await emb.logprobs(seqs);
@@ -47,7 +47,7 @@ function maxDiff(a: Float32Array[], b: Float32Array[]): number {
   });
 
   it("a worker that dies in the middle of a call rejects it naming the exit, and later calls fail at once", async () => {
-    const torch = await openTorchEngine({ model: tinyCheckpoint(), threads: 1 });
+    const torch = await openTorchEngine({ model: tinyCheckpoint(), threads: 1, ...testDevice() });
     const s = await torch.session(randomTokens(4, 8, 64));
     const long = s.sample({ maxTokens: 480, seed: 1 }); // the request is on the socket when sample returns
     process.kill(torch.workerPid, "SIGKILL");

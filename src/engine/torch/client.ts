@@ -56,6 +56,8 @@ export class WorkerClient {
    * exit status and last stderr lines; it may wait a moment for the process to be reaped).
    */
   explainEnd: () => Promise<string | undefined> = async () => undefined;
+  /** Milliseconds the worker spent running this connection's ops (each answer's `ms`), for the transport's share. */
+  workerMs = 0;
 
   private constructor(private readonly socket: Socket, readonly address: string) {
     socket.on("data", (chunk: Buffer) => {
@@ -126,6 +128,7 @@ export class WorkerClient {
     const p = this.pending.get(id);
     if (!p) return;
     this.pending.delete(id);
+    if (typeof f.header.ms === "number") this.workerMs += f.header.ms;
     if (f.header.ok === true) p.resolve(f);
     else {
       const kind = f.header.kind === "internal" ? "internal" : "request";
