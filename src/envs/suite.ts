@@ -9,7 +9,7 @@
  */
 import { Rng, type AgentTurn, type ChatMessage, type ChatObservation, type ToolCall, type ToolSpec } from "../core/index.js";
 import { unwrap, type Env, type Info } from "../gym/env.js";
-import { make } from "../gym/registry.js";
+import { make } from "../gym/index.js";
 import { ToolEnv, type Expert } from "../tools/tool-env.js";
 
 /** A scripted expert for one episode (defined with `ToolEnv`'s `expert` hook, tools/tool-env.ts). */
