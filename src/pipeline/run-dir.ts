@@ -4,7 +4,7 @@
  *
  *   runs/<name>/
  *     config.json            the validated config
- *     status.json            {state, stage, step, totalSteps, startedAt, updatedAt, error?}
+ *     status.json            {state, stage, step, totalSteps, startedAt, updatedAt, error?, endReason?}
  *     metrics.jsonl          one JSON object per step: {stage, step, time, ...figures}
  *     eval.json              per-stage evaluation tables (before RL, after RL)
  *     trajectories/<stage>-<step>.jsonl   the step's trajectories (tokens, mask, log-probs, turns, reward)
@@ -25,6 +25,8 @@ export interface RunStatus {
   startedAt: string;
   updatedAt: string;
   error?: string;
+  /** Why the run ended, once it has: "completed", "time budget: ...", "stopped by the user" or "failed: <message>". */
+  endReason?: string;
 }
 
 export function writeJsonAtomic(path: string, value: unknown): void {

@@ -221,8 +221,17 @@ async function saveFinal(ctx: RunContext, policy: Policy, state: TrainerState): 
   const finalDir = join(ctx.run.path, "final");
   await savePolicy(policy, finalDir);
   writeJsonAtomic(join(ctx.run.path, "result.json"), { grpo: state.grpo, rewardCurve: state.rewardCurve, sftMs: state.sftMs });
-  ctx.status({ state: "done", stage: "done", step: state.step, totalSteps: ctx.cfg.grpo.enabled ? ctx.cfg.grpo.steps : 0 });
+  const grpoPlanned = ctx.cfg.grpo.enabled ? ctx.cfg.grpo.steps : 0;
+  ctx.status({ state: "done", stage: "done", step: state.step, totalSteps: grpoPlanned, endReason: budgetEnd(state, grpoPlanned) ?? "completed" });
   return finalDir;
+}
+
+/** "time budget: ..." naming each stage a time budget ended before its planned steps, or undefined. */
+function budgetEnd(state: TrainerState, grpoPlanned: number): string | undefined {
+  const cut: string[] = [];
+  if (state.sftDone !== undefined && state.sftDone < state.sftSteps) cut.push(`sft took ${state.sftDone} of ${state.sftSteps} planned steps`);
+  if (state.step < grpoPlanned) cut.push(`grpo took ${state.step} of ${grpoPlanned} planned steps`);
+  return cut.length ? `time budget: ${cut.join("; ")}` : undefined;
 }
 
 function stoppedResult(ctx: RunContext, state: TrainerState): TrainResult {

@@ -2,10 +2,11 @@
  * The dashboard against run folders made by real (tiny) training runs: the API (runs, metrics cursor,
  * checkpoints, CSV export, the static report) and the page in headless Chromium at 1280 px (no
  * horizontal overflow with a group of 8 rollouts, axis titles on every chart, each view free of console
- * errors, compare mode). It saves the screenshots docs/dashboard.md shows to docs/images/.
+ * errors, compare mode, the same task of two runs or two steps side by side), why each run ended as the
+ * pipeline recorded it (completed, a time budget, stopped by the user, failed). It saves the screenshots docs/dashboard.md shows to docs/images/.
  * It is not the hostile-input suite (hostile.test.ts).
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import type { Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -35,12 +36,25 @@ describe("dashboard server", () => {
     const alpha = parityConfig(runsDir, "alpha", 3);
     await train({ ...alpha, grpo: { ...alpha.grpo, groupSize: 8 }, suites: [{ ...alpha.suites[0]!, reward: { verifier: 1, progress: 1, format: 0 } }] }, { quiet: true });
     // A replay of alpha's first GRPO step from its reference checkpoint, as the demo's naive comparison
-    // makes: the newest run, yet not the one the page opens on.
+    // makes: the newest run, yet not the one the page opens on. Its time budget (none) ends GRPO after
+    // the first of 2 planned steps.
     const replay = parityConfig(runsDir, "alpha-naive", 3);
     await train(
-      validateConfig({ ...replay, model: { checkpoint: join(runsDir, "alpha", "checkpoints", "reference"), matmul: replay.model.matmul }, sft: { ...replay.sft, enabled: false }, grpo: { ...replay.grpo, steps: 1 } }, "replay"),
-      { quiet: true, rolloutMode: "recompute", skipEval: true },
+      validateConfig({ ...replay, model: { checkpoint: join(runsDir, "alpha", "checkpoints", "reference"), matmul: replay.model.matmul }, sft: { ...replay.sft, enabled: false }, grpo: { ...replay.grpo, steps: 2 } }, "replay"),
+      { quiet: true, rolloutMode: "recompute", skipEval: true, grpoBudgetMs: 0 },
     );
+    // Runs that end otherwise, in a folder of their own: stopped by the user, and failed.
+    const others = join(root, "others");
+    mkdirSync(others);
+    await train(parityConfig(others, "stopped", 3), { quiet: true, shouldStop: () => true });
+    await expect(
+      train(parityConfig(others, "failed", 3), {
+        quiet: true,
+        onMetrics: () => {
+          throw new Error("disk full");
+        },
+      }),
+    ).rejects.toThrow("disk full");
     writeFileSync(join(root, "secret.txt"), "do not serve");
     symlinkSync(join(root, "secret.txt"), join(runsDir, "alpha", "trajectories", "leak.jsonl"));
     ({ server, url } = await startDashboard({ runsDir, port: 0 }));
@@ -62,6 +76,14 @@ describe("dashboard server", () => {
     const m = (await (await fetch(`${url}api/runs/alpha/metrics?from=${all.next}&file=${all.file}`)).json()) as { records: unknown[]; next: number };
     expect(m.records).toHaveLength(0);
     expect(m.next).toBe(all.next);
+  });
+
+  it("records why each run ended in status.json: completed, a time budget, stopped by the user, failed", () => {
+    const status = (dir: string, run: string) => JSON.parse(readFileSync(join(dir, run, "status.json"), "utf8")) as { state: string; endReason?: string };
+    expect(status(runsDir, "alpha")).toMatchObject({ state: "done", endReason: "completed" });
+    expect(status(runsDir, "alpha-naive")).toMatchObject({ state: "done", endReason: "time budget: grpo took 1 of 2 planned steps" });
+    expect(status(join(root, "others"), "stopped")).toMatchObject({ state: "stopped", endReason: "stopped by the user" });
+    expect(status(join(root, "others"), "failed")).toMatchObject({ state: "failed", endReason: "failed: disk full" });
   });
 
   it("lists the checkpoints on disk with their trainer state, and the latest", async () => {
@@ -125,7 +147,14 @@ describe("dashboard server", () => {
       await page.waitForSelector("body[data-ready='1']", { timeout: 20_000 });
       expect(await page.locator("#run-select").inputValue()).toBe("alpha");
       // The run page: why it ended, steps planned and taken, intervals with one decimal, the checkpoints.
-      expect(await page.locator("#why-ended").innerText()).toMatch(/^finished: all 3 GRPO steps/);
+      expect(await page.locator("#why-ended").innerText()).toMatch(/^completed: all 3 GRPO steps, then the evaluation after RL$/);
+      // The reason shown is the one recorded, for every way a run ends.
+      const reasons = JSON.stringify(["stopped", "failed"].map((r) => JSON.parse(readFileSync(join(root, "others", r, "status.json"), "utf8"))));
+      const shown = (await page.evaluate(
+        `(async () => { const m = await import('/runpage.js'); return ${reasons}.map((s) => m.whyEnded(s, {}, [], undefined)); })()`,
+      )) as string[];
+      expect(shown[0]).toMatch(/^stopped by the user at sft step \d+: continue it with `sinkflex train --resume`$/);
+      expect(shown[1]).toMatch(/^failed: disk full \(in [a-z-]+\)$/);
       expect(await page.locator("table.steps").innerText()).toMatch(/GRPO\s+3\s+3/);
       expect(await page.locator("#eval-table").innerText()).toMatch(/\d+\.\d% \[\d+\.\d–\d+\.\d\]/);
       expect(await page.locator("table.checkpoints tr[data-checkpoint]").count()).toBe(4);
@@ -209,6 +238,55 @@ describe("dashboard server", () => {
       expect(await page.locator("#eval-table th.run-head").allInnerTexts()).toEqual(["alpha", "beta"]);
       await view(page, "trajectories");
       expect(await page.locator("#traj-run option").allInnerTexts()).toEqual(["alpha", "beta"]);
+
+      // The same task side by side: alpha's first GRPO step beside the replay's (the same tasks, by seed).
+      await page.selectOption("#compare-select", "alpha-naive");
+      await view(page, "run");
+      expect(await page.locator("#why-ended").innerText()).toMatch(/^completed/);
+      await page.selectOption("#run-select", "alpha-naive");
+      await page.waitForFunction('document.getElementById("why-ended")?.textContent.startsWith("ended by its time budget: grpo took 1 of 2 planned steps")', undefined, { timeout: 10_000 });
+      await page.selectOption("#run-select", "alpha");
+      await page.selectOption("#compare-select", "alpha-naive");
+      await view(page, "trajectories");
+      await page.waitForFunction('document.querySelectorAll("#traj-file option").length === 3', undefined, { timeout: 10_000 });
+      await page.selectOption("#traj-file", "grpo-00001.jsonl");
+      await page.selectOption("#traj-side", "alpha-naive");
+      await page.waitForSelector(".side.other .rollout");
+      expect(await page.locator("#traj-side-file").inputValue()).toBe("grpo-00001.jsonl");
+      expect(await page.locator(".side.main h3").innerText()).toBe("alpha · grpo-00001.jsonl");
+      expect(await page.locator(".side.other h3").innerText()).toBe("alpha-naive · grpo-00001.jsonl");
+      const taskOf = async (side: string) => (await page.locator(`.side.${side} .panel > .hint`).innerText()).match(/of (task \d+ \(parity\))/)?.[1];
+      const rows = await page.locator(".group-list tbody tr").count();
+      expect(rows).toBe(2);
+      for (let i = 0; i < rows; i++) {
+        await page.locator(".group-list tbody tr").nth(i).click();
+        expect(await taskOf("main")).toBeTruthy();
+        expect(await taskOf("other")).toBe(await taskOf("main"));
+        expect(await page.locator(".side.main .rollout").count()).toBe(8);
+        expect(await page.locator(".side.other .rollout").count()).toBe(4);
+      }
+      await noOverflow(page, "side by side");
+      await page.screenshot({ path: "docs/images/dashboard-side-by-side.png", fullPage: false });
+      // Two steps of one run: the tasks both steps share are listed, each beside its twin.
+      await page.selectOption("#traj-side", "alpha");
+      await page.waitForFunction('document.querySelector(".side.other h3")?.textContent.startsWith("alpha ·")', undefined, { timeout: 10_000 });
+      const sideStep = await page.locator("#traj-side-file").inputValue();
+      expect(sideStep).not.toBe("grpo-00001.jsonl");
+      const tasks = async (file: string) => {
+        const { records } = (await (await fetch(`${url}api/runs/alpha/trajectories/${file}`)).json()) as { records: { suite: string; taskIndex: number }[] };
+        return new Set(records.map((r) => `${r.suite}#${r.taskIndex}`));
+      };
+      const mine = await tasks("grpo-00001.jsonl");
+      const theirs = await tasks(sideStep);
+      const shared = [...mine].filter((t) => theirs.has(t)).length;
+      if (shared > 0) {
+        expect(await page.locator(".t-outcome").inputValue()).toBe("both");
+        expect(await page.locator(".group-list tbody tr").count()).toBe(shared);
+        expect(await taskOf("other")).toBe(await taskOf("main"));
+      } else {
+        expect(await page.locator(".t-outcome").inputValue()).toBe("all");
+        expect(await page.locator(".side.other .empty").innerText()).toMatch(/^task \d+ \(parity\) is not in alpha · grpo-\d+\.jsonl/);
+      }
       expect(errors).toEqual([]);
 
       // The static report opens from a file, with no server, and shows the same views.
@@ -223,7 +301,7 @@ describe("dashboard server", () => {
       await offline.route("http://**", (r) => (offlineErrors.push(`fetched ${r.request().url()}`), r.abort()));
       await offline.goto(`file://${reportFile}`);
       await offline.waitForSelector("body[data-ready='1']", { timeout: 20_000 });
-      expect(await offline.locator("#why-ended").innerText()).toMatch(/^finished/);
+      expect(await offline.locator("#why-ended").innerText()).toMatch(/^completed/);
       await view(offline, "curves");
       expect(await offline.locator(".chart").count()).toBeGreaterThanOrEqual(8);
       await view(offline, "trajectories");

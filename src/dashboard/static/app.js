@@ -17,6 +17,8 @@ const state = {
   run: null, compare: null, view: "run", runs: [],
   metrics: {}, cursor: {}, notes: {}, drawn: "", pageKey: "",
   trajRun: null, trajFile: null, pinnedFile: false, trajFiles: [],
+  // The same task beside the one in view: another run's step, or another step of this run.
+  sideRun: null, sideFile: null,
 };
 
 async function api(path) {
@@ -76,6 +78,9 @@ function fillRunSelects() {
   if (!trajRuns.includes(state.trajRun)) state.trajRun = state.run;
   $("traj-run").innerHTML = trajRuns.map((r) => `<option>${escapeHtml(r)}</option>`).join("");
   $("traj-run").value = state.trajRun || "";
+  if (!trajRuns.includes(state.sideRun)) state.sideRun = null;
+  $("traj-side").innerHTML = `<option value="">(nothing)</option>` + trajRuns.map((r) => `<option value="${escapeHtml(r)}">${escapeHtml(r)}</option>`).join("");
+  $("traj-side").value = state.sideRun || "";
 }
 
 // metrics.jsonl is read from where the last poll stopped (a byte offset in that file); a large backlog
@@ -184,10 +189,33 @@ async function loadTrajectoryFiles() {
   if (keep !== state.trajFile) await loadTrajectories(keep);
 }
 
+/**
+ * The step shown beside `file` of `run`: the one picked, else for the same run another step (the
+ * oldest, or the newest when `file` is the oldest), for another run the same step when it has one.
+ */
+function sideStep(files, run, file) {
+  if (state.sideFile && files.includes(state.sideFile)) return state.sideFile;
+  if (state.sideRun === run) return files.find((f) => f !== file) || files[0];
+  return files.includes(file) ? file : files[files.length - 1];
+}
+
 async function loadTrajectories(file) {
   state.trajFile = file;
-  const { records, skipped } = await api(`${runPath(state.trajRun || state.run, "trajectories")}/${encodeURIComponent(file)}`);
-  mountTrajectories($("viewer"), records);
+  const run = state.trajRun || state.run;
+  const { records, skipped } = await api(`${runPath(run, "trajectories")}/${encodeURIComponent(file)}`);
+  let side = null;
+  $("traj-side-file").disabled = !state.sideRun;
+  if (state.sideRun) {
+    const files = await api(runPath(state.sideRun, "trajectories"));
+    const pick = sideStep(files, run, file);
+    $("traj-side-file").innerHTML = files.map((f) => `<option>${escapeHtml(f)}</option>`).join("");
+    $("traj-side-file").value = pick || "";
+    if (pick) {
+      const other = await api(`${runPath(state.sideRun, "trajectories")}/${encodeURIComponent(pick)}`);
+      side = { label: `${state.sideRun} · ${pick}`, records: other.records, mainLabel: `${run} · ${file}` };
+    }
+  }
+  mountTrajectories($("viewer"), records, side);
   if (skipped) $("viewer").insertAdjacentHTML("afterbegin", `<div class="note">${skipped} line(s) of ${escapeHtml(file)} skipped (not a JSON object)</div>`);
 }
 
@@ -220,6 +248,8 @@ $("smoothing").addEventListener("input", () => drawCharts());
 $("curve-set").addEventListener("change", () => drawCharts());
 $("traj-run").addEventListener("change", (e) => { state.trajRun = e.target.value; state.trajFile = null; state.trajFiles = []; state.pinnedFile = false; loadTrajectoryFiles(); });
 $("traj-file").addEventListener("change", (e) => { state.pinnedFile = true; loadTrajectories(e.target.value); });
+$("traj-side").addEventListener("change", (e) => { state.sideRun = e.target.value || null; state.sideFile = null; if (state.trajFile) loadTrajectories(state.trajFile); });
+$("traj-side-file").addEventListener("change", (e) => { state.sideFile = e.target.value; if (state.trajFile) loadTrajectories(state.trajFile); });
 for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => { state.view = b.dataset.view; showView(); writeHash(); });
 
 window.addEventListener("hashchange", () => {

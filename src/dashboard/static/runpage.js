@@ -33,23 +33,25 @@ export function stepsTable(config, records, checkpoints) {
   return rows;
 }
 
-/** One sentence on where the run stands: done (all steps or cut short), stopped, failed, running (or gone quiet). */
+/**
+ * One sentence on where the run stands: for an ended run, the reason the pipeline recorded in
+ * status.json (`endReason`: completed, a time budget, stopped by the user, failed) with the steps
+ * taken; for a running one, its step and last update. Nothing is inferred from the metrics.
+ */
 export function whyEnded(status, config, records, replayOf) {
   if (!status || typeof status !== "object") return "no status.json yet: the run has not started writing";
-  const grpoPlanned = obj(config.grpo).enabled === false ? 0 : obj(config.grpo).steps || 0;
-  const grpoTaken = lastStep(records, "grpo");
-  const evalAfter = records.some((m) => m.stage === "eval-after");
+  const reason = typeof status.endReason === "string" ? status.endReason : "";
   const noEval = !records.some((m) => m.stage === "eval-before" || m.stage === "eval-after");
+  const evalNote = noEval ? (replayOf ? `; it replays ${replayOf}'s first GRPO steps from its reference checkpoint, with no evaluation of its own` : "; it made no evaluation") : "";
   if (status.state === "done") {
-    let s = grpoPlanned && grpoTaken < grpoPlanned
-      ? `finished early: GRPO stopped after step ${grpoTaken} of the ${grpoPlanned} planned (a time budget ends GRPO early so that the evaluation fits), then ${evalAfter ? "evaluated" : "saved its policy"}`
-      : `finished: ${grpoPlanned ? `all ${grpoPlanned} GRPO steps` : "every planned step"}${evalAfter ? ", then the evaluation after RL" : ""}`;
-    if (status.stage && status.stage !== "done") s += ` (the run was asked for stage ${status.stage} only)`;
-    if (noEval) s += replayOf ? `; it replays ${replayOf}'s first GRPO steps from its reference checkpoint, with no evaluation of its own` : "; it made no evaluation";
-    return s;
+    const asked = status.stage && status.stage !== "done" ? ` (the run was asked for stage ${status.stage} only)` : "";
+    if (reason === "completed") return `completed: ${status.totalSteps ? `all ${status.totalSteps} GRPO steps` : "every planned step"}${records.some((m) => m.stage === "eval-after") ? ", then the evaluation after RL" : ""}${asked}${evalNote}`;
+    if (reason.startsWith("time budget")) return `ended by its time budget: ${reason.replace(/^time budget:?\s*/, "")}${asked}${evalNote}`;
+    if (!reason) return `done (this run folder predates recorded end reasons: status.json has no endReason)${asked}`;
+    return `done: ${reason}${asked}`;
   }
-  if (status.state === "stopped") return `stopped on request at ${status.stage} step ${status.step}: continue it with \`sinkflex train --resume\``;
-  if (status.state === "failed") return `failed in ${status.stage}${status.error ? `: ${status.error}` : ""}`;
+  if (status.state === "stopped") return `${reason || "stopped"} at ${status.stage} step ${status.step}: continue it with \`sinkflex train --resume\``;
+  if (status.state === "failed") return `${reason || `failed${status.error ? `: ${status.error}` : ""}`} (in ${status.stage})`;
   const quiet = Date.now() - Date.parse(status.updatedAt) > 10 * 60 * 1000;
   return `running: ${status.stage} step ${status.step}${status.totalSteps ? ` of ${status.totalSteps}` : ""}, last update ${ago(status.updatedAt)}${quiet ? " (no update for over 10 minutes: the process may have died; check it, and continue with --resume)" : ""}`;
 }

@@ -3,7 +3,9 @@
 // jump to the next solved or failed episode; and the chosen group's rollouts side by side (scrolling
 // inside their own panel), each turn by turn (messages, tool calls, observations), then its tokens:
 // trained tokens (loss mask 1) underlined and coloured by the sampled token's probability, context
-// tokens grey. It renders records it is given; fetching them is app.js's job.
+// tokens grey. Given a second step's records (another run's, or another step of the same run), the
+// chosen group is shown beside the same task (same suite and task index) of that step. It renders
+// records it is given; fetching them is app.js's job.
 import { escapeHtml } from "./charts.js";
 
 /** Solved: the verifier's verdict where the suite has a reward rubric, else a reward of 1 or more. */
@@ -43,7 +45,7 @@ const SORTS = {
   advantage: ["largest |advantage| first", (a, b) => b.advantage - a.advantage],
   order: ["suite and group", (a, b) => (a.suite < b.suite ? -1 : a.suite > b.suite ? 1 : a.group - b.group)],
 };
-const OUTCOMES = { all: "every group", solved: "with a solved episode", failed: "with a failed episode", mixed: "mixed (some solved, some not)", zero: "every reward 0" };
+const OUTCOMES = { both: "tasks in both steps (side by side)", all: "every group", solved: "with a solved episode", failed: "with a failed episode", mixed: "mixed (some solved, some not)", zero: "every reward 0" };
 
 function messageHtml(m) {
   if (m.role === "assistant") {
@@ -108,31 +110,50 @@ export function renderGroup(container, records) {
     .join("")}</div>`;
 }
 
-/** Mounts the browser for one trajectories file's records into `container`. */
-export function mountTrajectories(container, records) {
+/** The rollouts of task `taskIndex` of `suite` among `records` (its first group there), or []. */
+export function sameTask(records, suite, taskIndex) {
+  const first = records.find((r) => r.suite === suite && r.taskIndex === taskIndex);
+  return first ? records.filter((r) => r.suite === suite && r.group === first.group) : [];
+}
+
+/**
+ * Mounts the browser for one trajectories file's records into `container`; with `side`
+ * ({label, mainLabel, records}) each chosen group is shown beside the same task of those records.
+ */
+export function mountTrajectories(container, records, side = null) {
   const all = groupSummaries(records);
+  if (side) for (const g of all) g.inBoth = sameTask(side.records, g.suite, g.taskIndex).length > 0;
   const suites = [...new Set(all.map((g) => g.suite))];
-  const ui = { suite: "", outcome: "all", sort: "spread", current: null };
+  // Beside another step, the list opens on the tasks both steps have (when there are any).
+  const ui = { suite: "", outcome: side && all.some((g) => g.inBoth) ? "both" : "all", sort: "spread", current: null };
   container.innerHTML = `<div class="viewer-controls">
       <label>Suite <select class="t-suite"><option value="">every suite</option>${suites.map((s) => `<option>${escapeHtml(s)}</option>`).join("")}</select></label>
-      <label>Groups <select class="t-outcome">${Object.entries(OUTCOMES).map(([k, v]) => `<option value="${k}">${escapeHtml(v)}</option>`).join("")}</select></label>
+      <label>Groups <select class="t-outcome">${Object.entries(OUTCOMES).filter(([k]) => side || k !== "both").map(([k, v]) => `<option value="${k}">${escapeHtml(v)}</option>`).join("")}</select></label>
       <label>Sort <select class="t-sort">${Object.entries(SORTS).map(([k, [v]]) => `<option value="${k}">${escapeHtml(v)}</option>`).join("")}</select></label>
       <button type="button" class="t-next-solved">next solved episode</button>
       <button type="button" class="t-next-failed">next failed episode</button>
     </div>
     <div class="traj-layout"><div class="group-list"></div><div class="group-view"></div></div>`;
   const $ = (c) => container.querySelector(c);
+  $(".t-outcome").value = ui.outcome;
   const visible = () => all
     .filter((g) => !ui.suite || g.suite === ui.suite)
-    .filter((g) => ui.outcome === "all" || (ui.outcome === "solved" ? g.solved > 0 : ui.outcome === "failed" ? g.failed > 0 : ui.outcome === "mixed" ? g.solved > 0 && g.failed > 0 : g.max === 0))
+    .filter((g) => ui.outcome === "all" || (ui.outcome === "both" ? g.inBoth : (ui.outcome === "solved" ? g.solved > 0 : ui.outcome === "failed" ? g.failed > 0 : ui.outcome === "mixed" ? g.solved > 0 && g.failed > 0 : g.max === 0)))
     .sort(SORTS[ui.sort][1]);
   const keyOf = (g) => `${g.suite}#${g.group}`;
   const show = (g, focus) => {
     ui.current = g ? keyOf(g) : null;
     for (const row of container.querySelectorAll(".group-list tr[data-key]")) row.classList.toggle("current", row.dataset.key === ui.current);
-    renderGroup($(".group-view"), g ? g.rollouts : []);
+    if (!side) renderGroup($(".group-view"), g ? g.rollouts : []);
+    else {
+      $(".group-view").innerHTML = `<div class="side-by-side"><div class="side main"><h3>${escapeHtml(side.mainLabel)}</h3><div class="panel"></div></div><div class="side other"><h3>${escapeHtml(side.label)}</h3><div class="panel"></div></div></div>`;
+      renderGroup($(".side.main .panel"), g ? g.rollouts : []);
+      const twin = g ? sameTask(side.records, g.suite, g.taskIndex) : [];
+      if (twin.length || !g) renderGroup($(".side.other .panel"), twin);
+      else $(".side.other .panel").innerHTML = `<div class="empty">task ${escapeHtml(g.taskIndex)} (${escapeHtml(g.suite)}) is not in ${escapeHtml(side.label)}: pick "tasks in both steps" under Groups</div>`;
+    }
     if (focus != null) {
-      const el = $(`.group-view .rollout[data-index="${focus}"]`);
+      const el = $(`.group-view ${side ? ".side.main " : ""}.rollout[data-index="${focus}"]`);
       if (el) { el.classList.add("focus"); el.scrollIntoView({ block: "nearest", inline: "nearest" }); }
     }
   };

@@ -123,10 +123,18 @@ export function openRun(cfg: TrainConfig, options: TrainOptions, existing?: stri
       run.appendMetrics(full);
       options.onMetrics?.(full);
     },
-    status: (s) => run.writeStatus({ state: "running", stage: "setup", step: 0, totalSteps: 0, startedAt, updatedAt: new Date().toISOString(), ...s }),
+    status: (s) => run.writeStatus({ state: "running", stage: "setup", step: 0, totalSteps: 0, startedAt, updatedAt: new Date().toISOString(), ...s, ...endReasonOf(s) }),
   };
   ctx.status({ stage: "setup" });
   return ctx;
+}
+
+/** Why a run ended, for a status that ends it: "done" is "completed" unless the caller says (a time budget). */
+function endReasonOf(s: Partial<RunStatus>): { endReason?: string } {
+  if (s.state === "done") return { endReason: s.endReason ?? "completed" };
+  if (s.state === "stopped") return { endReason: "stopped by the user" };
+  if (s.state === "failed") return { endReason: `failed: ${s.error ?? "unknown error"}` };
+  return {};
 }
 
 /** The attention a config's policy runs with: its sink window, or full attention (undefined). */
