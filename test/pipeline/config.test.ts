@@ -27,7 +27,7 @@ describe("training config", () => {
     expect(() => validateConfig({ ...minimal, grpo: { groupSize: 1 } })).toThrow(/groupSize >= 2/);
     expect(() => validateConfig({ ...minimal, grpo: { estimator: "dr-grpo", aggregation: "sequence" } })).toThrow(/Dr. GRPO/);
     expect(() => validateConfig({ ...minimal, eval: { samples: 4, temperature: 0 } })).toThrow(/pass@k/);
-    expect(() => validateConfig({ ...minimal, attention: { mode: "sink-window", sinks: 8, window: 4 } })).toThrow(/window must be larger/);
+    expect(() => validateConfig({ ...minimal, attention: { mode: "sink-window", sinks: 8, window: 4 } })).toThrow(/the window \(4\) must be larger than the number of sink slots \(8\)/);
     expect(() => validateConfig({ ...minimal, sft: { minLrRatio: 0.2 } })).toThrow(/sft\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
     expect(() => validateConfig({ ...minimal, grpo: { minLrRatio: 0.2 } })).toThrow(/grpo\.minLrRatio: minLrRatio only applies to lrSchedule "cosine"/);
     expect(() => validateConfig({ ...minimal, grpo: { lrSchedule: "step" } })).toThrow(/grpo\.lrSchedule: must be one of "constant", "cosine"/);
