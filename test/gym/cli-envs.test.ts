@@ -71,7 +71,7 @@ describe("sinkflex envs", () => {
       const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
       child.kill("SIGTERM");
       expect(await exited).toBe(0);
-      expect(stdout).toMatch(/SIGTERM: closing 1 session\(s\) and stopping/);
+      expect(stdout).toMatch(/SIGTERM: finishing the steps in flight \(up to \d+ ms\), closing 1 session\(s\) and stopping/);
     } finally {
       if (child.exitCode === null) child.kill("SIGKILL");
     }
