@@ -532,6 +532,7 @@ export class EmbeddedEngine implements Engine {
       this.loadLoraSync(dir);
       return;
     }
+    if (this.loraState) throw new EngineError(`load: this engine trains a LoRA adapter and ${dir} is a full checkpoint; load an adapter folder, or use loadEngine for the checkpoint`);
     const ck = loadCheckpoint(dir);
     const same =
       ck.entries.length === this.weights.entries.length &&

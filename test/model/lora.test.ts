@@ -139,6 +139,7 @@ describe("LoRA in the engine", () => {
       again.loadSync(adapterDir);
       expect(again.lora?.lora).toEqual(engine.lora!.lora);
       expect(again.optimizer.step).toBe(2);
+      expect(() => again.loadSync(fx.checkpoint)).toThrow(/trains a LoRA adapter and .* is a full checkpoint/);
       const a = again.logprobsSync(fx.inputIds);
       const b = engine.logprobsSync(fx.inputIds);
       for (let s = 0; s < a.length; s++) for (let t = 0; t < a[s]!.length; t++) expect(Math.abs(a[s]![t]! - b[s]![t]!)).toBeLessThan(1e-5);
