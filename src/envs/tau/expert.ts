@@ -5,15 +5,17 @@
  * lists each change and waits for the user's explicit "yes", then makes it, and finally tells the
  * user the figures they asked for. Its plan — which changes to make — comes from the task's gold
  * actions, as a person would work it out from the conversation. `wrongActions` is the same play with
- * one changed argument in its first write action.
+ * one changed argument in a write action, chosen so that the database ends up other than the gold
+ * actions leave it.
  */
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
 import { offByOne, withChangedCall, type Expert } from "../suite.js";
-import type { Domain } from "./db.js";
+import { replayGold } from "./conform.js";
+import { diffDbs, loadBase, TauDb, type Domain } from "./db.js";
 import { describeAction } from "./describe.js";
-import { pyDumps } from "./pyjson.js";
+import { pyDumps, type PyRecord } from "./pyjson.js";
 import type { TauAction, TauTask } from "./tasks.js";
-import { WRITE_TOOLS } from "./tools.js";
+import { runAction, WRITE_TOOLS } from "./tools.js";
 
 type Stage = "greet" | "identify" | "plan";
 
@@ -123,17 +125,85 @@ export class TauExpert implements Expert {
   }
 }
 
+/** One argument of one gold write action changed: the action's index in `task.actions` and its new kwargs. */
+export interface WrongChange {
+  actionIndex: number;
+  kwargs: Record<string, any>;
+}
+
+/** The other variants on sale of the retail product that has variant `itemId` (none in airline). */
+function otherVariants(db: TauDb, itemId: unknown): string[] {
+  if (db.domain !== "retail" || typeof itemId !== "string") return [];
+  for (const [, product] of db.entries("products")) {
+    const variants = product.variants as PyRecord;
+    if (Object.prototype.hasOwnProperty.call(variants, itemId)) return Object.keys(variants).filter((id) => id !== itemId && variants[id].available);
+  }
+  return [];
+}
+
 /**
- * The expert's play with the first string argument of its first write action changed (an order,
- * reservation or user id with its last digit moved on, another value otherwise), so the database ends
- * up other than the gold actions leave it. Tasks that write nothing have no such wrong answer.
+ * `kwargs` with one argument changed, in key order: a string, the first id of a list or a number moved
+ * on by one; then a payment method id replaced by each other payment method of the customer; then the
+ * first new item replaced by each other variant on sale of its product.
+ */
+function changedKwargs(db: TauDb, kwargs: Record<string, any>, paymentMethods: string[]): Record<string, any>[] {
+  const out: Record<string, any>[] = [];
+  for (const [key, value] of Object.entries(kwargs)) {
+    if (typeof value === "string" || typeof value === "number") out.push({ ...kwargs, [key]: offByOne(value) });
+    else if (Array.isArray(value) && typeof value[0] === "string") out.push({ ...kwargs, [key]: [offByOne(value[0]), ...value.slice(1)] });
+  }
+  for (const key of ["payment_method_id", "payment_id"]) {
+    const value = kwargs[key];
+    if (typeof value === "string") for (const other of paymentMethods) if (other !== value) out.push({ ...kwargs, [key]: other });
+  }
+  const newItems = kwargs.new_item_ids;
+  if (Array.isArray(newItems)) for (const other of otherVariants(db, newItems[0])) out.push({ ...kwargs, new_item_ids: [other, ...newItems.slice(1)] });
+  return out;
+}
+
+/**
+ * The first change of one argument of one gold write action (actions in order, arguments in key
+ * order) after which replaying the gold actions leaves the database other than the gold replay does;
+ * undefined when there is none. A gold write action the tools refuse (e.g. a payment change with too
+ * little gift card balance, which the benchmark's gold actions keep) changes nothing, and so does any
+ * change to it that the tools refuse too: such a change is no wrong answer and is passed over (paying
+ * with another of the customer's methods, or choosing a cheaper variant, which the tools accept, is one).
+ */
+export function wrongChange(domain: Domain, task: TauTask, dbDir?: string): WrongChange | undefined {
+  const gold = replayGold(domain, task, dbDir).db;
+  const paymentMethods = Object.keys(gold.peek("users", task.user_id)?.payment_methods ?? {});
+  for (let actionIndex = 0; actionIndex < task.actions.length; actionIndex++) {
+    const action = task.actions[actionIndex]!;
+    if (!WRITE_TOOLS[domain].has(action.name)) continue;
+    for (const kwargs of changedKwargs(gold, action.kwargs, paymentMethods)) {
+      const db = new TauDb(domain, loadBase(domain, dbDir));
+      task.actions.forEach((a, i) => {
+        if (a.name !== "transfer_to_human_agents") runAction(domain, db, a.name, i === actionIndex ? kwargs : a.kwargs);
+      });
+      if (diffDbs(db, gold).length > 0) return { actionIndex, kwargs };
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The expert's play with one argument of one write action changed (`wrongChange`: an order,
+ * reservation, item or payment id with its last digit moved on, another value otherwise, another
+ * payment method of the customer or another variant of a new item), so the database ends up other
+ * than the gold actions leave it. Tasks that write nothing, or whose outcome no single changed
+ * argument alters, have no such wrong answer.
  */
 export function wrongActions(domain: Domain, task: TauTask): Expert | { none: string } {
   if (!task.actions.some((a) => WRITE_TOOLS[domain].has(a.name))) return { none: "the task changes nothing (its reward reads only the outputs said), so there is no write action to change" };
+  const change = wrongChange(domain, task);
+  if (!change) return { none: "no single changed argument of a write action leaves the database other than the gold actions do" };
+  // The expert makes the gold actions as they are; the changed one is the n-th call identical to it.
+  const target = task.actions[change.actionIndex]!;
+  const arguments_ = pyDumps(target.kwargs);
+  const occurrence = task.actions.slice(0, change.actionIndex).filter((a) => a.name === target.name && pyDumps(a.kwargs) === arguments_).length;
+  let seen = 0;
   return withChangedCall(new TauExpert(domain, task), (call) => {
-    if (!WRITE_TOOLS[domain].has(call.name)) return undefined;
-    const kwargs = JSON.parse(call.arguments) as Record<string, unknown>;
-    const key = Object.keys(kwargs).find((k) => typeof kwargs[k] === "string");
-    return key === undefined ? undefined : { ...call, arguments: pyDumps({ ...kwargs, [key]: offByOne(kwargs[key]) }) };
+    if (call.name !== target.name || call.arguments !== arguments_ || seen++ !== occurrence) return undefined;
+    return { ...call, arguments: pyDumps(change.kwargs) };
   });
 }
