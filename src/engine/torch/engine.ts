@@ -107,7 +107,8 @@ export class TorchEngine implements Engine {
 
   /**
    * A fresh AdamW at the next step (moments and step count dropped). Sent without waiting, as the
-   * embedded engine's is synchronous; a failure is reported by the next call (the worker answers in order).
+   * embedded engine's is synchronous; the worker runs it before any later request, and a worker that
+   * died meanwhile fails the next call.
    */
   resetOptimizer(): void {
     this.alive();
