@@ -20,3 +20,7 @@ export { evaluate, type SuiteEval } from "./pipeline/evaluate.js";
 export { runDemo, formatDemoTable } from "./pipeline/demo.js";
 export { createPolicy, loadPolicy, savePolicy, type Policy } from "./pipeline/policy.js";
 export * from "./attention/index.js";
+export type { AgentContext, AgentFunction, AgentTask, AgentToolResult, AgentTools } from "./gateway/index.js";
+export { buildTree, diffSnapshots, makeTreeDir, removeTree, Sandbox, snapshotTree, type ExecResult, type SandboxLimits, type SandboxOptions } from "./sandbox/index.js";
+export { ChatTemplate } from "./model/chat-template.js";
+export { loadQwen3Tokenizer } from "./model/tokenizer.js";
