@@ -7,62 +7,27 @@
  * positions and may not exceed them; beyond loopback it needs an API key (or `--insecure`). `openServer`
  * does the same for tests and other commands. The HTTP side is src/serve/openai-server.ts.
  */
-import { existsSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { basename } from "node:path";
 import type { Command } from "commander";
-import { loadEngine, type EmbeddedEngine } from "../../engine/embedded.js";
-import { ChatTemplate } from "../../model/chat-template.js";
-import { Tokenizer } from "../../model/tokenizer.js";
-import { tokenCodec, TrimmedVocab } from "../../model/vocab.js";
-import { checkExposure, OpenAIServer, type ServeOptions } from "../../serve/openai-server.js";
-import { UsageError } from "../usage-error.js";
+import type { EmbeddedEngine } from "../../engine/index.js";
+import { OpenAIServer, type ServeOptions } from "../../serve/index.js";
+import { exposure, intAtLeast, loadServedCheckpoint } from "./served-checkpoint.js";
 
 export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" | "codec" | "template">> {
   port?: number;
   host?: string;
 }
 
-/** `checkExposure` with a usage error: the warning to print, or undefined. */
-function exposure(host: string, apiKey: string | undefined, insecure: boolean | undefined): string | undefined {
-  try {
-    return checkExposure(host, apiKey, insecure);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-}
 
 /**
  * Loads a checkpoint folder and starts serving it; returns the server, its base URL, the engine (its
  * open sessions show what requests hold) and a closer.
  */
 export async function openServer(checkpoint: string, opts: OpenServerOptions = {}): Promise<{ server: OpenAIServer; url: string; engine: EmbeddedEngine; close: () => Promise<void> }> {
-  const dir = resolve(checkpoint);
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
-  if (!existsSync(dir)) throw new UsageError(`no checkpoint folder at ${dir}; pass a folder with config.json, safetensors and tokenizer files`);
-  if (!existsSync(resolve(dir, "tokenizer.json"))) {
-    throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
-  }
-  const engine = loadEngine(dir);
-  const positions = engine.config.maxPositionEmbeddings;
-  const maxContextTokens = opts.maxContextTokens ?? positions;
-  if (maxContextTokens > positions) {
-    engine.dispose();
-    throw new UsageError(
-      `--max-context ${maxContextTokens} is more than the model's ${positions} positions (max_position_embeddings in ${dir}/config.json); pass --max-context ${positions} or less, or leave it out`,
-    );
-  }
-  const tokenizer = Tokenizer.fromDir(dir);
-  const vocab = TrimmedVocab.load(dir);
-  const codec = tokenCodec(tokenizer, vocab);
-  if (codec.size > engine.config.vocabSize) {
-    engine.dispose();
-    throw new UsageError(
-      `the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`,
-    );
-  }
-  engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
-  const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
+  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens);
+  const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
   let url: string;
   try {
     url = await server.listen(opts.port ?? 0, host);
@@ -81,13 +46,6 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
   };
 }
 
-function intAtLeast(name: string, min: number) {
-  return (v: string) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min) throw new UsageError(`${name} must be an integer of at least ${min}, got "${v}"`);
-    return n;
-  };
-}
 
 export function registerServeCommands(program: Command): void {
   program

@@ -1,0 +1,72 @@
+/**
+ * What `sinkflex serve` and `sinkflex gateway` share before they listen: the exposure check (a key or
+ * `--insecure` beyond loopback), a checkpoint folder loaded into the embedded engine with its tokenizer,
+ * chat template and trimmed vocabulary, the context limit checked against the model's positions, and
+ * the integer option parser. Each failure is a usage error that says what to pass instead.
+ *
+ * This file loads; it serves nothing (src/serve, src/gateway do).
+ */
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
+import { ChatTemplate } from "../../model/chat-template.js";
+import { Tokenizer } from "../../model/tokenizer.js";
+import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/vocab.js";
+import { checkExposure } from "../../serve/index.js";
+import { UsageError } from "../usage-error.js";
+
+/** `checkExposure` as a usage error: the warning to print, or undefined. */
+export function exposure(host: string, apiKey: string | undefined, insecure: boolean | undefined): string | undefined {
+  try {
+    return checkExposure(host, apiKey, insecure);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+export interface ServedCheckpoint {
+  dir: string;
+  engine: EmbeddedEngine;
+  codec: TokenCodec;
+  template: ChatTemplate;
+  /** The context limit: the one asked for, or the model's positions. */
+  maxContextTokens: number;
+}
+
+/** Loads `checkpoint` for serving; the engine is disposed again if a check fails. */
+export function loadServedCheckpoint(checkpoint: string, maxContext?: number): ServedCheckpoint {
+  const dir = resolve(checkpoint);
+  if (!existsSync(dir)) throw new UsageError(`no checkpoint folder at ${dir}; pass a folder with config.json, safetensors and tokenizer files`);
+  if (!existsSync(resolve(dir, "tokenizer.json"))) {
+    throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
+  }
+  const engine = loadEngine(dir);
+  const positions = engine.config.maxPositionEmbeddings;
+  const maxContextTokens = maxContext ?? positions;
+  if (maxContextTokens > positions) {
+    engine.dispose();
+    throw new UsageError(
+      `--max-context ${maxContextTokens} is more than the model's ${positions} positions (max_position_embeddings in ${dir}/config.json); pass --max-context ${positions} or less, or leave it out`,
+    );
+  }
+  const tokenizer = Tokenizer.fromDir(dir);
+  const vocab = TrimmedVocab.load(dir);
+  const codec = tokenCodec(tokenizer, vocab);
+  if (codec.size > engine.config.vocabSize) {
+    engine.dispose();
+    throw new UsageError(
+      `the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`,
+    );
+  }
+  engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
+  return { dir, engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), maxContextTokens };
+}
+
+/** A commander parser for an integer option of at least `min`. */
+export function intAtLeast(name: string, min: number) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) throw new UsageError(`${name} must be an integer of at least ${min}, got "${v}"`);
+    return n;
+  };
+}
