@@ -116,6 +116,9 @@ for stage in sorted(os.listdir(sys.argv[1])):
 print(json.dumps(out))
 `;
 
+/** The Python with torch (CI's worker environment names it), else the system's. */
+const PYTHON = process.env.SINKFLEX_TORCH_PYTHON ?? "python3";
+
 describe("TensorBoard export", () => {
   let root: string;
   let runsDir: string;
@@ -155,7 +158,7 @@ describe("TensorBoard export", () => {
   });
 
   it("reads back through TensorBoard's EventAccumulator (when Python's tensorboard is importable)", async (ctx) => {
-    const probe = spawnSync("python3", ["-c", "import tensorboard.backend.event_processing.event_accumulator"], { encoding: "utf8", timeout: 60_000 });
+    const probe = spawnSync(PYTHON, ["-c", "import tensorboard.backend.event_processing.event_accumulator"], { encoding: "utf8", timeout: 60_000 });
     if (probe.status !== 0) {
       console.log(`skipped: Python's tensorboard package is not importable (${(probe.stderr || probe.error?.message || "").trim().split("\n").pop()}); pip install tensorboard to run this check`);
       ctx.skip();
@@ -163,7 +166,7 @@ describe("TensorBoard export", () => {
     }
     const out = join(root, "tb-py");
     await exportTensorboard(runsDir, "alpha", out);
-    const py = spawnSync("python3", ["-c", EVENT_ACCUMULATOR, out], { encoding: "utf8", timeout: 120_000 });
+    const py = spawnSync(PYTHON, ["-c", EVENT_ACCUMULATOR, out], { encoding: "utf8", timeout: 120_000 });
     expect(py.status, py.stderr).toBe(0);
     const read = JSON.parse(py.stdout) as Record<string, Record<string, [number, number][]>>;
     const grpo = records.filter((r) => r.stage === "grpo");
