@@ -2,7 +2,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
 import { register, unregister } from "../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../src/envs/index.js";
-import { WalkEnv } from "./helpers.js";
+import { WalkEnv } from "../gym/helpers.js";
 import { runCli } from "../run-cli.js";
 
 const BIN = "bin/sinkflex.mjs";

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { train } from "../../src/pipeline/train.js";
-import { parityConfig, registerParityEnv } from "./parity-env.js";
+import { parityConfig, registerParityEnv } from "../pipeline/parity-env.js";
 import { runCli } from "../run-cli.js";
 
 registerParityEnv();

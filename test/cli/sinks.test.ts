@@ -16,7 +16,7 @@ import { ChatTemplate } from "../../src/model/chat-template.js";
 import { loadQwen3Tokenizer, qwen3TokenizerDir } from "../../src/model/tokenizer.js";
 import { TrimmedVocab } from "../../src/model/vocab.js";
 import type { SinkProfile } from "../../src/attention/index.js";
-import { sinkModel, tinyConfig, withX, X } from "./helpers.js";
+import { sinkModel, tinyConfig, withX, X } from "../attention/helpers.js";
 import { runCli } from "../run-cli.js";
 
 

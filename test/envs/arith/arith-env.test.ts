@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../src/gym/chat.js";
-import { make } from "../../src/gym/registry.js";
-import { evaluateExpression } from "../../src/envs/arith/calculator.js";
-import { ARITH_ENV_ID } from "../../src/envs/arith/index.js";
-import { generateArithTasks } from "../../src/envs/arith/tasks.js";
-import { registerBundledEnvs } from "../../src/envs/index.js";
-import { runExpertEpisode, suiteForEnv } from "../../src/envs/suite.js";
+import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import { make } from "../../../src/gym/registry.js";
+import { evaluateExpression } from "../../../src/envs/arith/calculator.js";
+import { ARITH_ENV_ID } from "../../../src/envs/arith/index.js";
+import { generateArithTasks } from "../../../src/envs/arith/tasks.js";
+import { registerBundledEnvs } from "../../../src/envs/index.js";
+import { runExpertEpisode, suiteForEnv } from "../../../src/envs/suite.js";
 
 registerBundledEnvs();
 
