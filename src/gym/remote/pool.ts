@@ -396,11 +396,12 @@ export class PooledEnv<Obs = unknown, Act = unknown> implements Env<Obs, Act> {
     this.moves = 0;
     this.envMs = 0;
     this.pool.count("episodes");
-    const result = await this.call(async (env) => {
-      const r = await env.reset(this.resetArgs);
-      this.firstAnswer = JSON.stringify(r);
-      return r;
-    });
+    // The answer is recorded here, once the call has returned, never by the call itself: a reset that
+    // is still running on an abandoned session (an episode timed out, then reset again) must not
+    // overwrite the answer of the episode that follows it.
+    const resetArgs = this.resetArgs;
+    const result = await this.call((env) => env.reset(resetArgs));
+    this.firstAnswer = JSON.stringify(result);
     this.lastObservation = result[0];
     return result;
   }

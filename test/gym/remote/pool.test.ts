@@ -11,7 +11,7 @@ import { EnvInfrastructureError, EnvPool, isInfrastructureFailure } from "../../
 import { serveEnv, type EnvServer } from "../../../src/gym/remote/server.js";
 import { make } from "../../../src/gym/registry.js";
 import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
-import type { Env } from "../../../src/gym/env.js";
+import type { Env, ResetArgs, ResetResult } from "../../../src/gym/env.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";
 import { Rollout, type GroupTask } from "../../../src/rollout/agent-loop.js";
 import { RolloutScheduler } from "../../../src/rollout/scheduler.js";
@@ -57,8 +57,11 @@ async function openPool(options: Parameters<typeof EnvPool.open>[0]): Promise<En
   return pool;
 }
 
-/** Plays one slow-env episode (action k at step k) and returns its observations and rewards. */
-async function play(env: Env<string, number>, seed: number, taskIndex = 0): Promise<string[]> {
+/**
+ * Plays one slow-env episode (action k at step k) and returns its observations and rewards. After each
+ * answered step it awaits `afterStep(steps so far)` when given (a test holds episodes there).
+ */
+async function play(env: Env<string, number>, seed: number, taskIndex = 0, afterStep?: (steps: number) => Promise<void>): Promise<string[]> {
   const seen: string[] = [];
   const [obs] = await env.reset({ seed, options: { taskIndex } });
   seen.push(obs);
@@ -66,8 +69,48 @@ async function play(env: Env<string, number>, seed: number, taskIndex = 0): Prom
     const [o, r, term, trunc] = await env.step((seed + k) % 1000);
     seen.push(`${o} ${r}`);
     if (term || trunc) break;
+    await afterStep?.(k + 1);
   }
   return seen;
+}
+
+/**
+ * Holds `count` episodes after their `steps`-th step: `reached` resolves once all of them are there
+ * (every session open, every episode mid-episode with steps to replay), `release()` lets them go on.
+ * A fault injected between the two hits every episode mid-episode however slow the machine is.
+ */
+function holdAfter(steps: number, count: number): { afterStep: (k: number) => Promise<void>; reached: Promise<void>; release: () => void } {
+  let arrived = 0;
+  let allThere!: () => void;
+  let release!: () => void;
+  const reached = new Promise<void>((r) => (allThere = r));
+  const gate = new Promise<void>((r) => (release = r));
+  const afterStep = async (k: number) => {
+    if (k !== steps) return;
+    if (++arrived === count) allThere();
+    await gate;
+  };
+  return { afterStep, reached, release };
+}
+
+/** A TCP proxy on 127.0.0.1 in front of `port` whose connections `cut()` drops (the server stays up). */
+async function cuttableProxy(port: number): Promise<{ url: string; cut: () => void }> {
+  const sockets = new Set<Socket>();
+  const proxy = createServer((client) => {
+    const upstream = connect(port, "127.0.0.1");
+    client.pipe(upstream).pipe(client);
+    sockets.add(client);
+    const drop = () => {
+      sockets.delete(client);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", drop).on("close", drop);
+    upstream.on("error", drop).on("close", drop);
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  cleanups.push(() => new Promise<void>((r) => proxy.close(() => r())));
+  return { url: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`, cut: () => [...sockets].forEach((s) => s.destroy()) };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -134,7 +177,41 @@ describe("EnvPool: same trajectories as local envs", () => {
   }, 60_000);
 });
 
-describe("EnvPool: a fault while a reused env resets", () => {
+describe("EnvPool: a fault while an episode resets", () => {
+  it("a WebSocket dropped while a new env's first reset is in flight: the reset runs again on the other server, with nothing to replay", async () => {
+    // The server's first reset waits for the test: the drop lands while it is in flight, every time.
+    let resets = 0;
+    let entered!: () => void;
+    let letGo!: () => void;
+    const inFlight = new Promise<void>((r) => (entered = r));
+    const held = new Promise<void>((r) => (letGo = r));
+    class HeldResetEnv extends SlowEnv {
+      override async reset(args: ResetArgs = {}): Promise<ResetResult<string>> {
+        if (++resets === 1) {
+          entered();
+          await held;
+        }
+        return super.reset(args);
+      }
+    }
+    const server = await serveEnv(() => new HeldResetEnv(0, 3), { envId: SLOW_ENV_ID, maxSessions: 4, clientOptions: { reset: { taskIndex: { type: "integer", min: 0, max: 1000 } } } });
+    cleanups.push(() => server.close());
+    cleanups.push(() => letGo());
+    const { url: proxyUrl, cut } = await cuttableProxy(server.port);
+    // One session per server, the proxy listed first: the episode starts through the proxy.
+    const pool = await openPool({ urls: [proxyUrl, server.url], sessionsPerServer: 1, healthIntervalMs: 600_000 });
+    const env = pool.make<string, number>();
+    cleanups.push(() => env.close());
+    const episode = play(env, 4);
+    await Promise.race([inFlight, episode]); // an episode that fails before its reset arrives shows its error
+    cut();
+    letGo();
+    expect(await episode).toEqual(await play(new SlowEnv(0, 3), 4));
+    expect(resets).toBe(2);
+    expect(pool.stats()).toMatchObject({ episodes: 1, completed: 1, failed: 0, retried: 1, moves: 1, replayedSteps: 0 });
+  }, 60_000);
+
+
   it("a server gone when the next episode of the same env opens its session: the reset runs on the other server (no replay of the last episode)", async () => {
     const a = await serveEnv(SLOW_ENV_ID, { maxSessions: 4 });
     const b = await serveEnv(SLOW_ENV_ID, { maxSessions: 4 });
@@ -157,16 +234,18 @@ describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
     const events: string[] = [];
     const pool = await openPool({ urls: [a.url, b.url], sessionsPerServer: 8, options: { stepMs: 30, episodeSteps: 12 }, healthIntervalMs: 200, onEvent: (e) => events.push(e.kind) });
     const N = 12;
+    const hold = holdAfter(2, N);
     const running = Array.from({ length: N }, async (_, i) => {
       const env = pool.make<string, number>();
       try {
-        return await play(env, 50 + i);
+        return await play(env, 50 + i, 0, hold.afterStep);
       } finally {
         await env.close();
       }
     });
-    await sleep(150); // every episode is a few steps in
+    await hold.reached; // every episode is 2 steps in, half of them on `a`
     a.proc.kill("SIGKILL");
+    hold.release();
     const results = await Promise.all(running);
     const expected = await Promise.all(Array.from({ length: N }, (_, i) => play(new SlowEnv(0, 12), 50 + i)));
     expect(results).toEqual(expected);
@@ -198,17 +277,19 @@ describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
     const a = await startServer();
     const b = await startServer();
     const pool = await openPool({ urls: [a.url, b.url], sessionsPerServer: 4, options: { stepMs: 20, episodeSteps: 8 }, stepTimeoutMs: 1_500, healthIntervalMs: 300 });
+    const hold = holdAfter(2, 6);
     const running = Array.from({ length: 6 }, async (_, i) => {
       const env = pool.make<string, number>();
       try {
-        return await play(env, 7 + i);
+        return await play(env, 7 + i, 0, hold.afterStep);
       } finally {
         await env.close();
       }
     });
-    await sleep(100);
+    await hold.reached;
     a.proc.kill("SIGSTOP");
     cleanups.push(() => void a.proc.kill("SIGCONT"));
+    hold.release();
     const results = await Promise.all(running);
     expect(results).toEqual(await Promise.all(Array.from({ length: 6 }, (_, i) => play(new SlowEnv(0, 8), 7 + i))));
     expect(pool.stats().retried).toBeGreaterThan(0);
@@ -220,33 +301,20 @@ describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
   it("a WebSocket dropped mid-episode (server still up) moves the episode; an episode with nowhere to go is an infrastructure failure, counted", async () => {
     const server = await serveEnv(SLOW_ENV_ID, { maxSessions: 16 });
     cleanups.push(() => server.close());
-    // A TCP proxy in front of the server whose connections can be cut.
-    const sockets = new Set<Socket>();
-    const proxy = createServer((client) => {
-      const upstream = connect(server.port, "127.0.0.1");
-      client.pipe(upstream).pipe(client);
-      sockets.add(client);
-      const drop = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on("error", drop).on("close", drop);
-      upstream.on("error", drop).on("close", drop);
-    });
-    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-    cleanups.push(() => new Promise<void>((r) => proxy.close(() => r())));
-    const proxyUrl = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+    const { url: proxyUrl, cut } = await cuttableProxy(server.port);
     const pool = await openPool({ urls: [proxyUrl, server.url], sessionsPerServer: 2, options: { stepMs: 30, episodeSteps: 6 }, healthIntervalMs: 200 });
+    const hold = holdAfter(2, 4);
     const running = Array.from({ length: 4 }, async (_, i) => {
       const env = pool.make<string, number>();
       try {
-        return await play(env, 300 + i);
+        return await play(env, 300 + i, 0, hold.afterStep);
       } finally {
         await env.close();
       }
     });
-    await sleep(100);
-    for (const s of sockets) s.destroy();
+    await hold.reached; // 2 episodes 2 steps in through the proxy, 2 on the server itself
+    cut();
+    hold.release();
     const results = await Promise.all(running);
     expect(results).toEqual(await Promise.all(Array.from({ length: 4 }, (_, i) => play(new SlowEnv(0, 6), 300 + i))));
     expect(pool.stats().retried).toBeGreaterThan(0);
@@ -255,18 +323,20 @@ describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
     // One server, no retries allowed, killed mid-episode: every episode is an infrastructure failure.
     const only = await startServer();
     const strict = await openPool({ urls: [only.url], sessionsPerServer: 4, options: { stepMs: 30, episodeSteps: 20 }, maxRetries: 1, acquireTimeoutMs: 1_000 });
+    const held = holdAfter(2, 3);
     const doomed = Array.from({ length: 3 }, async (_, i) => {
       const env = strict.make<string, number>();
       try {
-        return await play(env, i);
+        return await play(env, i, 0, held.afterStep);
       } catch (err) {
         return err as Error;
       } finally {
         await env.close();
       }
     });
-    await sleep(150);
+    await held.reached;
     only.proc.kill("SIGKILL");
+    held.release();
     const outcomes = await Promise.all(doomed);
     for (const o of outcomes) {
       expect(o).toBeInstanceOf(EnvInfrastructureError);
