@@ -16,7 +16,7 @@ import { writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createRandomModel, type EmbeddedEngine } from "../src/engine/embedded.js";
-import type { ChatMessage } from "../src/gym/chat.js";
+import type { ChatMessage } from "../src/core/index.js";
 import { ChatTemplate } from "../src/model/chat-template.js";
 import { parseHfConfig } from "../src/model/config.js";
 import { loadQwen3Tokenizer } from "../src/model/tokenizer.js";

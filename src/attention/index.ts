@@ -10,7 +10,7 @@ export {
 export {
   ATTENTION_MODES, describeSinkWindow, parseSinkWindowRecord, resolveSinkWindow, SINK_PROFILE_FILE, SINK_WINDOW_FILE, SINK_WINDOW_FORMAT,
   sinkWindowOf, sinkWindowRecord, type AttentionChoice, type AttentionMode,
-} from "../model/sink-window.js";
+} from "../model/index.js";
 export {
   checkProfileFits, formatProfile, parseProfile, ProfileError, profileChanges, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
   type LayerSinks, type PositionSink, type SinkProfile, type TokenSink,

@@ -16,8 +16,8 @@
  *
  * Shapes: T = sequence length; docIds, pinned are [T].
  */
-import { documentPositions as rowPositions, maskKeeps, SHARED_DOC, type AttentionMask, type SinkWindow } from "../kernels/kernels.js";
-import { checkMaskConfig, MaskError } from "../model/sink-window.js";
+import { documentPositions as rowPositions, maskKeeps, SHARED_DOC, type AttentionMask, type SinkWindow } from "../kernels/index.js";
+import { checkMaskConfig, MaskError } from "../model/index.js";
 
 export { checkMaskConfig, MaskError };
 

@@ -15,7 +15,7 @@
  *
  * Shapes: T sequence length, H query heads, KVH kv heads, D head size, L layers.
  */
-import { packSequences, trainForward, TrainWorkspace, type Model } from "../model/transformer.js";
+import { packSequences, trainForward, TrainWorkspace, type Model } from "../model/index.js";
 import { SINK_PROFILE_FORMAT, type LayerSinks, type SinkProfile, type TokenSink } from "./profile.js";
 
 export interface ProbeOptions {

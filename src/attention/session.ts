@@ -21,10 +21,10 @@
  * one session. It is not the engine's session (no forks, no batching across sessions) and not a scorer:
  * it samples and reports log-probs, like a rollout does.
  */
-import { resolveSampleParams, Sampler } from "../engine/sampler.js";
-import type { SampleParams, SampleResult } from "../engine/types.js";
+import { resolveSampleParams, Sampler } from "../engine/index.js";
+import type { SampleParams, SampleResult } from "../engine/index.js";
 import { Rng } from "../core/index.js";
-import { CachedWorkspace, cachedForward, type KvStorage, type Model } from "../model/transformer.js";
+import { CachedWorkspace, cachedForward, type KvStorage, type Model } from "../model/index.js";
 import { canonicalMask, checkMaskConfig, MaskError, type CanonicalMask, type SinkWindow } from "./mask.js";
 
 export interface MaskedSessionOptions {

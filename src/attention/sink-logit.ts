@@ -16,11 +16,11 @@
  *
  * Shapes: L layers, H query heads, V vocabulary, T sequence length.
  */
-import type { ModelWeights } from "../model/instance.js";
-import { buildModel } from "../model/instance.js";
-import { paramLayout } from "../model/params.js";
-import type { Kernels } from "../kernels/kernels.js";
-import { packSequences, trainForward, TrainWorkspace, type Model } from "../model/transformer.js";
+import type { ModelWeights } from "../model/index.js";
+import { buildModel } from "../model/index.js";
+import { paramLayout } from "../model/index.js";
+import type { Kernels } from "../kernels/index.js";
+import { packSequences, trainForward, TrainWorkspace, type Model } from "../model/index.js";
 
 export class SinkLogitError extends Error {
   constructor(message: string) {

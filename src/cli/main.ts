@@ -22,7 +22,7 @@ import { registerMergeCommand } from "./commands/merge.js";
 import { registerSizeCommand } from "./commands/size.js";
 import { registerBuildNativeCommand } from "./commands/build-native.js";
 import { UsageError } from "./usage-error.js";
-import { importModules, ModuleLoadError } from "../pipeline/user-modules.js";
+import { importModules, ModuleLoadError } from "../pipeline/index.js";
 
 export { UsageError };
 

@@ -22,24 +22,24 @@
  */
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../model/sink-window.js";
-import { SHARED_DOC, type Kernels } from "../kernels/kernels.js";
+import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../model/index.js";
+import { SHARED_DOC, type Kernels } from "../kernels/index.js";
 import { getKernels } from "../kernels/index.js";
-import { loadCheckpoint, saveCheckpoint } from "../model/checkpoint.js";
-import type { ModelConfig } from "../model/config.js";
-import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type ModelWeights } from "../model/instance.js";
-import { AdamW } from "../model/optimizer.js";
+import { loadCheckpoint, saveCheckpoint } from "../model/index.js";
+import type { ModelConfig } from "../model/index.js";
+import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type ModelWeights } from "../model/index.js";
+import { AdamW } from "../model/index.js";
 import {
   isLoraAdapterDir, loadLoraAdapter, loraBaseDir, LoraGrads, mergeLora, saveLoraAdapter, type LoraAdapter,
-} from "../model/lora.js";
-import { PackedWeights } from "../model/packed-weights.js";
-import { bindParams, type ModelParams } from "../model/params.js";
+} from "../model/index.js";
+import { PackedWeights } from "../model/index.js";
+import { bindParams, type ModelParams } from "../model/index.js";
 import { Rng } from "../core/index.js";
-import { readSafetensors, writeSafetensors, type StDtype } from "../model/safetensors.js";
+import { readSafetensors, writeSafetensors, type StDtype } from "../model/index.js";
 import {
   CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
   type Model,
-} from "../model/transformer.js";
+} from "../model/index.js";
 import { EVICTED_BLOCK, evictionFor, KvBlockPool } from "./kv-cache.js";
 import { resolveSampleParams, Sampler, type ResolvedSampleParams } from "./sampler.js";
 import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "./types.js";

@@ -9,21 +9,22 @@ export {
 } from "./embedded.js";
 export { KvBlockPool } from "./kv-cache.js";
 export { Sampler, SampleParamsError } from "./sampler.js";
-export { ModelConfigError, parameterCount, parseHfConfig, toHfConfig, type ModelConfig, type RopeScaling } from "../model/config.js";
-export { CheckpointError, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from "../model/checkpoint.js";
-export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors, writeSafetensorsDir, type StDtype } from "../model/safetensors.js";
-export { randomWeights, type ModelWeights } from "../model/instance.js";
-export { AdamW, OptimizerError } from "../model/optimizer.js";
+export { ModelConfigError, parameterCount, parseHfConfig, toHfConfig, type ModelConfig, type RopeScaling } from "../model/index.js";
+export { CheckpointError, loadCheckpoint, saveCheckpoint, type LoadedCheckpoint } from "../model/index.js";
+export { readSafetensors, readSafetensorsDir, SafetensorsError, writeSafetensors, writeSafetensorsDir, type StDtype } from "../model/index.js";
+export { randomWeights, type ModelWeights } from "../model/index.js";
+export { AdamW, OptimizerError } from "../model/index.js";
 export {
   createLoraAdapter, isLoraAdapterDir, LORA_TARGETS, loadLoraAdapter, loraParamCount, LoraError,
   saveLoraAdapter, validateLoraConfig, type LoraAdapter, type LoraConfig, type LoraTarget,
-} from "../model/lora.js";
-export { mergeAdapterCheckpoint } from "../model/lora-merge.js";
+} from "../model/index.js";
+export { mergeAdapterCheckpoint } from "../model/index.js";
 export {
   formatBytes, MODEL_SHAPES, shapeFromPath, sizeModel, SizingError, sizingConfig, type Sizing, type SizingRequest,
-} from "../model/sizing.js";
-export type { SinkWindow } from "../kernels/kernels.js";
+} from "../model/index.js";
+export type { SinkWindow } from "../kernels/index.js";
 export {
   openTorchEngine, TorchEngine, TorchSession, TorchWorkerError, launchWorker, parseWorkerAddress,
   type LaunchOptions, type TorchEngineOptions,
 } from "./torch/index.js";
+export { resolveSampleParams } from "./sampler.js";

@@ -9,8 +9,8 @@
  * This file is bookkeeping, storage and the eviction rule; it does not compute attention (the kernels do)
  * and does not know sessions' tokens (embedded.ts does).
  */
-import type { SinkWindow } from "../kernels/kernels.js";
-import type { KvStorage } from "../model/transformer.js";
+import type { SinkWindow } from "../kernels/index.js";
+import type { KvStorage } from "../model/index.js";
 
 /**
  * The block-table entry of a block a session evicted. A session's block table stays indexed by position

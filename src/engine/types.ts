@@ -5,7 +5,7 @@
  * runs: the embedded CPU engine implements this interface, and so can a GPU backend or a remote server.
  * This file declares types only; implementations live beside it.
  */
-import type { OptimHparams } from "../model/optimizer.js";
+import type { OptimHparams } from "../model/index.js";
 
 export interface SampleParams {
   /** 0 means greedy. Default 1. */

@@ -2,7 +2,7 @@
  * The bundled environment suites. `registerBundledEnvs()` registers every suite's env ids with the
  * gym registry (once). Each suite folder exports its own `register...` function; add new suites here.
  */
-import { registeredIds } from "../gym/registry.js";
+import { registeredIds } from "../gym/index.js";
 import { registerArith } from "./arith/index.js";
 import { registerBash } from "./bash/index.js";
 import { registerHousehold } from "./household/index.js";
@@ -35,3 +35,5 @@ export function registerBundledEnvs(): void {
 export function bundledEnvIds(): ReadonlySet<string> {
   return bundled;
 }
+export { allSuites, changeArg, type Expert, type ExpertEpisode, expertFor, findSuiteForEnv, hasExpert, offByOne, registerSuite, type ReplayOptions, type ReplayReport, replayWithExpert, replayWrong, runExpertEpisode, type Suite, suiteForEnv, toOpenAIChatRecord, withChangedCall, type WrongReport } from "./suite.js";
+export { conform, tauDomain } from "./tau/index.js";

@@ -8,9 +8,9 @@
  * with neither has no expert (it trains from demonstrations in `sft.data`).
  */
 import { Rng, type AgentTurn, type ChatMessage, type ChatObservation, type ToolCall, type ToolSpec } from "../core/index.js";
-import { unwrap, type Env, type Info } from "../gym/env.js";
+import { unwrap, type Env, type Info } from "../gym/index.js";
 import { make } from "../gym/index.js";
-import { ToolEnv, type Expert } from "../tools/tool-env.js";
+import { ToolEnv, type Expert } from "../tools/index.js";
 
 /** A scripted expert for one episode (defined with `ToolEnv`'s `expert` hook, tools/tool-env.ts). */
 export type { Expert };

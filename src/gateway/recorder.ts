@@ -19,8 +19,8 @@
  */
 import type { ChatMessage, ToolCall, ToolSpec } from "../core/index.js";
 import type { EngineSession, SampleParams } from "../engine/index.js";
-import type { ChatTemplate } from "../model/chat-template.js";
-import type { TokenCodec } from "../model/vocab.js";
+import type { ChatTemplate } from "../model/index.js";
+import type { TokenCodec } from "../model/index.js";
 import type { BatchDecoder, DriftReport, PolicySampler, ToolCallParser, Trajectory, TrajectorySegment, TurnRecord } from "../rollout/index.js";
 
 /** One call as the recorder needs it: validated messages, tools and sampling settings. */

@@ -24,8 +24,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { mixSeedParts } from "../core/index.js";
 import { BatchDecoder, toolParserForTemplate, trajectoryToJSON, type PolicySampler, type ToolCallParser } from "../rollout/index.js";
-import type { ChatTemplate } from "../model/chat-template.js";
-import type { TokenCodec } from "../model/vocab.js";
+import type { ChatTemplate } from "../model/index.js";
+import type { TokenCodec } from "../model/index.js";
 import {
   ApiError, bearerAuthorized, checkExposure, ClientGone, defaultMaxBodyBytes, endStream, isObject, maxBytesPerToken, now, num, readBody, sendError,
   sendJson, startStream, toChatMessages, toToolSpecs, usage, writeEvent, type Json,

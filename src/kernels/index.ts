@@ -60,3 +60,5 @@ export function getKernels(which?: "native" | "reference"): Kernels {
   }
   return chosen;
 }
+export { documentPositions, maskKeeps } from "./kernels.js";
+export { MATMUL_PRECISIONS } from "./native.js";

@@ -4,7 +4,7 @@
  *
  * This file holds no compute (transformer.ts) and no file formats (checkpoint.ts).
  */
-import type { Kernels, SinkWindow } from "../kernels/kernels.js";
+import type { Kernels, SinkWindow } from "../kernels/index.js";
 import { validateConfig, type ModelConfig } from "./config.js";
 import { bindParams, initParams, paramLayout, type ParamEntry } from "./params.js";
 import { RopeTable } from "./rope.js";

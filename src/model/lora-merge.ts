@@ -5,7 +5,7 @@
  * Apart from lora.ts so that the adapter code does not depend on checkpoint files; this file computes nothing
  * beyond the merge itself.
  */
-import type { Kernels } from "../kernels/kernels.js";
+import type { Kernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "./checkpoint.js";
 import { loadLoraAdapter, mergeLora, type LoraTarget } from "./lora.js";
 import { bindParams } from "./params.js";

@@ -20,7 +20,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { isAbsolute, join, resolve } from "node:path";
 import { Rng } from "../core/index.js";
-import type { Kernels } from "../kernels/kernels.js";
+import type { Kernels } from "../kernels/index.js";
 import type { ModelConfig } from "./config-types.js";
 import type { LayerParams, ModelParams } from "./params.js";
 import { readSafetensors, writeSafetensors, type NamedTensor } from "./safetensors.js";

@@ -6,7 +6,7 @@
  * are whatever the caller accumulated (gradient accumulation = several backward passes before a step);
  * this file does not compute them and does not zero them.
  */
-import type { Kernels } from "../kernels/kernels.js";
+import type { Kernels } from "../kernels/index.js";
 
 /** The hyperparameters of one AdamW step (the engine's `optimStep` takes them as they are). */
 export interface OptimHparams {

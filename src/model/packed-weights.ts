@@ -7,7 +7,7 @@
  * This is not the weights' storage (instance.ts, params.ts) and it decides nothing about when products
  * run; it only remembers packed matrices.
  */
-import type { Kernels, PackedWeight } from "../kernels/kernels.js";
+import type { Kernels, PackedWeight } from "../kernels/index.js";
 
 export class PackedWeights {
   private readonly packed = new Map<Float32Array, PackedWeight>();

@@ -11,7 +11,7 @@
  * This file checks, describes, parses and compares settings; the file I/O is the checkpoint's (checkpoint.ts).
  * Masks built from the settings (document ids, pinned positions, eviction) are the attention module's.
  */
-import type { SinkWindow } from "../kernels/kernels.js";
+import type { SinkWindow } from "../kernels/index.js";
 
 export type { SinkWindow };
 

@@ -14,7 +14,7 @@
  * Shapes: N packed tokens, C hidden, H query heads, KVH kv heads, D head size, Q = H*D, KV = KVH*D,
  * F MLP width, V vocabulary, L layers.
  */
-import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels, type SinkWindow } from "../kernels/kernels.js";
+import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels, type SinkWindow } from "../kernels/index.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
 import type { LoraGrads } from "./lora.js";

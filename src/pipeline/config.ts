@@ -16,11 +16,11 @@ import { dirname, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
-import { ATTENTION_INITS } from "../model/instance.js";
+import { ATTENTION_INITS } from "../model/index.js";
 import { LORA_TARGETS } from "../engine/index.js";
-import { ATTENTION_MODES } from "../model/sink-window.js";
-import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/native.js";
-import { ADVANTAGE_ESTIMATORS } from "../rl/advantages.js";
+import { ATTENTION_MODES } from "../model/index.js";
+import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/index.js";
+import { ADVANTAGE_ESTIMATORS } from "../rl/index.js";
 import { resolveModule } from "./user-modules.js";
 
 const positiveInt = z.number().int().positive();

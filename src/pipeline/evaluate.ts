@@ -3,8 +3,8 @@
  * 95% Wilson interval, pass@k, the average reward, and the model tokens processed.
  */
 import type { Engine } from "../engine/index.js";
-import { Rollout, type GroupTask } from "../rollout/agent-loop.js";
-import { RolloutScheduler } from "../rollout/scheduler.js";
+import { Rollout, type GroupTask } from "../rollout/index.js";
+import { RolloutScheduler } from "../rollout/index.js";
 import type { TrainConfig } from "./config.js";
 import type { Policy } from "./policy.js";
 import { Progress } from "./progress.js";

@@ -14,16 +14,16 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { SinkWindow } from "../attention/index.js";
-import { createRandomModel, EmbeddedEngine, loadEngine } from "../engine/embedded.js";
+import { createRandomModel, EmbeddedEngine, loadEngine } from "../engine/index.js";
 import { openTorchEngine, type TorchEngine } from "../engine/index.js";
 import type { EngineConfig } from "./config.js";
-import type { ChatMessage, ToolSpec } from "../gym/chat.js";
-import { ChatTemplate } from "../model/chat-template.js";
-import { parseHfConfig } from "../model/config.js";
-import { STABLE_TOOL_TEMPLATE } from "../model/stable-template.js";
-import type { AttentionInit } from "../model/instance.js";
-import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/tokenizer.js";
-import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/vocab.js";
+import type { ChatMessage, ToolSpec } from "../gym/index.js";
+import { ChatTemplate } from "../model/index.js";
+import { parseHfConfig } from "../model/index.js";
+import { STABLE_TOOL_TEMPLATE } from "../model/index.js";
+import type { AttentionInit } from "../model/index.js";
+import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/index.js";
+import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/index.js";
 
 /** The engines a policy runs on: both serve the engine primitives, reset their optimizer and save with it. */
 export type PolicyEngine = EmbeddedEngine | TorchEngine;

@@ -16,8 +16,8 @@
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 import { bundledEnvIds } from "../envs/index.js";
-import type { SftExample } from "../rl/sft.js";
-import { qwen3TokenizerDir } from "../model/tokenizer.js";
+import type { SftExample } from "../rl/index.js";
+import { qwen3TokenizerDir } from "../model/index.js";
 import type { Policy } from "./policy.js";
 import { type PolicyTextSpec, type PrepJob, type PrepMessage } from "./prep-worker.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";

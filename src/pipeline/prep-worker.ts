@@ -8,9 +8,9 @@
  */
 import { parentPort, workerData } from "node:worker_threads";
 import { registerBundledEnvs } from "../envs/index.js";
-import { ChatTemplate } from "../model/chat-template.js";
-import { Tokenizer } from "../model/tokenizer.js";
-import { tokenCodec, TrimmedVocab, type TrimmedVocabJson } from "../model/vocab.js";
+import { ChatTemplate } from "../model/index.js";
+import { Tokenizer } from "../model/index.js";
+import { tokenCodec, TrimmedVocab, type TrimmedVocabJson } from "../model/index.js";
 import type { PolicyText } from "./policy.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";
 import { expertEpisodes, makeChatEnv, taskContentsRange, type SuitePlan } from "./tasks.js";

@@ -7,9 +7,9 @@
  * it will sample in. `readSftData` reads and checks the `sft.data` files against the envs they train.
  */
 import { readFileSync } from "node:fs";
-import type { AssistantMessage, ChatMessage, ToolSpec } from "../gym/chat.js";
-import { IncrementalRenderer } from "../rollout/renderer.js";
-import type { SftExample } from "../rl/sft.js";
+import type { AssistantMessage, ChatMessage, ToolSpec } from "../gym/index.js";
+import { IncrementalRenderer } from "../rollout/index.js";
+import type { SftExample } from "../rl/index.js";
 import type { PolicyText } from "./policy.js";
 import { makeChatEnv, type SuitePlan } from "./tasks.js";
 

@@ -4,10 +4,10 @@
  * own. Success is always the verifier's: a shaped reward changes what the update reinforces, never what
  * the metrics and the evaluation count as solved.
  */
-import type { ChatMessage } from "../gym/chat.js";
-import { LlmJudge } from "../reward/judge.js";
-import { progressReward, Rubric, verifiableReward, wellFormedToolCalls, type RewardComponent, type RubricResult } from "../reward/rubric.js";
-import type { Trajectory } from "../rollout/trajectory.js";
+import type { ChatMessage } from "../gym/index.js";
+import { LlmJudge } from "../reward/index.js";
+import { progressReward, Rubric, verifiableReward, wellFormedToolCalls, type RewardComponent, type RubricResult } from "../reward/index.js";
+import type { Trajectory } from "../rollout/index.js";
 import type { TrainConfig } from "./config.js";
 import { SUCCESS_THRESHOLD } from "./evaluate.js";
 

@@ -3,13 +3,13 @@
  * evaluation tasks, and the expert episodes that become SFT data.
  */
 import { createHash } from "node:crypto";
-import type { AgentTurn, ChatObservation } from "../gym/chat.js";
-import type { Env } from "../gym/env.js";
-import { make, spec } from "../gym/registry.js";
-import { Rng } from "../gym/rng.js";
-import { hasExpert, runExpertEpisode, type ExpertEpisode } from "../envs/suite.js";
-import { unwrap } from "../gym/env.js";
-import { ToolEnv } from "../tools/tool-env.js";
+import type { AgentTurn, ChatObservation } from "../gym/index.js";
+import type { Env } from "../gym/index.js";
+import { make, spec } from "../gym/index.js";
+import { Rng } from "../gym/index.js";
+import { hasExpert, runExpertEpisode, type ExpertEpisode } from "../envs/index.js";
+import { unwrap } from "../gym/index.js";
+import { ToolEnv } from "../tools/index.js";
 import type { TrainConfig } from "./config.js";
 import { importModules } from "./user-modules.js";
 

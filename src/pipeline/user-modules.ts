@@ -12,7 +12,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { registeredIds } from "../gym/registry.js";
+import { registeredIds } from "../gym/index.js";
 
 /** A module that could not be found or failed while it was imported. */
 export class ModuleLoadError extends Error {

@@ -6,7 +6,7 @@
  * a low score there may be the vocabulary rather than the policy. This file changes no token: the
  * counting codec encodes exactly as the one it wraps.
  */
-import type { TokenCodec } from "../model/vocab.js";
+import type { TokenCodec } from "../model/index.js";
 
 /** A codec that encodes as `codec` does and counts the tokens it spelled from pieces. */
 export interface CountingCodec extends TokenCodec {

@@ -17,8 +17,8 @@
  * share one prefix (the examples' first token), so with `batchBy: "prefix"` each drill batch is drill
  * only, and they all lead the first epoch (see `leadFirst`).
  */
-import { Rng } from "../gym/rng.js";
-import type { SftExample } from "../rl/sft.js";
+import { Rng } from "../gym/index.js";
+import type { SftExample } from "../rl/index.js";
 
 /** The source the drill's examples carry (SFT reports their loss under it). */
 export const COPY_DRILL_SOURCE = "copy-drill";

@@ -9,7 +9,7 @@
  */
 import { createHash } from "node:crypto";
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
-import type { ChatMessage } from "../gym/chat.js";
+import type { ChatMessage } from "../gym/index.js";
 import type { ComponentScore, RewardComponent, RewardInput } from "./rubric.js";
 
 export interface JudgeOptions {

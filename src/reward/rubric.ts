@@ -6,7 +6,7 @@
  * silently scored 0, and the trainer decides (by default it drops the rollout from the batch).
  * This file knows no environment: components receive a plain `RewardInput`.
  */
-import type { ChatMessage } from "../gym/chat.js";
+import type { ChatMessage } from "../gym/index.js";
 
 export interface RewardInput {
   /** The env's own reward at the end of the episode. */

@@ -6,7 +6,7 @@
  * Input is plain data (token ids, loss masks, behaviour log-probs, rewards) grouped by task; the
  * engine does the forward/backward through the `Engine` primitives. This file knows no environment.
  */
-import type { Engine, TokenLoss } from "../engine/types.js";
+import type { Engine, TokenLoss } from "../engine/index.js";
 import { computeAdvantages, type AdvantageEstimator } from "./advantages.js";
 import { countMask, policyLoss, type LossAggregation, type LossSequence } from "./policy-loss.js";
 import { packedForwardBackward, packSharedPrefixes } from "./prefix-packing.js";

@@ -13,7 +13,7 @@
  *
  * Input masks are per prediction ([L-1], 1 = trained), as the losses use them.
  */
-import type { Engine, SequenceMasks, TokenLoss } from "../engine/types.js";
+import type { Engine, SequenceMasks, TokenLoss } from "../engine/index.js";
 
 /** Shorter common prefixes are not worth packing (a packed sequence's attention is no cheaper). */
 export const MIN_SHARED_PREFIX = 8;

@@ -16,8 +16,8 @@
  * Input: tokenized examples (token ids + per-token mask). Where they come from (expert episodes,
  * imported chat JSONL) is the pipeline's business.
  */
-import type { Engine, TokenLoss } from "../engine/types.js";
-import { Rng } from "../gym/rng.js";
+import type { Engine, TokenLoss } from "../engine/index.js";
+import { Rng } from "../gym/index.js";
 import { sftLoss } from "./policy-loss.js";
 import { packedForwardBackward } from "./prefix-packing.js";
 import { learningRateAt } from "./lr-schedule.js";

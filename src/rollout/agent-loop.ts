@@ -9,10 +9,10 @@
  * flight share decoding steps. This file does not schedule groups (scheduler.ts) and does not train.
  */
 import { mixSeedParts, type AgentTurn, type AssistantMessage, type ChatMessage, type ChatObservation } from "../core/index.js";
-import type { Env, Info, ResetArgs } from "../gym/env.js";
-import type { EngineSession, SampleParams } from "../engine/types.js";
-import type { ChatTemplate } from "../model/chat-template.js";
-import type { TokenCodec } from "../model/vocab.js";
+import type { Env, Info, ResetArgs } from "../gym/index.js";
+import type { EngineSession, SampleParams } from "../engine/index.js";
+import type { ChatTemplate } from "../model/index.js";
+import type { TokenCodec } from "../model/index.js";
 import { BatchDecoder, type Sampler } from "./batch-decoder.js";
 import { IncrementalRenderer } from "./renderer.js";
 import { toolParserForTemplate, type ToolCallParser } from "./tool-parser.js";

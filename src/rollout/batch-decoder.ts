@@ -9,7 +9,7 @@
  * resumes. Sessions and their caches are kept; each result carries the policy version that sampled
  * it. It knows nothing of chat templates or environments.
  */
-import type { Engine, EngineSession, SampleParams, SampleResult } from "../engine/types.js";
+import type { Engine, EngineSession, SampleParams, SampleResult } from "../engine/index.js";
 
 /** What the rollout needs from a policy: sessions, batched sampling and a version. */
 export type Sampler = Pick<Engine, "session" | "sampleBatch" | "policyVersion">;

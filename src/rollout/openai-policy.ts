@@ -9,7 +9,7 @@
  * raw log-probs unless started with `--logprobs-mode processed_logprobs`; at temperature 1 without
  * top-p/top-k they are the same. This file knows no chat template: the rollout renders and parses.
  */
-import type { EngineSession, SampleParams, SampleResult } from "../engine/types.js";
+import type { EngineSession, SampleParams, SampleResult } from "../engine/index.js";
 import type { Sampler } from "./batch-decoder.js";
 
 export interface OpenAIPolicyOptions {

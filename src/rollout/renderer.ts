@@ -14,8 +14,8 @@
  * trajectory. This file knows no engine and no environment.
  */
 import type { AssistantMessage, ChatMessage, ChatObservation, ToolSpec } from "../core/index.js";
-import type { ChatTemplate } from "../model/chat-template.js";
-import type { TokenCodec } from "../model/vocab.js";
+import type { ChatTemplate } from "../model/index.js";
+import type { TokenCodec } from "../model/index.js";
 
 export interface DriftReport {
   /** The turn after which the template's rendering stopped extending the trajectory (0-based). */

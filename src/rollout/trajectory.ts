@@ -9,7 +9,7 @@
  * them. This file holds types and small checks; it runs nothing.
  */
 import type { ChatMessage, ToolCall, ToolSpec } from "../core/index.js";
-import type { Info } from "../gym/env.js";
+import type { Info } from "../gym/index.js";
 import type { DriftReport } from "./renderer.js";
 
 export type EndReason =

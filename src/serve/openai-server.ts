@@ -16,12 +16,12 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { isIP, type AddressInfo } from "node:net";
-import type { ToolCall } from "../gym/chat.js";
-import type { Engine, EngineSession, SampleParams } from "../engine/types.js";
-import type { ChatTemplate } from "../model/chat-template.js";
-import type { TokenCodec } from "../model/vocab.js";
-import { BatchDecoder, type Sampler } from "../rollout/batch-decoder.js";
-import { toolParserForTemplate, type ToolCallParser } from "../rollout/tool-parser.js";
+import type { ToolCall } from "../gym/index.js";
+import type { Engine, EngineSession, SampleParams } from "../engine/index.js";
+import type { ChatTemplate } from "../model/index.js";
+import type { TokenCodec } from "../model/index.js";
+import { BatchDecoder, type PolicySampler as Sampler } from "../rollout/index.js";
+import { toolParserForTemplate, type ToolCallParser } from "../rollout/index.js";
 import {
   ApiError, bearerAuthorized, ClientGone, endStream, maxBytesPerToken, now, num, readBody, sendError, sendJson, startStream, templateKwargs,
   toChatMessages, toToolSpecs, usage, writeEvent, type Json,

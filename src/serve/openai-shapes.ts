@@ -8,8 +8,8 @@
  */
 import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { ChatMessage, ToolCall, ToolSpec } from "../gym/chat.js";
-import type { TokenCodec } from "../model/vocab.js";
+import type { ChatMessage, ToolCall, ToolSpec } from "../gym/index.js";
+import type { TokenCodec } from "../model/index.js";
 
 /** Whether the request carries `Authorization: Bearer <apiKey>` (always true without a key). */
 export function bearerAuthorized(req: IncomingMessage, apiKey: string | undefined): boolean {

@@ -13,7 +13,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
-import type { JsonSchema } from "../gym/chat.js";
+import type { JsonSchema } from "../gym/index.js";
 import type { Tool } from "./tool.js";
 
 /** Anything with `connect(transport)`: an `McpServer` or a low-level `Server` from the SDK. */

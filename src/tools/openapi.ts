@@ -13,7 +13,7 @@
  */
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
-import type { JsonSchema } from "../gym/chat.js";
+import type { JsonSchema } from "../gym/index.js";
 import type { Tool } from "./tool.js";
 
 export type OpenApiDocument = Record<string, any>;

@@ -12,10 +12,10 @@
  * expert whose episodes are SFT demonstrations) and `taskKey` (what tells tasks apart when they differ
  * only in hidden state). This file knows no particular suite.
  */
-import type { AgentTurn, ChatMessage, ChatObservation, ToolMessage } from "../gym/chat.js";
-import { EnvContractError, type Env, type EnvMetadata, type Info, type ResetArgs, type ResetResult, type StepResult } from "../gym/env.js";
-import { Rng } from "../gym/rng.js";
-import { ChatSpace, ToolCallSpace } from "../gym/spaces.js";
+import type { AgentTurn, ChatMessage, ChatObservation, ToolMessage } from "../gym/index.js";
+import { EnvContractError, type Env, type EnvMetadata, type Info, type ResetArgs, type ResetResult, type StepResult } from "../gym/index.js";
+import { Rng } from "../gym/index.js";
+import { ChatSpace, ToolCallSpace } from "../gym/index.js";
 import { toolSpec, type Tool } from "./tool.js";
 import { signature, validateArguments } from "./validate.js";
 

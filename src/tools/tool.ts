@@ -7,7 +7,7 @@
  * `ToolEnv` does, with timeouts and error observations.
  */
 import { z } from "zod";
-import type { JsonSchema, ToolSpec } from "../gym/chat.js";
+import type { JsonSchema, ToolSpec } from "../gym/index.js";
 
 export interface ToolContext<State = unknown> {
   /** The episode's own state (a database handle, a sandbox, ...), as created by the env's `open` hook. */

@@ -7,7 +7,7 @@
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import formatsPlugin from "ajv-formats";
-import type { JsonSchema } from "../gym/chat.js";
+import type { JsonSchema } from "../gym/index.js";
 
 const ajv = new Ajv({
   allErrors: true,

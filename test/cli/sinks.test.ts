@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { createRandomModel } from "../../src/engine/embedded.js";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { runExpertEpisode } from "../../src/envs/suite.js";
-import type { AgentTurn, ChatObservation } from "../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../src/core/index.js";
 import { make } from "../../src/gym/registry.js";
 import { referenceKernels } from "../../src/kernels/index.js";
 import { ChatTemplate } from "../../src/model/chat-template.js";

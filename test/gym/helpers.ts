@@ -4,7 +4,7 @@
  * They are not bundled envs and are never registered outside a test.
  */
 import { EnvContractError, type Env, type EnvMetadata, type ResetArgs, type ResetResult, type StepResult } from "../../src/gym/env.js";
-import { Rng } from "../../src/gym/rng.js";
+import { Rng } from "../../src/core/index.js";
 import { DiscreteSpace, TextSpace } from "../../src/gym/spaces.js";
 
 /**

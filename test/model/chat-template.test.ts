@@ -4,7 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import type { ChatMessage, ToolSpec } from "../../src/gym/chat.js";
+import type { ChatMessage, ToolSpec } from "../../src/core/index.js";
 import { ChatTemplate, renderIds, toHfMessages } from "../../src/model/chat-template.js";
 import { loadQwen3Tokenizer } from "../../src/model/tokenizer.js";
 

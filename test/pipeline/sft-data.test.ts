@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { runExpertEpisode } from "../../src/envs/suite.js";
 import { make } from "../../src/gym/registry.js";
-import type { AgentTurn, AssistantMessage, ChatObservation } from "../../src/gym/chat.js";
+import type { AgentTurn, AssistantMessage, ChatObservation } from "../../src/core/index.js";
 import type { Env } from "../../src/gym/env.js";
 import { createPolicy, TEMPLATE_VARS } from "../../src/pipeline/policy.js";
 import { conversationToExample, readChatJsonl } from "../../src/pipeline/sft-data.js";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Rng } from "../../src/gym/rng.js";
+import { Rng } from "../../src/core/index.js";
 import { policyLoss, sftLoss, type LossSequence, type PolicyLossConfig } from "../../src/rl/policy-loss.js";
 
 function randomBatch(rng: Rng, withRef: boolean): { logprobs: Float32Array[]; batch: LossSequence[] } {

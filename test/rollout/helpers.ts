@@ -4,7 +4,7 @@
  * conversation going for a set number of turns (so that a random model plays long episodes).
  */
 import { z } from "zod";
-import type { ChatMessage } from "../../src/gym/chat.js";
+import type { ChatMessage } from "../../src/core/index.js";
 import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
 import { ChatTemplate } from "../../src/model/chat-template.js";
 import { parseHfConfig } from "../../src/model/config.js";

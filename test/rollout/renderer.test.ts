@@ -4,7 +4,7 @@
  * <think> blocks once a new user message arrives), the drift detector fires.
  */
 import { describe, expect, it } from "vitest";
-import type { AssistantMessage, ChatMessage, ToolSpec } from "../../src/gym/chat.js";
+import type { AssistantMessage, ChatMessage, ToolSpec } from "../../src/core/index.js";
 import { ChatTemplate } from "../../src/model/chat-template.js";
 import { loadQwen3Tokenizer } from "../../src/model/tokenizer.js";
 import { tokenCodec, TrimmedVocab } from "../../src/model/vocab.js";

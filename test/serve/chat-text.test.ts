@@ -8,7 +8,7 @@
  * The server's end of it (HTTP requests carrying such text) is in test/serve/hostile.test.ts.
  */
 import { describe, expect, it } from "vitest";
-import type { ChatMessage, ToolSpec } from "../../src/gym/chat.js";
+import type { ChatMessage, ToolSpec } from "../../src/core/index.js";
 import { ChatTemplate, renderIds } from "../../src/model/chat-template.js";
 import { loadQwen3Tokenizer } from "../../src/model/tokenizer.js";
 import { tokenCodec } from "../../src/model/vocab.js";

@@ -8,8 +8,8 @@
 import { execFileSync } from "node:child_process";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { z } from "zod";
-import type { AgentTurn, ChatObservation } from "../../src/gym/chat.js";
-import { Rng } from "../../src/gym/rng.js";
+import type { AgentTurn, ChatObservation } from "../../src/core/index.js";
+import { Rng } from "../../src/core/index.js";
 import { McpToolSource, routeMcpTools } from "../../src/tools/mcp.js";
 import { openApiTools } from "../../src/tools/openapi.js";
 import type { SqlSession } from "../../src/tools/sql/database.js";

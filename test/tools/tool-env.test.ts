@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import type { AgentTurn } from "../../src/gym/chat.js";
+import type { AgentTurn } from "../../src/core/index.js";
 import { functionTool } from "../../src/tools/tool.js";
 import { ToolEnv, arrayTasks } from "../../src/tools/tool-env.js";
 

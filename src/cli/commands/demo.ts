@@ -5,9 +5,9 @@
  * says; this file reads the flags and runs it, and holds none of the recipe's values.
  */
 import type { Command } from "commander";
-import { MATMUL_PRECISIONS, type MatmulPrecision } from "../../kernels/native.js";
-import { DEMO_NAIVE_STEPS, formatDemoTable, runDemo } from "../../pipeline/demo.js";
-import { writeJsonAtomic } from "../../pipeline/run-dir.js";
+import { MATMUL_PRECISIONS, type MatmulPrecision } from "../../kernels/index.js";
+import { DEMO_NAIVE_STEPS, formatDemoTable, runDemo } from "../../pipeline/index.js";
+import { writeJsonAtomic } from "../../pipeline/index.js";
 import { UsageError } from "../usage-error.js";
 import { dashboardForRun, installStopHandler } from "./train.js";
 

@@ -8,9 +8,9 @@
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import type { Command } from "commander";
-import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../../gym/chat.js";
-import type { Env } from "../../gym/env.js";
-import { make, registeredIds } from "../../gym/registry.js";
+import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../../gym/index.js";
+import type { Env } from "../../gym/index.js";
+import { make, registeredIds } from "../../gym/index.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { UsageError } from "../usage-error.js";
 import { envsCommand } from "./envs.js";

@@ -6,11 +6,11 @@
  */
 import { createWriteStream } from "node:fs";
 import type { Command } from "commander";
-import type { AgentTurn, ChatObservation } from "../../gym/chat.js";
-import { make, registeredIds } from "../../gym/registry.js";
+import type { AgentTurn, ChatObservation } from "../../gym/index.js";
+import { make, registeredIds } from "../../gym/index.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { hasExpert, replayWrong, runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport, type WrongReport } from "../../envs/suite.js";
-import { conform, tauDomain } from "../../envs/tau/index.js";
+import { hasExpert, replayWrong, runExpertEpisode, suiteForEnv, toOpenAIChatRecord, type ReplayReport, type WrongReport } from "../../envs/index.js";
+import { conform, tauDomain } from "../../envs/index.js";
 import { UsageError } from "../usage-error.js";
 import { envsCommand } from "./envs.js";
 

@@ -9,9 +9,9 @@
  */
 import { readFileSync } from "node:fs";
 import { Command } from "commander";
-import { checkEnv, formatCheckReport, sampledActions } from "../../gym/check.js";
+import { checkEnv, formatCheckReport, sampledActions } from "../../gym/index.js";
 import { serveEnv, serveEnvWorkers, isEnvWorker, type EnvServer, type WorkersHandle } from "../../gym/index.js";
-import { make, makeUnwrapped, registeredIds, specs } from "../../gym/registry.js";
+import { make, makeUnwrapped, registeredIds, specs } from "../../gym/index.js";
 import { registerBundledEnvs } from "../../envs/index.js";
 import { UsageError } from "../usage-error.js";
 

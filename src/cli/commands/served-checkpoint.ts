@@ -9,9 +9,9 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
-import { ChatTemplate } from "../../model/chat-template.js";
-import { Tokenizer } from "../../model/tokenizer.js";
-import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/vocab.js";
+import { ChatTemplate } from "../../model/index.js";
+import { Tokenizer } from "../../model/index.js";
+import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/index.js";
 import { checkExposure } from "../../serve/index.js";
 import { UsageError } from "../usage-error.js";
 

@@ -11,15 +11,15 @@ import type { Command } from "commander";
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { checkProfileFits, formatProfile, parseProfile, probeSinks, profileChanges, SINK_PROFILE_FILE, writeProfile } from "../../attention/index.js";
-import { loadEngine } from "../../engine/embedded.js";
+import { loadEngine } from "../../engine/index.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { runExpertEpisode } from "../../envs/suite.js";
-import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../../gym/chat.js";
-import { make } from "../../gym/registry.js";
-import { ChatTemplate } from "../../model/chat-template.js";
-import { Tokenizer } from "../../model/tokenizer.js";
-import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/vocab.js";
-import { readChatJsonl } from "../../pipeline/sft-data.js";
+import { runExpertEpisode } from "../../envs/index.js";
+import type { AgentTurn, ChatMessage, ChatObservation, ToolSpec } from "../../gym/index.js";
+import { make } from "../../gym/index.js";
+import { ChatTemplate } from "../../model/index.js";
+import { Tokenizer } from "../../model/index.js";
+import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/index.js";
+import { readChatJsonl } from "../../pipeline/index.js";
 import { UsageError } from "../usage-error.js";
 
 /** Expert trajectories used when no --data is given: suites whose experts run without outside services. */

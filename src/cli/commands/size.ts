@@ -13,7 +13,7 @@ import { join } from "node:path";
 import {
   formatBytes, MODEL_SHAPES, shapeFromPath, sizeModel, sizingConfig, validateLoraConfig, type LoraConfig, type ModelConfig, type Sizing,
 } from "../../engine/index.js";
-import { loadConfigFile } from "../../pipeline/config.js";
+import { loadConfigFile } from "../../pipeline/index.js";
 import { UsageError } from "../usage-error.js";
 
 interface SizeOptions {

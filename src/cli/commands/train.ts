@@ -5,15 +5,15 @@
 import type { Command } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { evalOptionsOf, evaluate, type SuiteEval } from "../../pipeline/evaluate.js";
-import { loadPolicy } from "../../pipeline/policy.js";
-import { planSuites } from "../../pipeline/tasks.js";
-import { attentionOf, RunFolderError, runStage, STAGES, train, type StageName } from "../../pipeline/train.js";
+import { evalOptionsOf, evaluate, type SuiteEval } from "../../pipeline/index.js";
+import { loadPolicy } from "../../pipeline/index.js";
+import { planSuites } from "../../pipeline/index.js";
+import { attentionOf, RunFolderError, runStage, STAGES, train, type StageName } from "../../pipeline/index.js";
 import { registerBundledEnvs } from "../../envs/index.js";
-import { ConfigError, loadConfigFile, validateConfig } from "../../pipeline/config.js";
+import { ConfigError, loadConfigFile, validateConfig } from "../../pipeline/index.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
 import { UsageError } from "../usage-error.js";
-import { startDashboard } from "../../dashboard/server.js";
+import { startDashboard } from "../../dashboard/index.js";
 import { openInBrowser } from "./dashboard.js";
 
 /** Stops the run cleanly on the first Ctrl-C (after saving); a second one exits at once. */
@@ -187,7 +187,7 @@ export function registerTrainCommands(program: Command): void {
       console.log(formatEvalTable(table));
       for (const p of plans) if (p.heldOutWarning) console.error(`warning: ${p.name}: ${p.heldOutWarning}`);
       if (opts.json) {
-        const { writeJsonAtomic } = await import("../../pipeline/run-dir.js");
+        const { writeJsonAtomic } = await import("../../pipeline/index.js");
         writeJsonAtomic(opts.json as string, { checkpoint, suites: table });
       }
     });

@@ -16,7 +16,7 @@
  */
 import { resolve as resolvePath } from "node:path";
 import { EngineError } from "../embedded.js";
-import { resolveHparams } from "../../model/optimizer.js";
+import { resolveHparams } from "../../model/index.js";
 import { resolveSampleParams } from "../sampler.js";
 import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "../types.js";
 import { TorchWorkerError, WorkerClient, type WorkerInfo } from "./client.js";

@@ -7,8 +7,8 @@
  * no user simulator. This file builds the env; the expert and the registration are their own files.
  */
 import { z } from "zod";
-import { ToolEnv } from "../../tools/tool-env.js";
-import { functionTool } from "../../tools/tool.js";
+import { ToolEnv } from "../../tools/index.js";
+import { functionTool } from "../../tools/index.js";
 import { evaluateExpression, formatNumber } from "./calculator.js";
 import { arithTaskSet, generateArithTasks, type ArithTask, type Difficulty } from "./tasks.js";
 import { cachedTasks } from "../task-cache.js";

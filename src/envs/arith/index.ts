@@ -2,8 +2,8 @@
  * The arith suite: registers `sinkflex/arith-v0` with the gym registry and the suite (its scripted
  * expert and replay) with the suite list. Called once from src/envs/index.ts.
  */
-import { make, register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
+import { make, register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createArithEnv } from "./env.js";
 import { ArithExpert, wrongAnswer } from "./expert.js";

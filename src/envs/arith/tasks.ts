@@ -4,7 +4,7 @@
  * deterministic in (count, seed, difficulty); no data files are read.
  */
 import { Rng } from "../../core/index.js";
-import type { TaskSet } from "../../tools/tool-env.js";
+import type { TaskSet } from "../../tools/index.js";
 
 export type Difficulty = 1 | 2 | 3;
 

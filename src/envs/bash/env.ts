@@ -11,8 +11,8 @@
  * This file builds the env; trees are fixtures.ts, tasks tasks.ts and generator.ts, the registration index.ts.
  */
 import { z } from "zod";
-import { arrayTasks, ToolEnv, type TaskSet } from "../../tools/tool-env.js";
-import { functionTool } from "../../tools/tool.js";
+import { arrayTasks, ToolEnv, type TaskSet } from "../../tools/index.js";
+import { functionTool } from "../../tools/index.js";
 import { BASH_LIMITS, compareOutcomes, formatResult, runOnFreshTree, TreeSession, type CommandOutcome } from "./episode.js";
 import { fileSystem } from "./fixtures.js";
 import { generateBashTask } from "./generator.js";

@@ -9,7 +9,7 @@
  * trees; building and comparing them is src/sandbox/tree.ts.
  */
 import { gzipSync } from "node:zlib";
-import type { TreeNode } from "../../sandbox/tree.js";
+import type { TreeNode } from "../../sandbox/index.js";
 
 export type FileSystemName = "testbed" | "system" | "workspace";
 

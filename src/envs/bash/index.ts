@@ -3,8 +3,8 @@
  * `sinkflex/nl2bash-gen-v0` (generated tasks, levels 1-3) with the gym registry, and the suite
  * (scripted expert, gold replay) with the suite list. Called once from src/envs/index.ts.
  */
-import { make, register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
+import { make, register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createBashEnv } from "./env.js";
 import { BashExpert, wrongAnswer } from "./expert.js";

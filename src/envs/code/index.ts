@@ -4,10 +4,10 @@
  * the gym registry, and the suite (scripted experts and replay) with the suite list. The envs are in
  * swe-env.ts and mint-env.ts.
  */
-import { register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
+import { register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import type { Env } from "../../gym/env.js";
+import type { Env } from "../../gym/index.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createMintEnv, MINT_ENV_ID, type MintEnvOptions } from "./mint-env.js";
 import { MintExpert, wrongAnswer as wrongMintAnswer } from "./mint-expert.js";

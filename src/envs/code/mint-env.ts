@@ -10,8 +10,8 @@
  * sandbox. A turn without tool calls ends the episode; its text counts as the answer.
  */
 import { z } from "zod";
-import { functionTool } from "../../tools/tool.js";
-import { arrayTasks, ToolEnv } from "../../tools/tool-env.js";
+import { functionTool } from "../../tools/index.js";
+import { arrayTasks, ToolEnv } from "../../tools/index.js";
 import { checkAnswer, checkProgram } from "./mint-check.js";
 import { DEFAULT_MINT_SOURCES, loadMintTasks, MINT_SOURCES, type MintSource, type MintTask } from "./mint-tasks.js";
 import { CODE_LIMITS, describeRun, Workspace } from "./workspace.js";

@@ -11,8 +11,8 @@
  * output. A turn without tool calls ends the episode and is scored the same way.
  */
 import { z } from "zod";
-import { functionTool } from "../../tools/tool.js";
-import { arrayTasks, ToolEnv } from "../../tools/tool-env.js";
+import { functionTool } from "../../tools/index.js";
+import { arrayTasks, ToolEnv } from "../../tools/index.js";
 import { generateSweTasks, type SweTask } from "./swe-tasks.js";
 import { CODE_LIMITS, describeRun, MOUNT_POINT, Workspace } from "./workspace.js";
 

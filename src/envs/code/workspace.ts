@@ -9,8 +9,8 @@
  */
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
-import { Sandbox, type ExecResult, type SandboxLimits } from "../../sandbox/sandbox.js";
-import { makeTreeDir, removeTree } from "../../sandbox/tree.js";
+import { Sandbox, type ExecResult, type SandboxLimits } from "../../sandbox/index.js";
+import { makeTreeDir, removeTree } from "../../sandbox/index.js";
 
 export const MOUNT_POINT = "/repo";
 

@@ -12,10 +12,10 @@
  */
 import { z } from "zod";
 import type { ChatMessage } from "../../core/index.js";
-import { openApiTools } from "../../tools/openapi.js";
-import { PostgresDatabase, SqliteDatabase, sqlTools, type SqlDatabase, type SqlSession } from "../../tools/sql/index.js";
-import { functionTool, type Tool } from "../../tools/tool.js";
-import { arrayTasks, ToolEnv, type Episode } from "../../tools/tool-env.js";
+import { openApiTools } from "../../tools/index.js";
+import { PostgresDatabase, SqliteDatabase, sqlTools, type SqlDatabase, type SqlSession } from "../../tools/index.js";
+import { functionTool, type Tool } from "../../tools/index.js";
+import { arrayTasks, ToolEnv, type Episode } from "../../tools/index.js";
 import { answersMatch, normalizeAnswer } from "./answer.js";
 import { generateCrmData } from "./generate.js";
 import { startCrmServer, type CrmServer } from "./server.js";

@@ -11,9 +11,9 @@
  */
 import { z } from "zod";
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import type { ResetArgs, ResetResult, StepResult } from "../../gym/env.js";
-import { arrayTasks, ToolEnv, type TaskSet, type ToolEnvHooks } from "../../tools/tool-env.js";
-import { functionTool } from "../../tools/tool.js";
+import type { ResetArgs, ResetResult, StepResult } from "../../gym/index.js";
+import { arrayTasks, ToolEnv, type TaskSet, type ToolEnvHooks } from "../../tools/index.js";
+import { functionTool } from "../../tools/index.js";
 import { Simulator } from "./game.js";
 import { goalProgress } from "./progress.js";
 import { generateTask } from "./generator.js";

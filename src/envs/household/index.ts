@@ -4,8 +4,8 @@
  * suite (scripted expert, gold replay) with the suite list. Called once from src/envs/index.ts.
  */
 import type { AgentTurn } from "../../core/index.js";
-import { make, register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
+import { make, register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import { createHouseholdEnv } from "./env.js";
 import { actTurn, HouseholdExpert, plan, wrongActions } from "./expert.js";

@@ -12,9 +12,9 @@
  * This file is the wiring; world, endpoints, server, tasks and scoring are their own files.
  */
 import { z } from "zod";
-import { openApiTools } from "../../tools/openapi.js";
-import { functionTool, type Tool } from "../../tools/tool.js";
-import { arrayTasks, ToolEnv, type Episode } from "../../tools/tool-env.js";
+import { openApiTools } from "../../tools/index.js";
+import { functionTool, type Tool } from "../../tools/index.js";
+import { arrayTasks, ToolEnv, type Episode } from "../../tools/index.js";
 import { answerMatches, chainProgress, firstNumber, normalizeText } from "./answer.js";
 import { FAULT_KINDS, startRestApiServer, type FaultKind, type RestApiServer } from "./server.js";
 import { generateRestTasks, type RestTask } from "./tasks.js";

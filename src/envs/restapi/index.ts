@@ -2,8 +2,8 @@
  * The restapi suite (modeled on ToolBench): registers `sinkflex/restapi-v0` with the gym registry and
  * the suite (its scripted expert and replay) with the suite list. The env itself is in `env.ts`.
  */
-import { register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
+import { register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
 import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import { createRestApiEnv, RESTAPI_ENV_ID, type RestApiEnvOptions } from "./env.js";
 import { RestApiExpert, wrongAnswer } from "./expert.js";

@@ -10,8 +10,8 @@
  */
 import { z } from "zod";
 import type { ChatMessage } from "../../core/index.js";
-import { functionTool, type Tool } from "../../tools/tool.js";
-import { arrayTasks, ToolEnv, type Episode, type Score } from "../../tools/tool-env.js";
+import { functionTool, type Tool } from "../../tools/index.js";
+import { arrayTasks, ToolEnv, type Episode, type Score } from "../../tools/index.js";
 import { PostgresBackend, SqlError, SqliteBackend, type QueryResult, type SqlBackend, type SqlValue, type TableInfo } from "./backend.js";
 import { dbFile, defaultDbDir, defaultQuestionsFile, loadQuestions, requireDbDir, type SqlTask } from "./data.js";
 import { generateTasks, LEVELS, type Level } from "./generate.js";

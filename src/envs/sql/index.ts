@@ -2,8 +2,8 @@
  * The sql suite (Spider): registers `sinkflex/spider-sql-v0` with the gym registry and the suite (its
  * scripted expert and its replay) with the suite list. The env itself is in `env.ts`.
  */
-import { register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
+import { register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport, type Suite } from "../suite.js";
 import type { SqlTask } from "./data.js";
 import { createSqlEnv, SQL_ENV_ID, type SqlEnvOptions } from "./env.js";

@@ -7,7 +7,7 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { arrayTasks, ToolEnv } from "../../tools/tool-env.js";
+import { arrayTasks, ToolEnv } from "../../tools/index.js";
 import { domainDir, loadBase, TauDb, type Domain } from "./db.js";
 import { generateTasks, type Difficulty } from "./generate.js";
 import { scoreTau } from "./reward.js";

@@ -4,10 +4,10 @@
  * src/envs/index.ts. The public API of the folder is re-exported here.
  */
 import type { AgentTurn, ChatObservation } from "../../core/index.js";
-import { unwrap, type Env } from "../../gym/env.js";
-import { make, register } from "../../gym/registry.js";
-import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/remote/options.js";
-import { ToolEnv } from "../../tools/tool-env.js";
+import { unwrap, type Env } from "../../gym/index.js";
+import { make, register } from "../../gym/index.js";
+import { SEED_RULE, TASK_INDEX_RESET_OPTIONS, type ClientOptionRules } from "../../gym/index.js";
+import { ToolEnv } from "../../tools/index.js";
 import { registerSuite, runExpertEpisode, type ReplayOptions, type ReplayReport } from "../suite.js";
 import type { Domain } from "./db.js";
 import { TauExpert, wrongActions } from "./expert.js";

@@ -6,7 +6,7 @@
  * differ and the outputs that were not said.
  */
 import type { ChatMessage } from "../../core/index.js";
-import type { Score } from "../../tools/tool-env.js";
+import type { Score } from "../../tools/index.js";
 import { replayGold } from "./conform.js";
 import { diffDbs, type TauDb } from "./db.js";
 import type { TauTask } from "./tasks.js";

@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ToolSpec } from "../../core/index.js";
-import type { Tool } from "../../tools/tool.js";
+import type { Tool } from "../../tools/index.js";
 import { AIRLINE_TOOLS, AIRLINE_WRITE_TOOLS } from "./airline-tools.js";
 import { domainDir, type Domain, type TauDb } from "./db.js";
 import { pyClone } from "./pyjson.js";

@@ -8,7 +8,7 @@
  */
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { SinkWindow } from "../../model/sink-window.js";
+import type { SinkWindow } from "../../model/index.js";
 import type { TrainConfig } from "../config.js";
 import type { TimeBudget } from "../budget.js";
 import type { SuiteEval } from "../evaluate.js";

@@ -7,13 +7,13 @@
  * Every step's tasks are seeded from (config seed, step), so a resumed run repeats an uninterrupted
  * one. The time budget's deadline is budget.ts's; the loss is rl/grpo.ts's.
  */
-import { Rng } from "../../core/rng.js";
-import { mixSeed } from "../../core/seed.js";
+import { Rng } from "../../core/index.js";
+import { mixSeed } from "../../core/index.js";
 import type { Engine } from "../../engine/index.js";
-import { RolloutScheduler } from "../../rollout/scheduler.js";
-import type { Trajectory } from "../../rollout/trajectory.js";
-import { grpoUpdate, type TrainSequence } from "../../rl/grpo.js";
-import { learningRateAt } from "../../rl/lr-schedule.js";
+import { RolloutScheduler } from "../../rollout/index.js";
+import type { Trajectory } from "../../rollout/index.js";
+import { grpoUpdate, type TrainSequence } from "../../rl/index.js";
+import { learningRateAt } from "../../rl/index.js";
 import { grpoDeadline } from "../budget.js";
 import type { TrainConfig } from "../config.js";
 import type { Policy } from "../policy.js";

@@ -8,8 +8,8 @@
  * It trains nothing. Its output on disk is the checkpoint "sft-00000" (the policy SFT starts from);
  * its output in memory is handed to the SFT stage, which rebuilds it when run on its own.
  */
-import { COPY_DRILL_SOURCE, copyDrillExamples } from "../../recipes/copy-drill.js";
-import type { LeadExtension, SftExample } from "../../rl/sft.js";
+import { COPY_DRILL_SOURCE, copyDrillExamples } from "../../recipes/index.js";
+import type { LeadExtension, SftExample } from "../../rl/index.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
 import { drillLossSteps, drillMaxExamples } from "../config.js";
 import { join } from "node:path";

@@ -8,8 +8,8 @@
  * the batches are rl/sft.ts's.
  */
 import { join } from "node:path";
-import { COPY_DRILL_SOURCE } from "../../recipes/copy-drill.js";
-import { sftSteps, sftTrain } from "../../rl/sft.js";
+import { COPY_DRILL_SOURCE } from "../../recipes/index.js";
+import { sftSteps, sftTrain } from "../../rl/index.js";
 import { SftClock } from "../budget.js";
 import { savePolicy, type Policy } from "../policy.js";
 import { Progress } from "../progress.js";

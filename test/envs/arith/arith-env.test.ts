@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import { make } from "../../../src/gym/registry.js";
 import { evaluateExpression } from "../../../src/envs/arith/calculator.js";
 import { ARITH_ENV_ID } from "../../../src/envs/arith/index.js";

@@ -7,7 +7,7 @@ import { chmodSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import type { Env } from "../../../src/gym/env.js";
 import { make, registeredIds } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";

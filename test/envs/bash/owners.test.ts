@@ -8,7 +8,7 @@ import { chmodSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import { make, registeredIds } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";

@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTurn } from "../../../src/gym/chat.js";
+import type { AgentTurn } from "../../../src/core/index.js";
 import type { ToolEnv } from "../../../src/tools/tool-env.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";
 import {

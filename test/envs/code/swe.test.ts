@@ -8,7 +8,7 @@
 import { existsSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTurn } from "../../../src/gym/chat.js";
+import type { AgentTurn } from "../../../src/core/index.js";
 import type { ToolEnv } from "../../../src/tools/tool-env.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";
 import {

@@ -4,7 +4,7 @@
  * (on every solvable benchmark game), and seeded determinism.
  */
 import { describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import type { Env } from "../../../src/gym/env.js";
 import { make } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";

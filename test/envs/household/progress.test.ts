@@ -14,7 +14,7 @@ import { ALFWORLD_GEN_ENV_ID } from "../../../src/envs/household/index.js";
 import type { HouseholdEnv } from "../../../src/envs/household/env.js";
 import { goalProgress } from "../../../src/envs/household/progress.js";
 import { loadGame, TASK_TYPES } from "../../../src/envs/household/tasks.js";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import type { Env } from "../../../src/gym/env.js";
 
 registerBundledEnvs();

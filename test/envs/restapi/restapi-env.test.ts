@@ -5,7 +5,7 @@
  * error while the episode goes on, the scripted expert on every task kind, and a clean close.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTurn } from "../../../src/gym/chat.js";
+import type { AgentTurn } from "../../../src/core/index.js";
 import { checkEnv, formatCheckReport, sampledActions } from "../../../src/gym/check.js";
 import { make } from "../../../src/gym/registry.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";

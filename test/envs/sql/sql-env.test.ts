@@ -8,7 +8,7 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTurn } from "../../../src/gym/chat.js";
+import type { AgentTurn } from "../../../src/core/index.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";
 import {
   checkReadOnly,

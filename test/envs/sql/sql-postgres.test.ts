@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTurn } from "../../../src/gym/chat.js";
+import type { AgentTurn } from "../../../src/core/index.js";
 import { runExpertEpisode } from "../../../src/envs/suite.js";
 import { createSqlEnv, loadSqliteIntoPostgres, registerSqlSuite, SQL_ENV_ID } from "../../../src/envs/sql/index.js";
 import { defaultDbDir, defaultQuestionsFile, loadQuestions } from "../../../src/envs/sql/data.js";

@@ -8,7 +8,7 @@ import { PassThrough } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { conformCommand, exportSftCommand, replayCommand } from "../../../src/cli/commands/envs-replay.js";
 import { parseLine, playInteractive } from "../../../src/cli/commands/envs-play.js";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import { make } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";
 import { TAU_AIRLINE_ID, TAU_RETAIL_ID } from "../../../src/envs/tau/index.js";

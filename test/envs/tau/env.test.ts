@@ -1,7 +1,7 @@
 // The retail and airline envs end to end: the reward rule (positive and negative), transfer ending the
 // episode, the scripted user, the scripted expert's success rate, generated tasks and episode isolation.
 import { describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import { unwrap, type Env } from "../../../src/gym/env.js";
 import { make } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";

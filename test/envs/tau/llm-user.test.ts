@@ -4,7 +4,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import { make } from "../../../src/gym/registry.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";
 import { LlmUser, TAU_RETAIL_ID } from "../../../src/envs/tau/index.js";

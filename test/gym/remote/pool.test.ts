@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { EnvInfrastructureError, EnvPool, isInfrastructureFailure } from "../../../src/gym/remote/pool.js";
 import { serveEnv, type EnvServer } from "../../../src/gym/remote/server.js";
 import { make } from "../../../src/gym/registry.js";
-import type { AgentTurn, ChatObservation } from "../../../src/gym/chat.js";
+import type { AgentTurn, ChatObservation } from "../../../src/core/index.js";
 import type { Env, ResetArgs, ResetResult } from "../../../src/gym/env.js";
 import { registerBundledEnvs } from "../../../src/envs/index.js";
 import { Rollout, type GroupTask } from "../../../src/rollout/agent-loop.js";

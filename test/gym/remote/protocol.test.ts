@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import type { AgentTurn } from "../../../src/gym/chat.js";
+import type { AgentTurn } from "../../../src/core/index.js";
 import { checkEnv, formatCheckReport } from "../../../src/gym/check.js";
 import { EnvContractError } from "../../../src/gym/env.js";
 import { RemoteEnv, RemoteEnvError } from "../../../src/gym/remote/client.js";

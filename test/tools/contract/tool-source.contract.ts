@@ -8,7 +8,7 @@
  */
 import { Ajv } from "ajv";
 import { describe, expect, it } from "vitest";
-import type { ChatMessage, ToolMessage } from "../../../src/gym/chat.js";
+import type { ChatMessage, ToolMessage } from "../../../src/core/index.js";
 import type { Tool, ToolContext } from "../../../src/tools/tool.js";
 import { ToolEnv, arrayTasks, formatResult, type ToolError } from "../../../src/tools/tool-env.js";
 import { validateArguments } from "../../../src/tools/validate.js";
