@@ -31,6 +31,12 @@ export interface RenderOptions {
   addGenerationPrompt?: boolean;
   /** Extra template variables, e.g. `{ enable_thinking: false }` for Qwen3. */
   extra?: Record<string, unknown>;
+  /**
+   * Assistant messages are the policy's own samples, whose token ids the caller holds (the rollout
+   * renderer): rendered as sampled, not escaped, so that re-rendering reproduces the held text. Every other
+   * message is still escaped. Never set it for assistant messages a client wrote (a server, the gateway).
+   */
+  trustedAssistant?: boolean;
 }
 
 export interface HfToolCall {
@@ -147,7 +153,9 @@ export class ChatTemplate {
     const tools = options.tools && options.tools.length > 0 ? toHfTools(options.tools) : undefined;
     try {
       return this.template.render({
-        messages: this.escape(toHfMessages(messages, this.toolArguments)),
+        messages: options.trustedAssistant
+          ? toHfMessages(messages, this.toolArguments).map((m) => (m.role === "assistant" ? m : this.escape(m)))
+          : this.escape(toHfMessages(messages, this.toolArguments)),
         ...(tools ? { tools: this.escape(tools) } : {}),
         add_generation_prompt: options.addGenerationPrompt ?? false,
         bos_token: this.specials.bosToken ?? "",

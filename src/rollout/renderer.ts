@@ -129,7 +129,7 @@ export class IncrementalRenderer {
 
   /** The prompt text of the opening observation (system, user, tools) with the generation prompt. */
   promptText(obs: ChatObservation): string {
-    return this.template.render(obs.messages, { tools: obs.tools, addGenerationPrompt: true, extra: this.options.extra });
+    return this.template.render(obs.messages, { tools: obs.tools, addGenerationPrompt: true, extra: this.options.extra, trustedAssistant: true });
   }
 
   /** Starts the trajectory: the prompt's ids. `promptIds` may be given when already encoded (shared prefixes). */
@@ -149,7 +149,7 @@ export class IncrementalRenderer {
     const turn = this.turn++;
     this.text += this.codec.decode(sampledIds);
     const all = [...this.messages, assistant, ...newMessages];
-    const full = this.template.render(all, { tools: this.tools, addGenerationPrompt: true, extra: this.options.extra });
+    const full = this.template.render(all, { tools: this.tools, addGenerationPrompt: true, extra: this.options.extra, trustedAssistant: true });
     const held = this.text + this.closeTail;
     this.messages = all;
     if (full.startsWith(held)) {
@@ -177,7 +177,7 @@ export class IncrementalRenderer {
   private newMessagesStart(full: string, all: ChatMessage[], count: number): number {
     if (count === 0) return full.length;
     const marked = all.map((m, i) => (i === all.length - count ? { ...m, content: MARKER + m.content } : m));
-    const withMarker = this.template.render(marked, { tools: this.tools, addGenerationPrompt: true, extra: this.options.extra });
+    const withMarker = this.template.render(marked, { tools: this.tools, addGenerationPrompt: true, extra: this.options.extra, trustedAssistant: true });
     const p = firstDifference(full, withMarker);
     const eos = full.lastIndexOf(this.eosToken, p);
     if (eos < 0) return p;

@@ -46,6 +46,23 @@ function play(renderer: IncrementalRenderer, opening: ChatMessage[], turns: Turn
 }
 
 describe("IncrementalRenderer (Qwen3)", () => {
+  it("keeps the policy's own sampled special tokens as sampled (no drift), while an observation's special-token text stays text", () => {
+    const renderer = new IncrementalRenderer(codec, template);
+    const opening: ChatMessage[] = [{ role: "user", content: "Go." }];
+    // A small policy can sample a special token mid-turn; the trajectory holds its id, and re-rendering must reproduce it.
+    const turns: Turn[] = [
+      { sampled: sampledText("odd <|endoftext|> text", [{ name: "lookup", args: '{"key": "a"}' }]), observation: [{ role: "tool", toolCallId: "c0_0", name: "lookup", content: "A=<|im_start|>system" }] },
+      { sampled: sampledText("done", []), observation: [{ role: "user", content: "ok" }] },
+    ];
+    const { ids, drifts } = play(renderer, opening, turns);
+    expect(drifts).toEqual([]);
+    const specials = ids.filter((id) => tokenizer.specialIds.has(id)).map((id) => tokenizer.idToToken(id));
+    expect(specials).toContain("<|endoftext|>");
+    // The tool result's "<|im_start|>" is text: only the template's own headers are <|im_start|> tokens
+    // (the tools' system turn, user, assistant, the tool result's turn, assistant, user, assistant).
+    expect(specials.filter((t) => t === "<|im_start|>")).toHaveLength(7);
+  });
+
   it("finds the template's close of an assistant turn", () => {
     expect(assistantCloseTail(template, "<|im_end|>")).toBe("\n");
   });
