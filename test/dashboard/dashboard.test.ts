@@ -3,7 +3,8 @@
  * checkpoints, CSV export, the static report) and the page in headless Chromium at 1280 px (no
  * horizontal overflow with a group of 8 rollouts, axis titles on every chart, each view free of console
  * errors, compare mode, the same task of two runs or two steps side by side), why each run ended as the
- * pipeline recorded it (completed, a time budget, stopped by the user, failed). It saves the screenshots docs/dashboard.md shows to docs/images/.
+ * pipeline recorded it (completed, a time budget, stopped by the user, failed). It saves the screenshots docs/dashboard.md shows:
+ * to docs/images/ with SINKFLEX_UPDATE_SCREENSHOTS=1, else to a folder under the system's temp folder.
  * It is not the hostile-input suite (hostile.test.ts).
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -16,6 +17,9 @@ import { buildReport, startDashboard } from "../../src/dashboard/index.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { train } from "../../src/pipeline/train.js";
 import { parityConfig, registerParityEnv } from "../pipeline/parity-env.js";
+
+/** Where the screenshots go: the docs' own folder only when asked, so a test run leaves the tree unchanged. */
+const SHOTS = process.env.SINKFLEX_UPDATE_SCREENSHOTS === "1" ? "docs/images" : join(tmpdir(), "sinkflex-dashboard-shots");
 
 registerParityEnv();
 
@@ -140,7 +144,7 @@ describe("dashboard server", () => {
         await p.click(`.tabs button[data-view="${name}"]`);
         await p.waitForSelector(`#view-${name}:not([hidden])`);
       };
-      mkdirSync("docs/images", { recursive: true });
+      mkdirSync(SHOTS, { recursive: true });
 
       // Opens on the main run, not the newer replay.
       await page.goto(url);
@@ -160,7 +164,7 @@ describe("dashboard server", () => {
       expect(await page.locator("table.checkpoints tr[data-checkpoint]").count()).toBe(4);
       expect(await page.locator('tr[data-checkpoint="reference"]').innerText()).toContain("before RL");
       await noOverflow(page, "run page");
-      await page.screenshot({ path: "docs/images/dashboard-run.png", fullPage: true });
+      await page.screenshot({ path: `${SHOTS}/dashboard-run.png`, fullPage: true });
 
       // Curves: every chart has both axis titles; GRPO steps tick as whole numbers, no label twice.
       await view(page, "curves");
@@ -202,7 +206,7 @@ describe("dashboard server", () => {
       expect(new Set(ticks.flat).size).toBe(ticks.flat.length);
       await noOverflow(page, "curves");
       await page.selectOption("#curve-set", "key");
-      await page.screenshot({ path: "docs/images/dashboard-curves.png", fullPage: true });
+      await page.screenshot({ path: `${SHOTS}/dashboard-curves.png`, fullPage: true });
 
       // Trajectories: a group of 8 scrolls inside its panel; opens on the group with the most reward spread.
       await view(page, "trajectories");
@@ -220,7 +224,7 @@ describe("dashboard server", () => {
       await page.click(".t-next-failed");
       expect(await page.locator(".rollout.focus.failed").count()).toBe(1);
       await noOverflow(page, "trajectories");
-      await page.screenshot({ path: "docs/images/dashboard-trajectories.png", fullPage: false });
+      await page.screenshot({ path: `${SHOTS}/dashboard-trajectories.png`, fullPage: false });
 
       // Compare: no run offered against itself; one colour per run; the success table side by side.
       await view(page, "curves");
@@ -233,7 +237,7 @@ describe("dashboard server", () => {
       const rewardStrokes = await page.locator('.chart[data-id="reward-suite"] polyline.series').evaluateAll((ls) => ls.map((l) => l.getAttribute("stroke")));
       expect(rewardStrokes).toEqual(strokes);
       await noOverflow(page, "compare");
-      await page.screenshot({ path: "docs/images/dashboard-compare.png", fullPage: false });
+      await page.screenshot({ path: `${SHOTS}/dashboard-compare.png`, fullPage: false });
       await view(page, "run");
       expect(await page.locator("#eval-table th.run-head").allInnerTexts()).toEqual(["alpha", "beta"]);
       await view(page, "trajectories");
@@ -266,7 +270,7 @@ describe("dashboard server", () => {
         expect(await page.locator(".side.other .rollout").count()).toBe(4);
       }
       await noOverflow(page, "side by side");
-      await page.screenshot({ path: "docs/images/dashboard-side-by-side.png", fullPage: false });
+      await page.screenshot({ path: `${SHOTS}/dashboard-side-by-side.png`, fullPage: false });
       // Two steps of one run: the tasks both steps share are listed, each beside its twin.
       await page.selectOption("#traj-side", "alpha");
       await page.waitForFunction('document.querySelector(".side.other h3")?.textContent.startsWith("alpha ·")', undefined, { timeout: 10_000 });
