@@ -3,7 +3,7 @@
  * imported (the tests import it, and `sinkflex --import test/gym/remote/slow-env.ts envs serve` loads
  * it into real server processes). Each step waits `stepMs`; the observation is a digest of the seed and
  * every action so far, so a replay that differs anywhere shows. The episode ends after `episodeSteps`.
- * It is not a bundled env.
+ * It is not a bundled env; the env-pool benchmark registers the same env as `bench/latency-v0`.
  */
 import { createHash } from "node:crypto";
 import { EnvContractError, type Env, type EnvMetadata, type ResetArgs, type ResetResult, type StepResult } from "../../../src/gym/env.js";
@@ -55,10 +55,12 @@ function digest(text: string): string {
   return createHash("sha256").update(text).digest("hex").slice(0, 16);
 }
 
-if (!registeredIds().includes(SLOW_ENV_ID)) {
-  register(SLOW_ENV_ID, (o) => new SlowEnv(Number(o.stepMs ?? 0), Number(o.episodeSteps ?? 10)), {
+/** Registers SlowEnv under `id` (once), with the options a remote client may set. */
+export function registerSlowEnv(id: string, description: string): void {
+  if (registeredIds().includes(id)) return;
+  register(id, (o) => new SlowEnv(Number(o.stepMs ?? 0), Number(o.episodeSteps ?? 10)), {
     suite: "test",
-    description: "a deterministic env with a set step latency (the env pool's tests)",
+    description,
     maxEpisodeSteps: 1000,
     clientOptions: {
       session: { stepMs: { type: "integer", min: 0, max: 60_000 }, episodeSteps: { type: "integer", min: 1, max: 1000 } },
@@ -66,3 +68,5 @@ if (!registeredIds().includes(SLOW_ENV_ID)) {
     },
   });
 }
+
+registerSlowEnv(SLOW_ENV_ID, "a deterministic env with a set step latency (the env pool's tests)");
