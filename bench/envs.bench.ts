@@ -12,11 +12,12 @@
  *     the same counts, with scripted tool calls (list_tables, then submit_sql).
  * It prints tables and, with --json, writes every number. It does not train or sample a model.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { EnvPool, make, type AgentTurn, type ChatObservation, type Env } from "../src/gym/index.js";
 import { registerBundledEnvs } from "../src/envs/index.js";
 import { SlowEnv, SLOW_ENV_ID } from "./latency-env.js";
+import { spawnEnvServer } from "../test/gym/remote/env-server-process.js";
 
 const args = process.argv.slice(2);
 const jsonAt = args.indexOf("--json");
@@ -37,25 +38,10 @@ interface Served {
 }
 
 async function startServer(envId: string, port = 0, imports: string[] = []): Promise<Served> {
-  const proc = spawn(process.execPath, ["bin/sinkflex.mjs", ...imports.flatMap((m) => ["--import", m]), "envs", "serve", envId, "--port", String(port), "--max-sessions", "64"], { stdio: ["ignore", "pipe", "pipe"] });
-  children.add(proc);
-  proc.once("exit", () => children.delete(proc));
-  let out = "";
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${envId} server did not start in 90 s: ${out}`)), 90_000);
-    const read = (d: Buffer) => {
-      out += d.toString();
-      const m = /serving \S+ at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    };
-    proc.stdout!.on("data", read);
-    proc.stderr!.on("data", read);
-    proc.once("exit", (code) => reject(new Error(`${envId} server exited with ${code}: ${out}`)));
-  });
-  return { proc, url, port: Number(new URL(url).port) };
+  const served = await spawnEnvServer([...imports.flatMap((m) => ["--import", m]), "envs", "serve", envId, "--port", String(port), "--max-sessions", "64"], 90_000);
+  children.add(served.proc);
+  served.proc.once("exit", () => children.delete(served.proc));
+  return served;
 }
 
 const latencyServer = (port = 0) => startServer(SLOW_ENV_ID, port, ["bench/latency-env.ts"]);

@@ -5,7 +5,6 @@
  * infrastructure failure is scored as the policy's, and its GRPO rewards and trained tokens equal a local
  * run's with the same seed. Not a test of the pool alone (test/gym/remote/pool.test.ts).
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,10 +12,10 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { registerBundledEnvs } from "../../src/envs/index.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { train } from "../../src/pipeline/train.js";
+import { spawnEnvServer, type EnvServerProcess } from "../gym/remote/env-server-process.js";
 
 registerBundledEnvs();
 
-const BIN = "bin/sinkflex.mjs";
 const ARITH = "sinkflex/arith-v0";
 const scratch = mkdtempSync(join(tmpdir(), "remote-suite-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -26,30 +25,12 @@ afterEach(() => {
 });
 
 /** A real `sinkflex envs serve sinkflex/arith-v0` process; resolves once it prints its URL. */
-async function startServer(port = 0): Promise<{ proc: ChildProcess; url: string; port: number }> {
-  const proc = spawn(process.execPath, [BIN, "envs", "serve", ARITH, "--port", String(port), "--max-sessions", "8"], { stdio: ["ignore", "pipe", "pipe"] });
+async function startServer(port = 0): Promise<EnvServerProcess> {
+  const server = await spawnEnvServer(["envs", "serve", ARITH, "--port", String(port), "--max-sessions", "8"]);
   cleanups.push(() => {
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+    if (server.proc.exitCode === null && server.proc.signalCode === null) server.proc.kill("SIGKILL");
   });
-  let out = "";
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in 60 s: ${out}`)), 60_000);
-    const read = (d: Buffer) => {
-      out += d.toString();
-      const m = /serving \S+ at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    };
-    proc.stdout!.on("data", read);
-    proc.stderr!.on("data", read);
-    proc.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited with ${code}: ${out}`));
-    });
-  });
-  return { proc, url, port: Number(new URL(url).port) };
+  return server;
 }
 
 async function health(url: string): Promise<{ sessions: number; steps: number } | undefined> {

@@ -4,7 +4,6 @@
  * processes killed, restarted and stopped (hung) mid-episode, a WebSocket dropped by a proxy, and an
  * episode that cannot move recorded as an infrastructure failure.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { connect, createServer, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { EnvInfrastructureError, EnvPool, isInfrastructureFailure } from "../../../src/gym/remote/pool.js";
@@ -18,37 +17,22 @@ import { RolloutScheduler } from "../../../src/rollout/scheduler.js";
 import { tokenCodec, TrimmedVocab } from "../../../src/model/vocab.js";
 import { template, tinyEngine, tokenizer } from "../../rollout/helpers.js";
 import { SlowEnv, SLOW_ENV_ID } from "./slow-env.js";
+import { spawnEnvServer, type EnvServerProcess } from "./env-server-process.js";
 
 registerBundledEnvs();
 
-const BIN = "bin/sinkflex.mjs";
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
 /** A real `sinkflex envs serve test/slow-v0` process; resolves once it prints its URL. */
-async function startServer(port = 0, extra: string[] = []): Promise<{ proc: ChildProcess; url: string; port: number }> {
-  const proc = spawn(process.execPath, [BIN, "--import", "test/gym/remote/slow-env.ts", "envs", "serve", SLOW_ENV_ID, "--port", String(port), ...extra], { stdio: ["ignore", "pipe", "pipe"] });
+async function startServer(port = 0, extra: string[] = []): Promise<EnvServerProcess> {
+  const server = await spawnEnvServer(["--import", "test/gym/remote/slow-env.ts", "envs", "serve", SLOW_ENV_ID, "--port", String(port), ...extra]);
   cleanups.push(() => {
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+    if (server.proc.exitCode === null && server.proc.signalCode === null) server.proc.kill("SIGKILL");
   });
-  let out = "";
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in 60 s: ${out}`)), 60_000);
-    const read = (d: Buffer) => {
-      out += d.toString();
-      const m = /serving \S+ at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    };
-    proc.stdout!.on("data", read);
-    proc.stderr!.on("data", read);
-    proc.once("exit", (code) => reject(new Error(`server exited with ${code}: ${out}`)));
-  });
-  return { proc, url, port: Number(new URL(url).port) };
+  return server;
 }
 
 async function openPool(options: Parameters<typeof EnvPool.open>[0]): Promise<EnvPool> {
