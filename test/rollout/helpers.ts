@@ -72,8 +72,8 @@ export function stockCodec(): TokenCodec {
   return tokenCodec(tokenizer, TrimmedVocab.build(tokenizer, corpus));
 }
 
-/** A tiny random Qwen2-shaped model over the codec's vocabulary. */
-export function tinyEngine(codec: TokenCodec, seed = 1): EmbeddedEngine {
+/** A tiny random Qwen2-shaped model over the codec's vocabulary, with `positions` positions. */
+export function tinyEngine(codec: TokenCodec, seed = 1, positions = 8192): EmbeddedEngine {
   const cfg = parseHfConfig({
     architectures: ["Qwen2ForCausalLM"],
     model_type: "qwen2",
@@ -85,7 +85,7 @@ export function tinyEngine(codec: TokenCodec, seed = 1): EmbeddedEngine {
     vocab_size: codec.size,
     rms_norm_eps: 1e-6,
     rope_theta: 10000,
-    max_position_embeddings: 8192,
+    max_position_embeddings: positions,
     tie_word_embeddings: true,
   });
   return createRandomModel(cfg, seed, { std: 0.5 });

@@ -14,11 +14,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openServer } from "../../src/cli/commands/serve.js";
-import { createRandomModel } from "../../src/engine/embedded.js";
-import { parseHfConfig } from "../../src/model/config.js";
 import { qwen3TokenizerDir } from "../../src/model/tokenizer.js";
 import { checkExposure, isLoopbackHost, OpenAIServer } from "../../src/serve/openai-server.js";
-import { stockCodec } from "../rollout/helpers.js";
+import { stockCodec, tinyEngine } from "../rollout/helpers.js";
 import { runCli } from "../run-cli.js";
 
 const POSITIONS = 4096;
@@ -32,21 +30,7 @@ const tried = new Map<string, number>();
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "sinkflex-hostile-"));
-  const cfg = parseHfConfig({
-    architectures: ["Qwen2ForCausalLM"],
-    model_type: "qwen2",
-    hidden_size: 64,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    intermediate_size: 128,
-    vocab_size: codec.size,
-    rms_norm_eps: 1e-6,
-    rope_theta: 10000,
-    max_position_embeddings: POSITIONS,
-    tie_word_embeddings: true,
-  });
-  const engine = createRandomModel(cfg, 11, { std: 0.5 });
+  const engine = tinyEngine(codec, 11, POSITIONS);
   engine.tokenizerDir = qwen3TokenizerDir();
   await engine.save(dir);
   engine.dispose();
