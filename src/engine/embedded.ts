@@ -51,6 +51,27 @@ export class EngineError extends Error {
   }
 }
 
+/**
+ * sampleBatch's argument checks, shared by every engine: one parameter set per session, no session twice
+ * (fork it instead), none empty. `own` maps a session to the engine's own (refusing another engine's);
+ * `ready`, when given, checks each one first (closed, busy).
+ */
+export function checkSampleBatch<S extends { length: number }>(
+  sessions: EngineSession[], params: SampleParams[], own: (s: EngineSession) => S, ready?: (s: S) => void,
+): { list: S[]; ps: ResolvedSampleParams[] } {
+  if (sessions.length !== params.length) {
+    throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
+  }
+  const list = sessions.map(own);
+  if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
+  const ps = params.map(resolveSampleParams);
+  for (const s of list) {
+    ready?.(s);
+    if (s.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
+  }
+  return { list, ps };
+}
+
 export interface EmbeddedEngineOptions {
   /** Kernel set; default: `getKernels()` (native, or the reference when the addon is missing). */
   kernels?: Kernels;
@@ -250,13 +271,7 @@ export class EmbeddedEngine implements Engine {
    */
   async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {
     this.alive();
-    if (sessions.length !== params.length) {
-      throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
-    }
-    const list = sessions.map((s) => this.own(s));
-    if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
-    const ps = params.map(resolveSampleParams);
-    for (const s of list) if (s.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
+    const { list, ps } = checkSampleBatch(sessions, params, (s) => this.own(s));
     return Promise.all(list.map((s, i) => this.enqueue(s, ps[i]!)));
   }
 

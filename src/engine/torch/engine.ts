@@ -15,9 +15,8 @@
  * rollouts or environments.
  */
 import { resolve as resolvePath } from "node:path";
-import { EngineError } from "../embedded.js";
+import { checkSampleBatch, EngineError } from "../embedded.js";
 import { resolveHparams } from "../../model/index.js";
-import { resolveSampleParams } from "../sampler.js";
 import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "../types.js";
 import { TorchWorkerError, WorkerClient, type WorkerInfo } from "./client.js";
 import type { FrameArray } from "./frames.js";
@@ -125,16 +124,7 @@ export class TorchEngine implements Engine {
 
   async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {
     this.alive();
-    if (sessions.length !== params.length) {
-      throw new EngineError(`sampleBatch: ${sessions.length} sessions but ${params.length} parameter sets; pass one per session`);
-    }
-    const list = sessions.map((s) => this.own(s));
-    if (new Set(list).size !== list.length) throw new EngineError("sampleBatch: a session appears twice; fork it instead");
-    const ps = params.map(resolveSampleParams);
-    for (const s of list) {
-      s.ready();
-      if (s.length === 0) throw new EngineError("sample: the session is empty; append a prompt first");
-    }
+    const { list, ps } = checkSampleBatch(sessions, params, (s) => this.own(s), (s) => s.ready());
     if (list.length === 0) return [];
     const stops = ps.map((p) => [...p.stopTokens]);
     for (const s of list) s.busy = true;
