@@ -134,7 +134,10 @@ describe("dashboard server", () => {
       const errors: string[] = [];
       page.on("pageerror", (e) => errors.push(e.message));
       page.on("console", (m) => {
-        if (m.type() === "error") errors.push(m.text());
+        if (m.type() === "error") errors.push(`${m.text()} (${m.location().url})`);
+      });
+      page.on("response", (r) => {
+        if (r.status() >= 400) errors.push(`${r.status()} ${r.request().method()} ${r.url()}`);
       });
       const noOverflow = async (p: Page, what: string) => {
         const [scroll, client] = (await p.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")) as number[];
@@ -239,6 +242,8 @@ describe("dashboard server", () => {
       await noOverflow(page, "compare");
       await page.screenshot({ path: `${SHOTS}/dashboard-compare.png`, fullPage: false });
       await view(page, "run");
+      // The run page is drawn again once the compared run's results arrive.
+      await page.waitForFunction('document.querySelectorAll("#eval-table th.run-head").length === 2', undefined, { timeout: 10_000 });
       expect(await page.locator("#eval-table th.run-head").allInnerTexts()).toEqual(["alpha", "beta"]);
       await view(page, "trajectories");
       expect(await page.locator("#traj-run option").allInnerTexts()).toEqual(["alpha", "beta"]);

@@ -171,9 +171,17 @@ function updateStatusLine(status, config, records) {
   $("run-status").textContent = [st, where].filter(Boolean).join(" · ");
 }
 
+// Every trajectory view that is asked for takes the next number; an answer that comes back after a
+// later view was asked for is dropped, so a slow answer never paints over (or fetches for) the view
+// the user has since moved to.
+let trajAsked = 0;
+const trajRunNow = () => state.trajRun || state.run;
+
 async function loadTrajectoryFiles() {
-  const run = state.trajRun || state.run;
+  const run = trajRunNow();
+  const asked = trajAsked;
   const files = await api(runPath(run, "trajectories"));
+  if (asked !== trajAsked || run !== trajRunNow()) return;
   // Follow the newest step unless the user picked another one.
   const keep = state.trajFile && files.includes(state.trajFile) && state.pinnedFile ? state.trajFile : files[files.length - 1];
   if (JSON.stringify(files) !== JSON.stringify(state.trajFiles)) {
@@ -186,7 +194,7 @@ async function loadTrajectoryFiles() {
     return;
   }
   $("traj-file").value = keep;
-  if (keep !== state.trajFile) await loadTrajectories(keep);
+  if (keep !== state.trajFile) await loadTrajectories(keep, run);
 }
 
 /**
@@ -199,20 +207,25 @@ function sideStep(files, run, file) {
   return files.includes(file) ? file : files[files.length - 1];
 }
 
-async function loadTrajectories(file) {
+async function loadTrajectories(file, run = trajRunNow()) {
+  const asked = ++trajAsked;
+  const stale = () => asked !== trajAsked;
   state.trajFile = file;
-  const run = state.trajRun || state.run;
+  const sideRun = state.sideRun;
   const { records, skipped } = await api(`${runPath(run, "trajectories")}/${encodeURIComponent(file)}`);
+  if (stale()) return;
   let side = null;
-  $("traj-side-file").disabled = !state.sideRun;
-  if (state.sideRun) {
-    const files = await api(runPath(state.sideRun, "trajectories"));
+  $("traj-side-file").disabled = !sideRun;
+  if (sideRun) {
+    const files = await api(runPath(sideRun, "trajectories"));
+    if (stale()) return;
     const pick = sideStep(files, run, file);
     $("traj-side-file").innerHTML = files.map((f) => `<option>${escapeHtml(f)}</option>`).join("");
     $("traj-side-file").value = pick || "";
     if (pick) {
-      const other = await api(`${runPath(state.sideRun, "trajectories")}/${encodeURIComponent(pick)}`);
-      side = { label: `${state.sideRun} · ${pick}`, records: other.records, mainLabel: `${run} · ${file}` };
+      const other = await api(`${runPath(sideRun, "trajectories")}/${encodeURIComponent(pick)}`);
+      if (stale()) return;
+      side = { label: `${sideRun} · ${pick}`, records: other.records, mainLabel: `${run} · ${file}` };
     }
   }
   mountTrajectories($("viewer"), records, side);
@@ -240,13 +253,14 @@ function reset() {
   state.trajFile = null;
   state.trajFiles = [];
   state.pinnedFile = false;
+  trajAsked++;
 }
 
 $("run-select").addEventListener("change", (e) => { state.run = e.target.value; state.trajRun = state.run; reset(); fillRunSelects(); writeHash(); refresh(); });
 $("compare-select").addEventListener("change", (e) => { state.compare = e.target.value || null; reset(); fillRunSelects(); writeHash(); refresh(); });
 $("smoothing").addEventListener("input", () => drawCharts());
 $("curve-set").addEventListener("change", () => drawCharts());
-$("traj-run").addEventListener("change", (e) => { state.trajRun = e.target.value; state.trajFile = null; state.trajFiles = []; state.pinnedFile = false; loadTrajectoryFiles(); });
+$("traj-run").addEventListener("change", (e) => { state.trajRun = e.target.value; state.trajFile = null; state.trajFiles = []; state.pinnedFile = false; trajAsked++; loadTrajectoryFiles(); });
 $("traj-file").addEventListener("change", (e) => { state.pinnedFile = true; loadTrajectories(e.target.value); });
 $("traj-side").addEventListener("change", (e) => { state.sideRun = e.target.value || null; state.sideFile = null; if (state.trajFile) loadTrajectories(state.trajFile); });
 $("traj-side-file").addEventListener("change", (e) => { state.sideFile = e.target.value; if (state.trajFile) loadTrajectories(state.trajFile); });
