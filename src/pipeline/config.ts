@@ -23,7 +23,7 @@ import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/index.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/index.js";
 import { resolveModule } from "./user-modules.js";
 
-const positiveInt = z.number().int().positive();
+const positiveInt = z.number("must be a number").int("must be a whole number").min(1, "must be at least 1");
 /** Every count has an upper bound, so that a typo (1e12 steps) is refused here rather than failing mid-run. */
 const atMost = (max: number) => `must be at most ${max}`;
 
@@ -501,6 +501,7 @@ function issueLines(issues: readonly z.core.$ZodIssue[], prefix: (string | numbe
     let message = issue.message;
     if (issue.code === "invalid_value" && "values" in issue) message = `must be one of ${(issue.values as unknown[]).map((v) => JSON.stringify(v)).join(", ")}`;
     if (issue.code === "unrecognized_keys") message = `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
+    if (issue.code === "invalid_type" && issue.input === undefined) message = `missing: this field is required (expected ${issue.expected})`;
     return `  ${path}: ${message}`;
   });
 }
