@@ -501,7 +501,8 @@ function issueLines(issues: readonly z.core.$ZodIssue[], prefix: (string | numbe
     let message = issue.message;
     if (issue.code === "invalid_value" && "values" in issue) message = `must be one of ${(issue.values as unknown[]).map((v) => JSON.stringify(v)).join(", ")}`;
     if (issue.code === "unrecognized_keys") message = `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
-    if (issue.code === "invalid_type" && issue.input === undefined) message = `missing: this field is required (expected ${issue.expected})`;
+    // (zod leaves the input out of its issues; its own message says "received undefined" for a missing field)
+    if (issue.code === "invalid_type" && / received undefined$/.test(issue.message)) message = `missing: this field is required (expected ${issue.expected})`;
     return `  ${path}: ${message}`;
   });
 }
