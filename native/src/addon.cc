@@ -349,7 +349,8 @@ Napi::Value AttentionBackward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// (B, Tq, H, KVH, D, scale, blockSize, maxBlocks, window, sinks, q, kCache, vCache, blockTable, seqLens, sink, out)
+// (B, Tq, H, KVH, D, scale, blockSize, maxBlocks, window, sinks, q, kCache, vCache, blockTable, seqLens, sink, out,
+//  pinStart, pinCount, pinPositions): the last three null (or absent) = no pinned entries
 Napi::Value AttentionCached(const Napi::CallbackInfo& info) {
   Args a{info, "attentionCached"};
   sfx::CachedShape s{};
@@ -386,8 +387,26 @@ Napi::Value AttentionCached(const Napi::CallbackInfo& info) {
                 " is outside the cache");
     }
   }
+  sfx::CachedPinned pin{};
+  const bool hasPin = info.Length() > 17 && !a.isNull(17);
+  if (hasPin) {
+    pin.start = a.i32(17, "pinStart", s.B);
+    pin.count = a.i32(18, "pinCount", s.B);
+    size_t total = info[19].IsTypedArray() ? info[19].As<Napi::TypedArray>().ElementLength() : 0;
+    pin.positions = a.i32(19, "pinPositions", 0);
+    for (int b = 0; b < s.B; b++) {
+      if (pin.start[b] < 0 || pin.count[b] < 0 || static_cast<size_t>(pin.start[b]) + pin.count[b] > total)
+        a.range("pinned entries of sequence " + std::to_string(b) + " (start " + std::to_string(pin.start[b]) +
+                ", count " + std::to_string(pin.count[b]) + ") are outside pinPositions (" + std::to_string(total) + ")");
+      const int32_t* p = pin.positions + pin.start[b];
+      for (int i = 0; i < pin.count[b]; i++)
+        if (p[i] < 0 || p[i] >= lens[b] || (i > 0 && p[i] <= p[i - 1]))
+          a.range("pinPositions of sequence " + std::to_string(b) + " must ascend within [0, seqLens[b]); got " +
+                  std::to_string(p[i]) + " at index " + std::to_string(i));
+    }
+  }
   sfx::attentionCached(s, window, sinks, q, kc, vc, table, lens, a.f32(15, "sinkLogit", s.H, true),
-                       a.f32(16, "out", qn));
+                       a.f32(16, "out", qn), hasPin ? &pin : nullptr);
   return info.Env().Undefined();
 }
 

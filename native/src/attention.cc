@@ -489,12 +489,13 @@ struct CachedScratch {
   std::vector<float> k, v, s;
   std::vector<int> cols;
   std::vector<size_t> rowOff;
+  std::vector<uint8_t> pinKept;
 };
 static thread_local CachedScratch tCached;
 
 void attentionCached(const CachedShape& sh, int window, int sinks, const float* q, const float* kCache,
                      const float* vCache, const int32_t* blockTable, const int32_t* seqLens, const float* sinkLogit,
-                     float* out) {
+                     float* out, const CachedPinned* pinned) {
   const int B = sh.B, Tq = sh.Tq, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   const int bs = sh.blockSize;
   const bool hasSink = sinkLogit != nullptr;
@@ -512,7 +513,12 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
       // rows' starts (kv head 0), a block at a time
       int lo = window > 0 ? std::max(0, e - window + 1) : 0;
       int nSinks = std::min(sinks, lo);
-      const int n = nSinks + (e + 1 - lo);
+      // pinned entries between the sink slots and the window
+      const int32_t* pin = pinned ? pinned->positions + pinned->start[b] : nullptr;
+      int pin0 = 0, pin1 = pinned ? pinned->count[b] : 0;
+      while (pin0 < pin1 && pin[pin0] < nSinks) pin0++;
+      while (pin1 > pin0 && pin[pin1 - 1] >= lo) pin1--;
+      const int n = nSinks + (pin1 - pin0) + (e + 1 - lo);
       if (sc.rowOff.size() < static_cast<size_t>(n)) sc.rowOff.resize(static_cast<size_t>(n));
       size_t* off = sc.rowOff.data();
       const size_t rowElems = static_cast<size_t>(KVH) * D;
@@ -525,6 +531,7 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         }
       };
       addRange(0, nSinks);
+      for (int i = pin0; i < pin1; i++) addRange(pin[i], pin[i] + 1);
       addRange(lo, e + 1);
       if (sc.s.size() < static_cast<size_t>(G) * n + 1) sc.s.resize(static_cast<size_t>(G) * n + 1);
       for (int kvh = kh0; kvh < kh0 + headsPerTask; kvh++) {
@@ -559,8 +566,20 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
     sc.cols.clear();
     int lo = window > 0 ? std::max(0, eFirst - window + 1) : 0;
     for (int j = 0; j < std::min(sinks, lo); j++) sc.cols.push_back(j);
+    // pinned entries: those before the window are columns of their own; pinKept[c] marks every pinned column
+    const int32_t* pin = pinned ? pinned->positions + pinned->start[b] : nullptr;
+    const int nPin = pinned ? pinned->count[b] : 0;
+    for (int i = 0; i < nPin; i++)
+      if (pin[i] >= std::min(sinks, lo) && pin[i] < lo) sc.cols.push_back(pin[i]);
+    const int windowCol = static_cast<int>(sc.cols.size());
     for (int j = lo; j <= eLast; j++) sc.cols.push_back(j);
     const int n = static_cast<int>(sc.cols.size());
+    if (nPin > 0) {
+      sc.pinKept.assign(static_cast<size_t>(n), 0);
+      for (int c = std::min(sinks, lo); c < windowCol; c++) sc.pinKept[static_cast<size_t>(c)] = 1;
+      for (int i = 0; i < nPin; i++)
+        if (pin[i] >= lo && pin[i] <= eLast) sc.pinKept[static_cast<size_t>(windowCol + pin[i] - lo)] = 1;
+    }
     if (sc.k.size() < static_cast<size_t>(n) * D) {
       sc.k.resize(static_cast<size_t>(n) * D);
       sc.v.resize(static_cast<size_t>(n) * D);
@@ -591,7 +610,7 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         float* row = S + static_cast<size_t>(r) * n;
         for (int c = 0; c < n; c++) {
           int j = sc.cols[c];
-          if (j > e || !(window <= 0 || e - j < window || j < sinks)) row[c] = -INFINITY;
+          if (j > e || !(window <= 0 || e - j < window || j < sinks || (nPin > 0 && sc.pinKept[c]))) row[c] = -INFINITY;
         }
         softmaxRow(row, n, hasSink, hasSink ? sinkLogit[h] : 0.f);
       }

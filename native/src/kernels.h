@@ -77,9 +77,16 @@ struct CachedShape {
   float scale;
   int blockSize, maxBlocks;
 };
+// Pinned cache entries (kept by every later query, like sink slots): sequence b's are the entries
+// positions[start[b] .. start[b] + count[b]), ascending.
+struct CachedPinned {
+  const int32_t* start;
+  const int32_t* count;
+  const int32_t* positions;
+};
 void attentionCached(const CachedShape& s, int window, int sinks, const float* q, const float* kCache,
                      const float* vCache, const int32_t* blockTable, const int32_t* seqLens, const float* sinkLogit,
-                     float* out);
+                     float* out, const CachedPinned* pinned = nullptr);
 
 // GFLOP/s of a tight FMA loop on `threads` pool threads (0 = all), best of rounds over `seconds`.
 double peakGflops(double seconds, int threads);

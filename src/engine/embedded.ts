@@ -6,8 +6,9 @@
  * Sessions keep their tokens and KV-cache blocks; forks share the parent's blocks (reference counted,
  * copy on write of a partially filled last block only). Under a sink-window mask a session also returns
  * to the pool the blocks no later query keeps (the pool's eviction policy, kv-cache.ts): it holds its K sink
- * slots and last W positions, so KV memory per session stays flat however long it grows, in append, sample,
- * sampleBatch and fork alike; `truncate` past evicted keys is an error naming them.
+ * slots, its pinned positions (`append(tokens, { pinned })`) and last W positions, so KV memory per session
+ * stays flat however long it grows, in append, sample, sampleBatch and fork alike; `truncate` past evicted
+ * keys is an error naming them.
  * Tokens are computed lazily: `append` (and a session's prefix) and a sampled token only join the session's tokens, and their keys and values are
  * computed by the next call that needs them (sampling, fork, `nextLogits`). That call computes the pending
  * tokens of all its sessions together, in forwards of up to `maxForwardTokens` rows, so the prompts of
@@ -23,7 +24,7 @@
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describeSinkWindow, resolveSinkWindow, SINK_WINDOW_FILE, type SinkWindow } from "../model/index.js";
-import { SHARED_DOC, type Kernels } from "../kernels/index.js";
+import { SHARED_DOC, type CachedPinned, type Kernels } from "../kernels/index.js";
 import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/index.js";
 import type { ModelConfig } from "../model/index.js";
@@ -40,7 +41,7 @@ import {
   CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
   type Model,
 } from "../model/index.js";
-import { EVICTED_BLOCK, evictionFor, KvBlockPool } from "./kv-cache.js";
+import { EVICTED_BLOCK, evictionFor, KvBlockPool, pinnedBlocks } from "./kv-cache.js";
 import { resolveSampleParams, Sampler, type ResolvedSampleParams } from "./sampler.js";
 import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "./types.js";
 
@@ -744,6 +745,7 @@ export class EmbeddedEngine implements Engine {
     if (this.stepLogits.length < R * V) this.stepLogits = new Float32Array(R * V);
     cachedForward(this.model, this.cachedWs, this.pool, {
       B, Tq: 0, newTokens, ids, positions, blockTable, maxBlocks, seqLens, logitRows, logits: this.stepLogits,
+      pinned: pinnedEntries(list, seqLens),
     });
     this.stats.forwards++;
     if (M === B) {
@@ -815,10 +817,35 @@ export class EmbeddedEngine implements Engine {
   }
 }
 
+/** The pinned entries (below seqLens[b]) of sessions in one forward, or undefined when none has any. */
+function pinnedEntries(list: EmbeddedSession[], seqLens: Int32Array): CachedPinned | undefined {
+  if (list.every((s) => s.pinnedList.length === 0)) return undefined;
+  const start = new Int32Array(list.length);
+  const count = new Int32Array(list.length);
+  const positions: number[] = [];
+  list.forEach((s, b) => {
+    start[b] = positions.length;
+    for (const p of s.pinnedList) if (p < seqLens[b]!) positions.push(p);
+    count[b] = positions.length - start[b]!;
+  });
+  return { start, count, positions: Int32Array.from(positions) };
+}
+
+/** Options of `EmbeddedSession.append`. */
+export interface SessionAppendOptions {
+  /**
+   * [tokens.length] 1 = pin that token: under the sink-window mask every later query keeps its key (like
+   * a sink slot) and the session never evicts its block, as the training mask's `pinned` does.
+   */
+  pinned?: ArrayLike<number>;
+}
+
 /** A KV-cache session of the embedded engine. */
 export class EmbeddedSession implements EngineSession {
   /** @internal */ tokenList: number[] = [];
   /** @internal */ blocks: number[] = [];
+  /** Pinned positions, ascending. */
+  /** @internal */ pinnedList: number[] = [];
   /** Cache entries computed (the first `cached` tokens). */
   /** @internal */ cached = 0;
   /** Blocks of `blocks` that are EVICTED_BLOCK; every evicted block lies before `evictedTo`. */
@@ -850,6 +877,11 @@ export class EmbeddedSession implements EngineSession {
     return this.blocks;
   }
 
+  /** The positions pinned by `append(tokens, { pinned })`, ascending. */
+  get pinnedPositions(): readonly number[] {
+    return this.pinnedList;
+  }
+
   /** Blocks this session holds (evicted ones not counted; shared ones counted by each holder). */
   get heldBlocks(): number {
     return this.blocks.length - this.evictedBlocks;
@@ -864,16 +896,24 @@ export class EmbeddedSession implements EngineSession {
     return this.logitsFor === this.tokenList.length && this.logits !== null;
   }
 
-  /** Appends tokens; they are computed by the next call that needs them (see the file comment). */
-  async append(tokens: number[]): Promise<void> {
-    this.appendSync(tokens);
+  /**
+   * Appends tokens; they are computed by the next call that needs them (see the file comment).
+   * `opts.pinned` pins some of them (see `SessionAppendOptions`).
+   */
+  async append(tokens: number[], opts: SessionAppendOptions = {}): Promise<void> {
+    this.appendSync(tokens, opts);
   }
 
   /** `append` without the promise: checks the ids and records the tokens (no computation). */
-  appendSync(tokens: number[]): void {
+  appendSync(tokens: number[], opts: SessionAppendOptions = {}): void {
     this.check();
+    const pinned = opts.pinned;
+    if (pinned && pinned.length !== tokens.length) {
+      throw new EngineError(`append: pinned has ${pinned.length} flags for ${tokens.length} tokens; give one 0/1 flag per token`);
+    }
     if (tokens.length === 0) return;
     this.engine.checkIds(tokens);
+    if (pinned) for (let i = 0; i < pinned.length; i++) if (pinned[i]) this.pinnedList.push(this.tokenList.length + i);
     for (const t of tokens) this.tokenList.push(t);
     this.logitsFor = -1; // the logits held belong to a shorter sequence (or an earlier one)
   }
@@ -895,6 +935,7 @@ export class EmbeddedSession implements EngineSession {
     if (this.cached < this.tokenList.length) this.engine.computePending([this]);
     const child = this.engine.sessionSync();
     child.tokenList = [...this.tokenList];
+    child.pinnedList = [...this.pinnedList];
     child.blocks = [...this.blocks];
     for (const b of this.blocks) if (b !== EVICTED_BLOCK) this.engine.pool.retain(b);
     child.cached = this.cached;
@@ -913,6 +954,7 @@ export class EmbeddedSession implements EngineSession {
     if (n >= this.tokenList.length) return;
     if (n < this.cached) this.checkHeld(n);
     this.tokenList.length = n;
+    while (this.pinnedList.length > 0 && this.pinnedList[this.pinnedList.length - 1]! >= n) this.pinnedList.pop();
     this.cached = Math.min(this.cached, n);
     if (this.logitsFor > n) this.logitsFor = -1;
     this.dropBlocksAfter(this.cached);
@@ -958,9 +1000,10 @@ export class EmbeddedSession implements EngineSession {
     if (!policy) return;
     const { first, end } = policy.evictableBlocks(this.cached, pool.blockSize);
     const stop = Math.min(end, this.blocks.length);
+    const kept = pinnedBlocks(this.pinnedList, pool.blockSize);
     for (let i = Math.max(first, this.evictedTo); i < stop; i++) {
       const b = this.blocks[i]!;
-      if (b === EVICTED_BLOCK) continue;
+      if (b === EVICTED_BLOCK || kept.has(i)) continue;
       pool.release(b);
       this.blocks[i] = EVICTED_BLOCK;
       this.evictedBlocks++;

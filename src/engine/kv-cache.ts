@@ -4,7 +4,8 @@
  * A block is copied only when a session writes into a partially filled block that another session
  * still references (copy on write). Under the sink-window mask the pool carries an eviction policy
  * (`SinkWindowEviction`): sessions return the blocks no later query keeps, so a session holds about
- * K + W rows however long it grows, and the freed blocks are reused by the next allocations.
+ * K + W rows (plus one block per pinned position) however long it grows, and the freed blocks are reused
+ * by the next allocations.
  *
  * This file is bookkeeping, storage and the eviction rule; it does not compute attention (the kernels do)
  * and does not know sessions' tokens (embedded.ts does).
@@ -38,9 +39,11 @@ export interface KvEvictionPolicy {
 }
 
 /**
- * The canonical mask's eviction rule for one document without pinned positions (what engine sessions
- * hold): keep the K sink slots and the W most recent positions. keep(q, kv) = kv < K OR q - kv < W, so a
- * row at p < computed - W is kept by no query at q >= computed - 1. `rewind` more rows are kept, so that a
+ * The canonical mask's eviction rule for one document (what engine sessions hold): keep the K sink slots,
+ * the pinned positions and the W most recent positions. keep(q, kv) = kv < K OR kv pinned OR q - kv < W,
+ * so a row at p < computed - W that is no pinned position is kept by no query at q >= computed - 1.
+ * `evictableBlocks` answers for sink slots and the window; the blocks of pinned positions inside that
+ * range are kept by the session (`pinnedBlocks`). `rewind` more rows are kept, so that a
  * session can be truncated that many tokens back (past its last token) without recomputing anything.
  */
 export class SinkWindowEviction implements KvEvictionPolicy {
@@ -65,6 +68,13 @@ export class SinkWindowEviction implements KvEvictionPolicy {
   windowStart(q: number): number {
     return Math.max(0, q - this.mask.window + 1);
   }
+}
+
+/** The blocks holding pinned positions (ascending or not): no eviction policy returns them to the pool. */
+export function pinnedBlocks(pinned: readonly number[], blockSize: number): Set<number> {
+  const out = new Set<number>();
+  for (const p of pinned) out.add(Math.floor(p / blockSize));
+  return out;
 }
 
 /** The eviction policy of a mask: none for full attention (window 0), else `SinkWindowEviction`. */

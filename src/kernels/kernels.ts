@@ -124,6 +124,19 @@ export interface CachedAttentionShape {
 }
 
 /**
+ * Pinned cache entries of each sequence in an `attentionCached` call: kept by every later query, like the
+ * sink slots. Sequence b's are `positions[start[b] .. start[b] + count[b])`, ascending, each below seqLens[b].
+ */
+export interface CachedPinned {
+  /** [B] where sequence b's pinned entries start in `positions`. */
+  start: Int32Array;
+  /** [B] how many pinned entries sequence b has. */
+  count: Int32Array;
+  /** The pinned entries of every sequence. */
+  positions: Int32Array;
+}
+
+/**
  * A weight matrix W [N, K] packed once for repeated products x @ W^T (`packWeight`, `sgemmPacked`). It is a
  * snapshot: later writes to W are not seen, so whoever changes the weights drops its packed copies.
  * `data` is private to the kernel set that packed it (the native one stores W in its micro-kernel's
@@ -304,14 +317,15 @@ export interface Kernels {
    * seqLens [B]: cached entries of sequence b, INCLUDING its Tq new tokens, which the caller has already
    * written at entries seqLens[b] - Tq .. seqLens[b] - 1.
    * New token i of sequence b is at entry e = seqLens[b] - Tq + i and attends entries j <= e with
-   *   j < sinks  OR  e - j < window   (window 0 = no window),
-   * so with an append-only cache this is the canonical mask of one document. A cache from which the caller
-   * evicts entries passes window 0 and keeps only what should be seen.
-   * sinkLogit [H] or null, as in attentionForward.
+   *   j < sinks  OR  j is pinned  OR  e - j < window   (window 0 = no window),
+   * so with an append-only cache this is the canonical mask of one document. Entries the mask drops are never
+   * read, so the caller may evict their blocks (any valid block id may stand in the table for them).
+   * sinkLogit [H] or null, as in attentionForward. pinned: sequence b's pinned entries (`CachedPinned`), or
+   * null / absent = none.
    */
   attentionCached(
     shape: CachedAttentionShape, window: number, sinks: number, q: Float32Array,
     kCache: Float32Array, vCache: Float32Array, blockTable: Int32Array, seqLens: Int32Array,
-    sinkLogit: Float32Array | null, out: Float32Array,
+    sinkLogit: Float32Array | null, out: Float32Array, pinned?: CachedPinned | null,
   ): void;
 }

@@ -171,10 +171,11 @@ export function nativeKernelsFrom(a: NativeAddon): Kernels {
         s.B, s.T, s.H, s.KVH, s.D, s.scale, m.window, m.sinks, m.docIds, m.pinned,
         q, k, v, sink, out, lse, dOut, dQ, dK, dV, dSink,
       ),
-    attentionCached: (s, window, sinks, q, kCache, vCache, blockTable, seqLens, sink, out) =>
+    attentionCached: (s, window, sinks, q, kCache, vCache, blockTable, seqLens, sink, out, pinned) =>
       a.attentionCached(
         s.B, s.Tq, s.H, s.KVH, s.D, s.scale, s.blockSize, s.maxBlocks, window, sinks,
         q, kCache, vCache, blockTable, seqLens, sink, out,
+        ...(pinned ? [pinned.start, pinned.count, pinned.positions] : []),
       ),
   };
 }

@@ -5,7 +5,7 @@
  * built, so it favours being obviously right over being fast (sums are accumulated in double precision).
  * It is not tuned: no blocking, no SIMD, no threads.
  */
-import { documentPositions, maskKeeps, type AttentionMask, type AttentionShape, type CachedAttentionShape, type Kernels, type PackedWeight, type Trans } from "./kernels.js";
+import { documentPositions, maskKeeps, type AttentionMask, type AttentionShape, type CachedAttentionShape, type CachedPinned, type Kernels, type PackedWeight, type Trans } from "./kernels.js";
 
 function windowOf(w: number): number {
   return w > 0 && Number.isFinite(w) ? w : 0;
@@ -183,7 +183,7 @@ function attentionBackward(
 function attentionCached(
   shape: CachedAttentionShape, window: number, sinks: number, q: Float32Array,
   kCache: Float32Array, vCache: Float32Array, blockTable: Int32Array, seqLens: Int32Array,
-  sinkLogit: Float32Array | null, out: Float32Array,
+  sinkLogit: Float32Array | null, out: Float32Array, pinned: CachedPinned | null = null,
 ): void {
   const { B, Tq, H, KVH, D, scale, blockSize, maxBlocks } = shape;
   const group = H / KVH;
@@ -191,6 +191,14 @@ function attentionCached(
   const acc = new Float64Array(D);
   for (let b = 0; b < B; b++) {
     const len = seqLens[b];
+    const isPinned = new Uint8Array(len);
+    if (pinned) {
+      for (let i = 0; i < pinned.count[b]; i++) {
+        const p = pinned.positions[pinned.start[b] + i];
+        if (!(p >= 0 && p < len)) throw new RangeError(`attentionCached: pinned entry ${p} of sequence ${b} is outside [0, ${len})`);
+        isPinned[p] = 1;
+      }
+    }
     const s = new Float64Array(len);
     const addr = new Int32Array(len);
     for (let j = 0; j < len; j++) {
@@ -204,7 +212,7 @@ function attentionCached(
         const qo = ((b * Tq + i) * H + h) * D;
         let mx = sinkLogit ? sinkLogit[h] : -Infinity;
         for (let j = 0; j <= e; j++) {
-          if (!(w === 0 || e - j < w || j < sinks)) {
+          if (!(w === 0 || e - j < w || j < sinks || isPinned[j])) {
             s[j] = -Infinity;
             continue;
           }

@@ -14,7 +14,7 @@
  * Shapes: N packed tokens, C hidden, H query heads, KVH kv heads, D head size, Q = H*D, KV = KVH*D,
  * F MLP width, V vocabulary, L layers.
  */
-import { documentPositions, SHARED_DOC, type AttentionMask, type Kernels, type SinkWindow } from "../kernels/index.js";
+import { documentPositions, SHARED_DOC, type AttentionMask, type CachedPinned, type Kernels, type SinkWindow } from "../kernels/index.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
 import type { LoraGrads } from "./lora.js";
@@ -539,6 +539,8 @@ export interface CachedStep {
   logitRows: Int32Array;
   /** [logitRows.length, V] receives those rows' logits. */
   logits: Float32Array;
+  /** Pinned cache entries of each sequence (kept by every later query, like sink slots); absent = none. */
+  pinned?: CachedPinned;
 }
 
 /**
@@ -601,6 +603,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   let qRuns = runs;
   let qTable = step.blockTable;
   let qLens = step.seqLens;
+  let qPinned = step.pinned;
   for (let l = 0; l < L; l++) {
     const W = P.layers[l]!;
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.inputNorm, ws.ln, ws.rstd);
@@ -648,6 +651,10 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
         qTable.set(step.blockTable.subarray(b * step.maxBlocks, (b + 1) * step.maxBlocks), r * step.maxBlocks);
         qLens[r] = step.seqLens[b]!;
       }
+      if (step.pinned) {
+        const { start, count, positions } = step.pinned;
+        qPinned = { start: Int32Array.from(lastRows, (b) => start[b]!), count: Int32Array.from(lastRows, (b) => count[b]!), positions };
+      }
       qRuns = R > 0 ? [{ b0: 0, B: R, Tq: 1, r0: 0 }] : [];
       if (R === 0) break;
     }
@@ -663,6 +670,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
         { B: run.B, Tq: run.Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },
         m.attention.window, m.attention.sinks, ws.q.subarray(run.r0 * Q), kc, vc,
         qTable.subarray(run.b0 * step.maxBlocks), qLens.subarray(run.b0), W.sinks, ws.att.subarray(run.r0 * Q),
+        qPinned && { start: qPinned.start.subarray(run.b0), count: qPinned.count.subarray(run.b0), positions: qPinned.positions },
       );
     }
     proj(Mq, C, Q, ws.att, W.o, W.oBias, x, 1);

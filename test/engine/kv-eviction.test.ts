@@ -2,7 +2,9 @@
 // 30-turn session of over a thousand tokens holds a flat number of KV blocks (its K sink slots and last W
 // positions) while the pool's storage never grows; its sampled log-probs equal the teacher-forced ones of
 // the training mask (1e-5, fp32); forks of an evicted session and batched decoding give what single
-// sessions give; truncating within the window works and truncating past evicted keys is a clear error.
+// sessions give; truncating within the window works and truncating past evicted keys is a clear error;
+// pinned positions (append(tokens, { pinned })) keep their blocks and are read by every later query, so
+// sampled log-probs equal the teacher-forced ones under the same mask with the same pinned positions.
 import { describe, expect, it } from "vitest";
 import { createRandomModel, type EmbeddedEngine, type EmbeddedSession } from "../../src/engine/embedded.js";
 import type { Kernels } from "../../src/kernels/index.js";
@@ -67,6 +69,53 @@ describe.each(kernels.map((k) => [k.name, k] as const))("KV eviction on %s kerne
     let worst = 0;
     for (const [pos, x] of run.sampled) worst = Math.max(worst, Math.abs(x - lp![pos - 1]!));
     expect(worst).toBeLessThan(1e-5);
+    engine.dispose();
+  }, 120_000);
+
+  it("pinned positions: a 30-turn session keeps their blocks; sampled log-probs equal teacher-forced ones with the same pins (1e-5)", async () => {
+    const engine = engineOn(k);
+    const s = engine.sessionSync(randomTokens(5, 12, V));
+    // a long first observation (a prefill of several pieces) with two pins, then 30 turns pinning their
+    // observation's first token on every third turn
+    const first = randomTokens(6, 90, V);
+    const firstPins = new Uint8Array(90);
+    firstPins[5] = 1; // position 17: leaves the window during the prefill itself
+    firstPins[60] = 1; // position 72
+    await s.append(first, { pinned: firstPins });
+    const sampled = new Map<number, number>();
+    for (let t = 0; t < 30; t++) {
+      const pins = new Uint8Array(20);
+      if (t % 3 === 0) pins[0] = 1;
+      await s.append(randomTokens(600 + t, 20, V), { pinned: pins });
+      const start = s.length;
+      const r = await s.sample({ maxTokens: 20, seed: 9000 + t });
+      r.logprobs.forEach((lp, i) => sampled.set(start + i, lp));
+      expect(s.heldBlocks).toBeLessThanOrEqual(BOUND + s.pinnedPositions.length);
+    }
+    expect(s.pinnedPositions.length).toBe(12);
+    for (const p of s.pinnedPositions) expect(s.blockIds[Math.floor(p / BS)]).not.toBe(-1);
+    expect(s.blockIds.filter((b) => b === -1).length).toBeGreaterThan(100);
+    const flags = new Uint8Array(s.length);
+    for (const p of s.pinnedPositions) flags[p] = 1;
+    const [withPins] = await engine.logprobs([s.tokens()], { pinned: [flags] });
+    const [withoutPins] = await engine.logprobs([s.tokens()]);
+    let worst = 0;
+    let unpinnedGap = 0;
+    for (const [pos, x] of sampled) {
+      worst = Math.max(worst, Math.abs(x - withPins![pos - 1]!));
+      unpinnedGap = Math.max(unpinnedGap, Math.abs(x - withoutPins![pos - 1]!));
+    }
+    expect(worst).toBeLessThan(1e-5);
+    expect(unpinnedGap).toBeGreaterThan(1e-3); // the pins change what the session computes
+    // a fork keeps the pins: it samples what a fresh session with the same tokens and pins samples
+    const kid = s.fork();
+    const fresh = engine.sessionSync();
+    await fresh.append(s.tokens(), { pinned: flags });
+    const want = await fresh.sample({ maxTokens: 24, seed: 4242 });
+    const got = await kid.sample({ maxTokens: 24, seed: 4242 });
+    expect(got.tokens).toEqual(want.tokens);
+    expect(maxDiff(got.logprobs, want.logprobs)).toBeLessThan(1e-5);
+    expect(() => s.appendSync([1, 2], { pinned: [1] })).toThrow(/pinned has 1 flags for 2 tokens/);
     engine.dispose();
   }, 120_000);
 
