@@ -5,6 +5,7 @@
  */
 export { GatewayServer, type GatewayOptions, type GatewaySessionView, type OpenSessionOptions, type Refusal } from "./server.js";
 export { SessionRecorder, type CallRecord, type CallRequest, type ChoiceRecord, type RecorderDeps, type SplitReport } from "./recorder.js";
+export { exitReason, stderrSummary, thrownReason } from "./agent-failure.js";
 export { EnvTools, ToolCallRefused, type ToolResult } from "./env-tools.js";
 export {
   agentEnvironment, agentTools, wireMessages, type AgentContext, type AgentFunction, type AgentTask, type AgentToolResult, type AgentTools, type WireMessage,

@@ -5,11 +5,15 @@
  * recorded trajectory must be token-exact — re-scoring its tokens with the checkpoint of the policy
  * version that sampled them gives the sampler's log-probs within 1e-5 — and the split/merge counts are
  * reported. A program agent (the command route) and agents that crash, hang or get refused run too:
- * their episodes are recorded as failed with the reason, and the run goes on.
+ * their episodes are recorded as failed with the reason (an agent's own error apart from a connection
+ * error to the gateway), and the run goes on.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import OpenAI from "openai";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadEngine, type EmbeddedEngine } from "../../src/engine/index.js";
 import type { AgentContext, AgentFunction } from "../../src/gateway/index.js";
@@ -151,5 +155,35 @@ await r.json();
     const silent = validateConfig({ ...cfg, name: "agent-silent", suites: [{ ...cfg.suites[0]!, agent: { run: openaiArithAgent, timeoutMs: 60_000, reward: "agent" } }] });
     const silentRun = await train(silent, { quiet: true, skipEval: true });
     expect(trajectories(silentRun.runDir).every((t) => /never posted a reward/.test(t.error))).toBe(true);
+  }, 240_000);
+
+  it("records an agent's own error with its causes apart from a connection error to the gateway, for a function and for a program", async () => {
+    // A port nothing listens on: the gateway as an agent that lost it sees it.
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, "127.0.0.1", () => r()));
+    const dead = `http://127.0.0.1:${(closed.address() as AddressInfo).port}/v1`;
+    await new Promise<void>((r) => closed.close(() => r()));
+
+    const fn: AgentFunction = async (ctx) => {
+      if (ctx.task.episode === 0) throw new Error("bad plan", { cause: new Error("the plan had no steps") });
+      await new OpenAI({ baseURL: dead, apiKey: ctx.apiKey, maxRetries: 0 }).chat.completions.create({ model: "policy", messages: [{ role: "user", content: "hi" }] });
+    };
+    const fnRun = await train(agentConfig("agent-errors-fn", { run: fn }, { steps: 1, groupSize: 2 }), { quiet: true, skipEval: true });
+    const fnErrors = trajectories(fnRun.runDir).sort((a, b) => a.index - b.index).map((t) => t.error as string);
+    expect(fnErrors[0]).toBe("agent: the agent threw: bad plan; cause: the plan had no steps");
+    expect(fnErrors[1]).toMatch(/^agent: the agent could not reach the gateway \(a connection error .*\): APIConnectionError: Connection error\.; cause: TypeError: fetch failed; cause: .*ECONNREFUSED/);
+
+    const program = join(scratch, "agent-errors.mjs");
+    writeFileSync(
+      program,
+      `const task = JSON.parse(process.env.SINKFLEX_TASK);
+if (task.episode === 0) throw new Error("bad plan", { cause: new Error("the plan had no steps") });
+await fetch(${JSON.stringify(`${dead}/chat/completions`)}, { method: "POST", body: "{}" });
+`,
+    );
+    const progRun = await train(agentConfig("agent-errors-program", { command: `node ${program}` }, { steps: 1, groupSize: 2 }), { quiet: true, skipEval: true });
+    const progErrors = trajectories(progRun.runDir).sort((a, b) => a.index - b.index).map((t) => t.error as string);
+    expect(progErrors[0]).toBe("agent: the agent exited with code 1: Error: bad plan | [cause]: Error: the plan had no steps");
+    expect(progErrors[1]).toMatch(/^agent: the agent exited with code 1: it could not reach the gateway \(a connection error .*\): TypeError: fetch failed \| \[cause\]: Error: connect ECONNREFUSED/);
   }, 240_000);
 });

@@ -20,7 +20,7 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mixSeedParts } from "../../core/index.js";
-import { agentEnvironment, agentTools, EnvTools, GatewayServer, wireMessages, type AgentFunction, type AgentTask } from "../../gateway/index.js";
+import { agentEnvironment, agentTools, EnvTools, exitReason, GatewayServer, stderrSummary, thrownReason, wireMessages, type AgentFunction, type AgentTask } from "../../gateway/index.js";
 import type { ChatTemplate } from "../../model/index.js";
 import type { TokenCodec } from "../../model/index.js";
 import { Rollout, type GroupTask, type RolloutOptions } from "../../rollout/index.js";
@@ -235,7 +235,7 @@ async function runFunction(run: AgentFunction, ctx: { baseURL: string; apiKey: s
     return await Promise.race([
       run({ ...ctx, tools: agentTools(ctx.task, ctx.apiKey, abort.signal), signal: abort.signal }).then(
         () => undefined,
-        (err: unknown) => `the agent threw: ${err instanceof Error ? err.message : String(err)}`,
+        (err: unknown) => thrownReason(err),
       ),
       timeout,
     ]);
@@ -251,7 +251,7 @@ function runCommand(command: string, ctx: { baseURL: string; apiKey: string; tas
     let stderr = "";
     let timedOut = false;
     child.stderr!.on("data", (d: Buffer) => {
-      stderr = (stderr + d.toString("utf8")).slice(-2000);
+      stderr = (stderr + d.toString("utf8")).slice(-8000);
     });
     child.stdin!.on("error", () => undefined);
     child.stdin!.end(`${JSON.stringify(ctx.task)}\n`);
@@ -266,7 +266,7 @@ function runCommand(command: string, ctx: { baseURL: string; apiKey: string; tas
       timedOut = true;
       killGroup();
     }, timeoutMs);
-    const tail = () => (stderr.trim() ? `: ${stderr.trim().split("\n").slice(-5).join(" | ").slice(-600)}` : "");
+    const tail = () => (stderr.trim() ? `: ${stderrSummary(stderr)}` : "");
     child.on("error", (err) => {
       clearTimeout(timer);
       resolve(`the agent command could not start (${err.message}): ${command}`);
@@ -275,7 +275,7 @@ function runCommand(command: string, ctx: { baseURL: string; apiKey: string; tas
       clearTimeout(timer);
       killGroup(); // anything it left running
       if (timedOut) resolve(`the agent did not finish within ${timeoutMs} ms (agent.timeoutMs) and was killed${tail()}`);
-      else if (code !== 0) resolve(`the agent exited with ${code === null ? `signal ${signal}` : `code ${code}`}${tail()}`);
+      else if (code !== 0) resolve(exitReason(code, signal, stderr));
       else resolve(undefined);
     });
   });
