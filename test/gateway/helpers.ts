@@ -29,15 +29,19 @@ export function episodeText(): string {
 export const codec = stockCodec();
 
 /** Trains a tiny engine on the episode until it reproduces it; returns the engine (tokenizer set for saving). */
-export async function trainedEngine(steps = 150): Promise<EmbeddedEngine> {
+export function trainedEngine(steps = 150): Promise<EmbeddedEngine> {
+  return trainedOn([episodeText()], steps);
+}
+
+/** Trains a tiny engine (seed 7) on the texts, each its own sequence, until it reproduces them. */
+export async function trainedOn(texts: string[], steps = 150): Promise<EmbeddedEngine> {
   const engine = tinyEngine(codec, 7);
   engine.tokenizerDir = qwen3TokenizerDir();
-  const ids = codec.encode(episodeText());
+  const ids = texts.map((t) => codec.encode(t));
   for (let s = 0; s < steps; s++) {
-    await engine.forwardBackward([ids], (lps) => {
-      const n = lps[0]!.length;
-      const d = new Float32Array(n).fill(-1 / n);
-      return { loss: -lps[0]!.reduce((a, b) => a + b, 0) / n, dLogprobs: [d] };
+    await engine.forwardBackward(ids, (lps) => {
+      const dLogprobs = lps.map((lp) => new Float32Array(lp.length).fill(-1 / lp.length));
+      return { loss: -lps.reduce((sum, lp) => sum + lp.reduce((a, b) => a + b, 0) / lp.length, 0), dLogprobs };
     });
     await engine.optimStep({ lr: 1e-2, weightDecay: 0 });
   }
