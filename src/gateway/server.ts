@@ -103,6 +103,15 @@ interface GatewaySession {
   refusals: Refusal[];
 }
 
+/**
+ * How long a kept-alive connection may sit idle. Node's default (5 s) reset agents' connections: a
+ * trainer's event loop busy past it (a weight update, a long decoding step on a loaded machine) wakes
+ * to the idle timer before it reads the request an agent has sent on the kept connection, and closes
+ * the socket under it (ECONNRESET, the `openai` client's "Connection error."). Ten minutes is undici's
+ * longest keep-alive, so the agent's client gives the connection up first.
+ */
+const KEEP_ALIVE_MS = 600_000;
+
 const SESSION_ROUTE = /^\/sessions\/([A-Za-z0-9_-]{1,64})(\/.*)?$/;
 
 export class GatewayServer {
@@ -162,6 +171,7 @@ export class GatewayServer {
   async listen(port = 0, host = "127.0.0.1"): Promise<string> {
     checkExposure(host, this.options.apiKey, this.options.insecure);
     this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.keepAliveTimeout = KEEP_ALIVE_MS;
     await new Promise<void>((resolve, reject) => {
       this.server!.once("error", reject);
       this.server!.listen(port, host, () => resolve());
