@@ -25,7 +25,16 @@ class FlushToZero {
  private:
   static constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bit 15 (flush to zero) and bit 6 (denormals are zero)
   unsigned saved_;
+#elif defined(__aarch64__)
+  FlushToZero() : saved_(__builtin_aarch64_get_fpcr()) { __builtin_aarch64_set_fpcr(saved_ | kFz); }
+  ~FlushToZero() { __builtin_aarch64_set_fpcr(saved_); }
+  static void setForThread() { __builtin_aarch64_set_fpcr(__builtin_aarch64_get_fpcr() | kFz); }
+
+ private:
+  static constexpr unsigned kFz = 1u << 24;  // FPCR.FZ: denormal inputs and results are flushed to zero
+  unsigned saved_;
 #else
+  FlushToZero() {}
   static void setForThread() {}
 #endif
   FlushToZero(const FlushToZero&) = delete;

@@ -26,6 +26,10 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define SFX_X86 1
+// Plain loops compiled once per instruction set and picked at load time (on other CPUs, once).
+#define SFX_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#else
+#define SFX_CLONES
 #endif
 
 namespace sfx {
@@ -728,7 +732,7 @@ void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, cons
 
 // ------------------------------------------------------------------------------------------ gemv
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvRows(
+SFX_CLONES static void gemvRows(
     int i0, int i1, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
   for (int i = i0; i < i1; i++) {
     const float* a = A + static_cast<size_t>(i) * lda;
@@ -739,7 +743,7 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gem
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvCols(
+SFX_CLONES static void gemvCols(
     int M, int j0, int j1, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
   float* acc = y + j0;
   int n = j1 - j0;
