@@ -19,6 +19,8 @@ def main(argv=None) -> int:
     ap.add_argument("--token", default=os.environ.get("SINKFLEX_WORKER_TOKEN"), help="token clients must send in hello (default: $SINKFLEX_WORKER_TOKEN)")
     ap.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 (default cpu)")
     ap.add_argument("--autocast", choices=["off", "bf16"], default=None, help="bf16 autocast (default: on for CUDA, off for CPU)")
+    ap.add_argument("--attention-kernel", choices=["auto", "eager", "flex"], default="auto",
+                    help="attention kernel: flex (FlexAttention, CUDA), eager (an explicit mask, any device) or auto (flex on CUDA, else eager)")
     ap.add_argument("--model", help="Hugging Face checkpoint folder to load at start (clients may also send load)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     ap.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin reaches end of file (the parent died)")
@@ -33,7 +35,7 @@ def main(argv=None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     dist, device = init_from_env(args.device)
-    engine = TorchEngine(device=device, autocast=args.autocast, dist=dist)
+    engine = TorchEngine(device=device, autocast=args.autocast, dist=dist, attention_kernel=args.attention_kernel)
     if args.model:
         engine.load(args.model)
     server = WorkerServer(engine, token=args.token, dist=dist)

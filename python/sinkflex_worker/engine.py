@@ -6,14 +6,15 @@ Under torchrun (distributed.py) every rank holds one engine over an FSDP2-sharde
 same ops: sampling and log-probs compute every sequence on every rank, forward/backward split the
 sequences across ranks (gradients summed by the reduce-scatter), save gathers the full weights.
 
-It runs full causal attention only: a checkpoint saved with a sink-window mask (sinkflex_attention.json
-with window > 0) is refused. It does not know sockets or frames (server.py) nor any loss: backward
-receives dLoss/dLogprobs from the caller.
+Attention is the embedded engine's: the checkpoint's sink-window mask (sinkflex_attention.json), its
+per-head sink logits when it has them, document ids and pinned positions (attention.py). Sessions keep
+their own keys and values (per layer [KVH, n, D]; the model runs with use_cache=False), and `sample_batch`
+decodes several sessions in one forward per token. It does not know sockets or frames (server.py) nor
+any loss: backward receives dLoss/dLogprobs from the caller.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import json
 import math
@@ -27,9 +28,13 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .attention import (
+    ATTENTION_FILE, AttentionError, AttentionPass, KVBuffer, SinkWindow, attach_sink_logits, attention_pass, check_doc_ids,
+    choose_kernel, document_positions, keep_mask, read_sink_window, register, sink_logit_tensors,
+)
+
 META_FILE = "sinkflex.json"
 OPTIMIZER_FILE = "sinkflex_optimizer.pt"
-ATTENTION_FILE = "sinkflex_attention.json"
 TOKENIZER_FILE = re.compile(
     r"^(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.(jinja|json)|sinkflex-vocab.*)$"
 )
@@ -42,12 +47,25 @@ class EngineError(Exception):
 @dataclass
 class Session:
     tokens: List[int] = field(default_factory=list)
-    cache: object = None
-    """Keys and values of tokens[:cached] (a transformers Cache), or None."""
+    kv: Optional[list] = None
+    """Keys and values of tokens[:cached], per layer (K [KVH, cached, D], V); never written in place, so
+    forks share them."""
     cached: int = 0
     logits: Optional[torch.Tensor] = None
     """[V] fp32 logits after tokens[len-1], valid when logits_for == len(tokens)."""
     logits_for: int = -1
+
+    def drop_cache(self) -> None:
+        """Forgets the keys, values and logits (computed again on next use): the weights changed."""
+        self.kv, self.cached, self.logits, self.logits_for = None, 0, None, -1
+
+    def keep_cached(self, n: int) -> None:
+        """Keeps the keys and values of the first n tokens only."""
+        if self.kv is None or n <= 0:
+            self.kv, self.cached = None, 0
+        elif n < self.cached:
+            self.kv = [(k[:, :n], v[:, :n]) for k, v in self.kv]
+            self.cached = n
 
 
 @dataclass
@@ -61,29 +79,26 @@ class PendingForward:
     all_lengths: List[int]  # every sequence's length in the request
 
 
-def _crop(cache, n: int):
-    """The cache cut to its first n entries (None when it cannot be cut in place: recompute instead)."""
-    if cache is None or n <= 0 or not hasattr(cache, "crop"):
-        return None
-    drop = int(cache.get_seq_length()) - n
-    if drop > 0:
-        cache.crop(-drop)  # a negative count removes that many entries (every transformers release with crop)
-    return cache
+@dataclass
+class SequenceMasks:
+    """Per-sequence mask inputs of logprobs/forward (src/engine/types.ts SequenceMasks): [L] document ids,
+    [L] pinned flags, [L-1] scored flags; None = default."""
+    doc_ids: Optional[List[np.ndarray]] = None
+    pinned: Optional[List[np.ndarray]] = None
+    scored: Optional[List[np.ndarray]] = None
+
+    def rows(self, rows: List[int]) -> "SequenceMasks":
+        pick = lambda a: None if a is None else [a[i] for i in rows]  # noqa: E731
+        return SequenceMasks(pick(self.doc_ids), pick(self.pinned), pick(self.scored))
 
 
-def _forward_kwargs(model, cache, pos: torch.Tensor) -> dict:
-    """The cache arguments under this transformers' names (`cache` in 5.x, `past_key_values` before)."""
-    params = inspect.signature(model.forward).parameters
-    kw = {"cache": cache} if "cache" in params else {"past_key_values": cache}
-    if "cache_position" in params:
-        kw["cache_position"] = pos
-    if "logits_to_keep" in params:
-        kw["logits_to_keep"] = 1
-    return kw
+def _logits_kwargs(model) -> dict:
+    """Only the last position's logits, where this transformers can be asked for that."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 class TorchEngine:
-    def __init__(self, device: str = "cpu", autocast: Optional[str] = None, dist=None):
+    def __init__(self, device: str = "cpu", autocast: Optional[str] = None, dist=None, attention_kernel: str = "auto"):
         self.device = torch.device(device)
         self.dist = dist  # distributed.Dist under torchrun, else None
         if autocast is None:
@@ -91,6 +106,10 @@ class TorchEngine:
         if autocast not in ("off", "bf16"):
             raise EngineError(f"autocast must be 'off' or 'bf16' (got {autocast!r})")
         self.autocast = autocast
+        try:
+            self.kernel, self.kernel_reason = choose_kernel(attention_kernel, self.device)
+        except AttentionError as e:
+            raise EngineError(str(e))
         self.model = None
         self.vocab_size = 0
         self.policy_version = 0
@@ -98,6 +117,8 @@ class TorchEngine:
         self.optimizer_step = 0
         self.source_dir: Optional[str] = None
         self.attention_record: Optional[dict] = None
+        self.sink_window = SinkWindow()
+        self.sink_logits = False
         self.generator = torch.Generator(device="cpu").manual_seed(0)
         self.pending: Optional[PendingForward] = None
         self.next_handle = 1
@@ -109,27 +130,32 @@ class TorchEngine:
 
         if not os.path.isfile(os.path.join(directory, "config.json")):
             raise EngineError(f"{directory}: no config.json; pass a Hugging Face checkpoint folder")
-        attention = None
-        apath = os.path.join(directory, ATTENTION_FILE)
-        if os.path.isfile(apath):
-            with open(apath) as f:
-                attention = json.load(f)
-            if int(attention.get("window", 0)) != 0:
-                raise EngineError(
-                    f"{apath}: the checkpoint was trained with sink-window attention (window {attention.get('window')}, "
-                    f"sinks {attention.get('sinks')}); the torch engine runs full attention only: use the embedded engine"
-                )
         try:
-            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+            sink_window, attention = read_sink_window(directory)
+            sinks = sink_logit_tensors(directory)
+        except AttentionError as e:
+            raise EngineError(str(e))
+        if attention is not None and attention.get("sinkLogit") is True and not sinks:
+            raise EngineError(f"{os.path.join(directory, ATTENTION_FILE)} says sinkLogit but the weights hold no model.layers.N.self_attn.sinks; save the checkpoint again with its sink logits")
+        impl = register()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation=impl)
         except TypeError:
-            model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32, attn_implementation=impl)
         model.to(self.device)
+        if sinks:
+            try:
+                attach_sink_logits(model, sinks)
+            except AttentionError as e:
+                raise EngineError(f"{directory}: {e}")
         model.eval()  # no dropout: training and sampling see the same function
         if self.dist is not None:
             from .distributed import shard
 
             shard(model)
         self.model = model
+        self.sink_window = sink_window
+        self.sink_logits = bool(sinks)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         meta = {}
         mpath = os.path.join(directory, META_FILE)
@@ -140,15 +166,8 @@ class TorchEngine:
         self.optimizer = None
         self.optimizer_step = 0
         opath = os.path.join(directory, OPTIMIZER_FILE)
-        if os.path.isfile(opath) and self.dist is not None:
-            import sys
-
-            sys.stderr.write(f"sinkflex_worker: {opath} is not restored under FSDP (a fresh AdamW starts)\n")
-        elif os.path.isfile(opath):  # the AdamW moments a checkpoint saved with its optimizer (exact resume)
-            saved = torch.load(opath, map_location=self.device, weights_only=True)
-            self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
-            self.optimizer.load_state_dict(saved["state"])
-            self.optimizer_step = int(saved.get("step", 0))
+        if os.path.isfile(opath):  # the AdamW moments a checkpoint saved with its optimizer (exact resume)
+            self._load_optimizer(opath)
         self.source_dir = directory
         self.attention_record = attention
         self.pending = None
@@ -157,7 +176,58 @@ class TorchEngine:
             "policyVersion": self.policy_version,
             "parameters": sum(p.numel() for p in model.parameters()),
             "architecture": type(model).__name__,
+            "attention": {"window": sink_window.window, "sinks": sink_window.sinks, "sinkLogit": self.sink_logits,
+                          "kernel": self.kernel, "why": self.kernel_reason},
+            "optimizerRestored": self.optimizer is not None,
         }
+
+    def _trainable(self) -> List[tuple]:
+        return [(n, p) for n, p in self._model().named_parameters() if p.requires_grad]
+
+    def _new_optimizer(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, wd: float = 0.01) -> torch.optim.AdamW:
+        return torch.optim.AdamW([p for _, p in self._trainable()], lr=lr, betas=betas, eps=eps, weight_decay=wd)
+
+    def _optimizer_state(self) -> Optional[dict]:
+        """The AdamW state keyed by parameter name (full tensors; under FSDP every rank enters the
+        gather and rank 0 gets it), or None when no step was taken."""
+        if self.optimizer is None:
+            return None
+        if self.dist is not None:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            return get_optimizer_state_dict(self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        sd = self.optimizer.state_dict()
+        names = [n for n, _ in self._trainable()]
+        groups = [dict(g, params=[names[i] for i in g["params"]]) for g in sd["param_groups"]]
+        return {"state": {names[i]: {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in st.items()} for i, st in sd["state"].items()},
+                "param_groups": groups}
+
+    def _load_optimizer(self, path: str) -> None:
+        """Restores the AdamW state save wrote (by parameter name; every rank reads the file under FSDP
+        and keeps its shards). A file from before names were used (by index) loads without FSDP only."""
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        sd = saved["state"]
+        self.optimizer = self._new_optimizer()
+        by_name = all(isinstance(k, str) for k in sd.get("state", {})) and all(
+            isinstance(x, str) for g in sd.get("param_groups", []) for x in g["params"])
+        if self.dist is not None:
+            if not by_name:
+                raise EngineError(f"{path}: an optimizer state by parameter index cannot be restored under FSDP; load it in one process and save it again")
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=sd, options=StateDictOptions(full_state_dict=True))
+        elif by_name:
+            index = {n: i for i, (n, _) in enumerate(self._trainable())}
+            missing = [n for n in sd["state"] if n not in index]
+            if missing:
+                raise EngineError(f"{path}: optimizer state for {missing[0]}, which the model does not have; this optimizer state belongs to another model")
+            self.optimizer.load_state_dict({
+                "state": {index[n]: {k: v.to(self.device) if torch.is_tensor(v) and v.dim() > 0 else v for k, v in st.items()} for n, st in sd["state"].items()},
+                "param_groups": [dict(g, params=[index[n] for n in g["params"]]) for g in sd["param_groups"]],
+            })
+        else:
+            self.optimizer.load_state_dict(sd)
+        self.optimizer_step = int(saved.get("step", 0))
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW at the next step (its moments and step count dropped); gradients dropped too."""
@@ -169,16 +239,17 @@ class TorchEngine:
             p.grad = None
 
     def save(self, directory: str, optimizer: bool = False) -> None:
-        """A Hugging Face folder; with `optimizer`, the AdamW state as well (sinkflex_optimizer.pt)."""
+        """A Hugging Face folder; with `optimizer`, the AdamW state as well (sinkflex_optimizer.pt, by
+        parameter name; under FSDP gathered from every rank's shards)."""
         model = self._model()
         full = None
+        opt_state = self._optimizer_state() if optimizer else None  # under FSDP every rank enters the gather
         if self.dist is not None:  # every rank enters the gather; rank 0 writes the folder
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             if self.dist.rank != 0:
                 return
-            optimizer = False  # the sharded AdamW state is not written (see load)
         parent = os.path.dirname(os.path.abspath(directory))
         os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
@@ -189,8 +260,8 @@ class TorchEngine:
                 model.save_pretrained(tmp, safe_serialization=True)
             with open(os.path.join(tmp, META_FILE), "w") as f:
                 json.dump({"policyVersion": self.policy_version, "optimizerStep": self.optimizer_step}, f, indent=2)
-            if optimizer and self.optimizer is not None:
-                torch.save({"state": self.optimizer.state_dict(), "step": self.optimizer_step}, os.path.join(tmp, OPTIMIZER_FILE))
+            if opt_state is not None:
+                torch.save({"state": opt_state, "step": self.optimizer_step}, os.path.join(tmp, OPTIMIZER_FILE))
             if self.attention_record is not None:
                 with open(os.path.join(tmp, ATTENTION_FILE), "w") as f:
                     json.dump(self.attention_record, f, indent=2)
@@ -214,18 +285,14 @@ class TorchEngine:
             raise EngineError(f"{what}: token id {bad} is outside the vocabulary [0, {self.vocab_size})")
 
     def fork(self, s: Session) -> Session:
-        return Session(
-            tokens=list(s.tokens), cache=copy.deepcopy(s.cache), cached=s.cached,
-            logits=s.logits, logits_for=s.logits_for,
-        )
+        """A child with the same tokens; it shares the parent's key/value tensors (never written in place)."""
+        return Session(tokens=list(s.tokens), kv=s.kv, cached=s.cached, logits=s.logits, logits_for=s.logits_for)
 
     def truncate(self, s: Session, n: int) -> None:
         if n >= len(s.tokens):
             return
         del s.tokens[n:]
-        if s.cached > n:
-            s.cache = _crop(s.cache, n)
-            s.cached = n if s.cache is not None else 0
+        s.keep_cached(n)
         if s.logits_for > n:
             s.logits_for = -1
             s.logits = None
@@ -235,97 +302,171 @@ class TorchEngine:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def _run(self, ids: torch.Tensor, pos: torch.Tensor, keep: torch.Tensor, kv: Optional[KVBuffer] = None, last: bool = False) -> torch.Tensor:
+        """The model on ids [B, Tq] at RoPE positions pos [B, Tq] under keep [B, Tq, S]; logits [B, Tq or 1, V]."""
+        p = AttentionPass(keep=keep.to(self.device), kernel=self.kernel, kv=kv)
+        with attention_pass(p), self._autocast():
+            kw = _logits_kwargs(self.model) if last else {}
+            return self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device), use_cache=False, **kw).logits
+
+    def _session_keep(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, kv_valid: torch.Tensor) -> torch.Tensor:
+        """keep [B, Tq, S] for session rows: one document each, positions = indices, nothing pinned."""
+        zq, zk = torch.zeros_like(q_idx), torch.zeros_like(kv_idx)
+        return keep_mask(self.sink_window, q_idx, zq, q_idx, kv_idx, zk, kv_idx, None, kv_valid)
+
     @torch.no_grad()
     def next_logits(self, s: Session) -> torch.Tensor:
         """Logits [V] (fp32, CPU) after the session's last token; computes its pending tokens."""
-        from transformers import DynamicCache
-
         if s.logits_for == len(s.tokens) and s.logits is not None:
             return s.logits
         if not s.tokens:
             raise EngineError("the session is empty; append a prompt first")
-        if s.cached == len(s.tokens):  # the last token is cached but its logits are gone: recompute it
-            s.cache = _crop(s.cache, s.cached - 1)
-            s.cached = s.cached - 1 if s.cache is not None else 0
-        if s.cache is None:
-            s.cache = DynamicCache()
-            s.cached = 0
-        new = s.tokens[s.cached:]
-        ids = torch.tensor([new], dtype=torch.long, device=self.device)
-        pos = torch.arange(s.cached, len(s.tokens), device=self.device)
-        with self._autocast():
-            out = self.model(input_ids=ids, use_cache=True, position_ids=pos[None], **_forward_kwargs(self.model, s.cache, pos))
-        s.cached = len(s.tokens)
-        s.logits = out.logits[0, -1].float().cpu()
-        s.logits_for = len(s.tokens)
+        if s.cached >= len(s.tokens):  # the last token is cached but its logits are gone: recompute it
+            s.keep_cached(len(s.tokens) - 1)
+        n, L = s.cached, len(s.tokens)
+        kv = KVBuffer([s.kv], start=n, capacity=L)
+        q = torch.arange(n, L)[None]
+        keep = self._session_keep(q, torch.arange(L)[None], torch.ones((1, L), dtype=torch.bool))
+        logits = self._run(torch.tensor([s.tokens[n:]], dtype=torch.long), q, keep, kv, last=True)
+        s.kv = kv.row(0, torch.arange(L, device=self.device))
+        s.cached = L
+        s.logits = logits[0, -1].float().cpu()
+        s.logits_for = L
         return s.logits
 
     def sample(self, s: Session, p: dict, stop: Sequence[int]) -> dict:
         """Samples up to p['maxTokens'] tokens into the session (see SampleParams in src/engine/types.ts)."""
-        temperature = float(p.get("temperature", 1.0))
-        top_p = float(p.get("topP", 1.0))
-        top_k = int(p.get("topK", 0))
-        max_tokens = int(p["maxTokens"])
-        limit = int(p.get("limit", 0))  # ids at or past it (padding rows of the embedding) are never sampled
-        seed = p.get("seed")
-        gen = self.generator if seed is None else torch.Generator(device="cpu").manual_seed(int(seed) & 0xFFFFFFFFFFFF)
-        stops = set(int(t) for t in stop)
-        tokens: List[int] = []
-        logprobs: List[float] = []
-        finish = "length"
-        for _ in range(max_tokens):
-            logits = self.next_logits(s)
-            if 0 < limit < logits.shape[0]:
-                logits = logits[:limit]
-            tok, lp = pick(logits, temperature, top_p, top_k, gen)
-            tokens.append(tok)
-            logprobs.append(lp)
-            s.tokens.append(tok)
-            s.logits_for = -1
-            s.logits = None
-            if tok in stops:
-                finish = "stop"
-                break
-        return {"tokens": tokens, "logprobs": logprobs, "finishReason": finish}
+        return self.sample_batch([s], [p], [stop])[0]
+
+    @torch.no_grad()
+    def sample_batch(self, sessions: List[Session], params: List[dict], stops: List[Sequence[int]]) -> List[dict]:
+        """Samples from several sessions in one batched decode: each session's pending tokens are computed
+        first (one forward each), then one forward per step decodes every session still going. Each
+        session's keys are right-padded to the longest (padding columns masked), and each step appends
+        one column; a session that stops leaves the batch with its keys. A session's tokens depend only
+        on its own logits and generator (its seed's, else the worker's), as when sampled alone."""
+        reqs = [_SampleRequest.of(p, st, self.generator) for p, st in zip(params, stops)]
+        results = [{"tokens": [], "logprobs": [], "finishReason": "length"} for _ in sessions]
+        going = [i for i, r in enumerate(reqs) if r.max_tokens > 0]
+        for i in going:
+            self.next_logits(sessions[i])
+        if not going:
+            return results
+        lens = torch.tensor([len(sessions[i].tokens) for i in going])
+        start = int(lens.max())
+        cap = start + max(reqs[i].max_tokens for i in going)
+        col = torch.arange(cap)
+        # Each column's index in its session (padding columns: -1, never kept).
+        col_idx = torch.where(col[None] < lens[:, None], col[None], torch.where(col[None] >= start, lens[:, None] + col[None] - start, -1))
+        kv = KVBuffer([sessions[i].kv for i in going], start=start, capacity=cap)
+        logits = torch.stack([sessions[i].logits for i in going])  # [A, V]
+        rows = list(range(len(going)))  # the buffer rows still decoding, as indices into `going`
+        fed = 0
+        while True:
+            done, ids = [], []
+            for r, row in enumerate(rows):
+                i = going[row]
+                s, req, res = sessions[i], reqs[i], results[i]
+                tok, lp = req.pick(logits[r])
+                res["tokens"].append(tok)
+                res["logprobs"].append(lp)
+                s.tokens.append(tok)
+                s.logits, s.logits_for = None, -1
+                if tok in req.stop:
+                    res["finishReason"] = "stop"
+                if tok in req.stop or len(res["tokens"]) >= req.max_tokens:
+                    done.append(r)
+                else:
+                    ids.append(tok)
+            for r in done:  # the stopped sessions keep their keys: their cached columns and the fed ones
+                row = rows[r]
+                s = sessions[going[row]]
+                n = int(lens[row])
+                s.kv = kv.row(r, torch.cat([torch.arange(n), torch.arange(start, start + fed)]).to(self.device)) if kv.k else s.kv
+                s.cached = n + fed
+            if len(done) == len(rows):
+                return results
+            if done:
+                left = [r for r in range(len(rows)) if r not in set(done)]
+                kv.select(torch.tensor(left, device=self.device))
+                rows = [rows[r] for r in left]
+            A = len(rows)
+            sel = torch.tensor(rows)
+            q = (lens[sel] + fed)[:, None]  # [A, 1] each new token's index in its session
+            cidx = col_idx[sel, : start + fed + 1]
+            keep = self._session_keep(q, cidx.clamp(min=0), cidx >= 0)
+            logits = self._run(torch.tensor(ids, dtype=torch.long)[:, None], q, keep, kv, last=True)[:, -1].float().cpu()
+            fed += 1
+            assert logits.shape[0] == A
 
     # ---- scoring and training ---------------------------------------------------------------------------
 
-    def _batch(self, seqs: List[np.ndarray]):
+    def _batch(self, seqs: List[np.ndarray], masks: SequenceMasks):
+        """ids [B, T] (right-padded), RoPE positions [B, T], keep [B, T, T] and valid [B, T] for the
+        sequences under the engine's sink window and the masks' document ids and pinned flags."""
         for i, q in enumerate(seqs):
             if len(q) == 0:
                 raise EngineError(f"sequence {i} is empty")
             self.check_ids(q.tolist(), f"sequence {i}")
-        T = max(len(q) for q in seqs)
-        ids = torch.zeros((len(seqs), T), dtype=torch.long)
-        att = torch.zeros((len(seqs), T), dtype=torch.long)
+        for what, arr in (("docIds", masks.doc_ids), ("pinned", masks.pinned)):
+            if arr is None:
+                continue
+            if len(arr) != len(seqs):
+                raise EngineError(f"{what}: {len(arr)} arrays for {len(seqs)} sequences")
+            for i, a in enumerate(arr):
+                if len(a) != len(seqs[i]):
+                    raise EngineError(f"{what}[{i}] has {len(a)} values for a sequence of {len(seqs[i])} tokens")
+        B, T = len(seqs), max(len(q) for q in seqs)
+        ids = np.zeros((B, T), np.int64)
+        pos = np.zeros((B, T), np.int64)
+        doc = np.full((B, T), -2, np.int64)  # padding: a document of its own
+        dpos = np.zeros((B, T), np.int64)
+        pinned = np.zeros((B, T), bool)
+        valid = np.zeros((B, T), bool)
         for i, q in enumerate(seqs):
-            ids[i, : len(q)] = torch.from_numpy(q.astype(np.int64))
-            att[i, : len(q)] = 1
-        return ids.to(self.device), att.to(self.device)
+            L = len(q)
+            ids[i, :L] = q
+            valid[i, :L] = True
+            d = np.zeros(L, np.int64) if masks.doc_ids is None else np.asarray(masks.doc_ids[i], np.int64)
+            if masks.doc_ids is not None:
+                try:
+                    check_doc_ids(d, i)
+                except AttentionError as e:
+                    raise EngineError(str(e))
+            doc[i, :L] = d
+            dpos[i, :L] = document_positions(d)
+            pos[i, :L] = dpos[i, :L] if L and d[0] == -1 else np.arange(L)  # as the embedded engine's packSequences
+            pos[i, L:] = np.arange(L, T)
+            if masks.pinned is not None:
+                pinned[i, :L] = np.asarray(masks.pinned[i]) != 0
+        t = torch.arange(T)[None].expand(B, T)
+        d, dp, v = torch.from_numpy(doc), torch.from_numpy(dpos), torch.from_numpy(valid)
+        keep = keep_mask(self.sink_window, t, d, dp, t, d, dp, torch.from_numpy(pinned), v)
+        keep |= (~v)[:, :, None] & torch.eye(T, dtype=torch.bool)[None]  # a padding query keeps itself (no empty row)
+        return torch.from_numpy(ids), torch.from_numpy(pos), keep, v
 
-    def _token_logprobs(self, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-        """[B, T-1]: log p(ids[:, t+1] | ids[:, :t+1]) at temperature 1 (padding rows are garbage)."""
-        T = ids.shape[1]
-        pos = torch.arange(T, device=self.device)[None].expand(ids.shape[0], T)
-        with self._autocast():
-            logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
+    def _token_logprobs(self, ids: torch.Tensor, pos: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """[B, T-1]: log p(ids[:, t+1] | its kept keys) at temperature 1 (padding rows are garbage)."""
+        logits = self._run(ids, pos, keep)
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        return logp.gather(-1, ids[:, 1:, None].to(logp.device)).squeeze(-1)
 
-    def logprobs(self, seqs: List[np.ndarray], scored: Optional[List[np.ndarray]]) -> np.ndarray:
+    def logprobs(self, seqs: List[np.ndarray], masks: Optional[SequenceMasks] = None) -> np.ndarray:
         self._model()
+        masks = masks or SequenceMasks()
         with torch.no_grad():
-            ids, att = self._batch(seqs)
+            ids, pos, keep, _ = self._batch(seqs, masks)
             if ids.shape[1] < 2:
                 return np.zeros(0, dtype=np.float32)
-            lp = self._token_logprobs(ids, att).cpu()
-        return _flatten(lp, [len(q) for q in seqs], scored)
+            lp = self._token_logprobs(ids, pos, keep).cpu()
+        return _flatten(lp, [len(q) for q in seqs], masks.scored)
 
-    def forward(self, seqs: List[np.ndarray], scored: Optional[List[np.ndarray]]) -> tuple:
+    def forward(self, seqs: List[np.ndarray], masks: Optional[SequenceMasks] = None) -> tuple:
         """The first half of forwardBackward: log-probs with the graph kept until backward (or the next forward).
         Under FSDP each rank computes the sequences i with i % world == rank (a rank with none runs a
         2-token stand-in that gets no gradient) and the log-probs are gathered."""
         self._model()
+        masks = masks or SequenceMasks()
         self.pending = None
         if not seqs:
             raise EngineError("forwardBackward: no sequences")
@@ -336,13 +477,14 @@ class TorchEngine:
         if self.dist is not None:
             rows = rows[self.dist.rank::self.dist.world]
         mine = [seqs[i] for i in rows] or [np.zeros(2, np.int32)]
-        ids, att = self._batch(mine)
+        my_masks = masks.rows(rows) if rows else SequenceMasks()
+        ids, pos, keep, v = self._batch(mine, my_masks)
         lengths = [len(q) for q in mine]
         with torch.enable_grad():
-            lp = self._token_logprobs(ids, att) if ids.shape[1] >= 2 else torch.zeros((len(mine), 0), device=self.device)
-        valid = att[:, 1:].bool() if ids.shape[1] >= 2 else torch.zeros((len(mine), 0), dtype=torch.bool, device=self.device)
+            lp = self._token_logprobs(ids, pos, keep) if ids.shape[1] >= 2 else torch.zeros((len(mine), 0), device=self.device)
+        valid = v[:, 1:].to(self.device) if ids.shape[1] >= 2 else torch.zeros((len(mine), 0), dtype=torch.bool, device=self.device)
         sc = None
-        my_scored = [scored[i] for i in rows] if scored is not None and rows else None
+        my_scored = my_masks.scored
         if my_scored is not None:
             sc = torch.zeros_like(valid)
             for i, m in enumerate(my_scored):
@@ -458,6 +600,30 @@ def _flatten(lp: torch.Tensor, lengths: List[int], scored: Optional[List[np.ndar
         out[off: off + n - 1] = row
         off += n - 1
     return out
+
+
+@dataclass
+class _SampleRequest:
+    """One session's sampling parameters (SampleParams in src/engine/types.ts) and its generator."""
+    temperature: float
+    top_p: float
+    top_k: int
+    max_tokens: int
+    limit: int  # ids at or past it (padding rows of the embedding) are never sampled; 0 = none
+    stop: set
+    gen: torch.Generator
+
+    @staticmethod
+    def of(p: dict, stop: Sequence[int], shared: torch.Generator) -> "_SampleRequest":
+        seed = p.get("seed")
+        gen = shared if seed is None else torch.Generator(device="cpu").manual_seed(int(seed) & 0xFFFFFFFFFFFF)
+        return _SampleRequest(float(p.get("temperature", 1.0)), float(p.get("topP", 1.0)), int(p.get("topK", 0)),
+                              int(p["maxTokens"]), int(p.get("limit", 0)), set(int(t) for t in stop), gen)
+
+    def pick(self, logits: torch.Tensor) -> tuple:
+        if 0 < self.limit < logits.shape[0]:
+            logits = logits[: self.limit]
+        return pick(logits, self.temperature, self.top_p, self.top_k, self.gen)
 
 
 def pick(logits: torch.Tensor, temperature: float, top_p: float, top_k: int, gen: torch.Generator) -> tuple:

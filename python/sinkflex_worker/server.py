@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .engine import EngineError, Session, TorchEngine
+from .engine import EngineError, SequenceMasks, Session, TorchEngine
 from .frames import PROTOCOL_VERSION, FrameError, encode_frame, read_frame
 
 
@@ -121,7 +121,7 @@ class Connection:
         if op == "load":
             info = eng.load(_str(h, "dir"))
             for s in self.sessions.values():  # caches of the old weights: recomputed on next use
-                s.cache, s.cached, s.logits, s.logits_for = None, 0, None, -1
+                s.drop_cache()
             return info, None
         if op == "save":
             eng.save(_str(h, "dir"), optimizer=bool(h.get("optimizer", False)))
@@ -169,7 +169,7 @@ class Connection:
             sessions = [self.session({"sid": sid}) for sid in sids]
             if len(set(map(id, sessions))) != len(sessions):
                 raise RequestError("sample: a session appears twice; fork it instead")
-            results = [eng.sample(s, p, stop) for s, p, stop in zip(sessions, params, stops)]
+            results = eng.sample_batch(sessions, params, stops)
             return (
                 {"counts": [len(r["tokens"]) for r in results], "finish": [r["finishReason"] for r in results]},
                 {"tokens": np.array([t for r in results for t in r["tokens"]], dtype=np.int32),
@@ -177,12 +177,17 @@ class Connection:
             )
         if op in ("logprobs", "forward"):
             seqs = _split(a.get("tokens", np.zeros(0, np.int32)), a.get("lengths", np.zeros(0, np.int32)), op)
-            scored = None
+            masks = SequenceMasks()
             if "scored" in a:
-                scored = _split(a["scored"], np.array([max(len(q) - 1, 0) for q in seqs]), f"{op} scored")
+                masks.scored = _split(a["scored"], np.array([max(len(q) - 1, 0) for q in seqs]), f"{op} scored")
+            lengths = np.array([len(q) for q in seqs])
+            if "docIds" in a:
+                masks.doc_ids = _split(a["docIds"], lengths, f"{op} docIds")
+            if "pinned" in a:
+                masks.pinned = _split(a["pinned"], lengths, f"{op} pinned")
             if op == "logprobs":
-                return {}, {"logprobs": eng.logprobs(seqs, scored)}
-            handle, lp = eng.forward(seqs, scored)
+                return {}, {"logprobs": eng.logprobs(seqs, masks)}
+            handle, lp = eng.forward(seqs, masks)
             return {"handle": handle}, {"logprobs": lp}
         if op == "backward":
             eng.backward(_int(h, "handle"), a.get("dlogprobs", np.zeros(0, np.float32)))

@@ -2,12 +2,14 @@
 // log-probs agree within 1e-4 (absolute) before and after one identical AdamW step; a worker killed in the
 // middle of a call rejects it with an error naming the exit. Skipped with a printed reason when the
 // Python side is missing (a failure when SINKFLEX_REQUIRE_TORCH=1).
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { loadEngine } from "../../src/engine/embedded.js";
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import { meanCrossEntropy, randomTokens } from "./helpers.js";
 import { tinyCheckpoint, testDevice, torchUnavailable } from "./torch-helpers.js";
 
+// Each test starts a worker (importing torch): about 70 s measured on the 2-core machine under load 30.
+vi.setConfig({ testTimeout: 240_000 });
 const TOL = 1e-4;
 const missing = torchUnavailable();
 

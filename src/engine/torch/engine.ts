@@ -10,9 +10,9 @@
  * `forwardBackward` keeps the loss in TypeScript: the worker's forward returns the per-token log-probs
  * (keeping its graph), the loss here returns dLoss/dLogprobs, the worker's backward applies them.
  *
- * The worker runs full causal attention: masks with several documents per sequence are refused (pinned
- * positions mean nothing under full attention and are accepted). This file does not know losses,
- * rollouts or environments.
+ * The worker applies the embedded engine's attention: the checkpoint's sink-window mask and sink logits,
+ * and per-sequence document ids and pinned positions (sent as arrays; python/sinkflex_worker/attention.py).
+ * This file does not know losses, rollouts or environments.
  */
 import { resolve as resolvePath } from "node:path";
 import { checkSampleBatch, EngineError } from "../embedded.js";
@@ -64,6 +64,8 @@ export class TorchEngine implements Engine {
   /** The model's parameter count and class (set by load). */
   parameters = 0;
   architecture = "";
+  /** The checkpoint's attention as the worker runs it (set by load): sink window, sink logits, and the kernel chosen. */
+  attention: WorkerAttention = { window: 0, sinks: 0, sinkLogit: false, kernel: "", why: "" };
   /** The tokenizer files that go with the model, when the caller named them. */
   tokenizerDir: string | undefined;
   private usable = 0;
@@ -89,6 +91,7 @@ export class TorchEngine implements Engine {
     this.policyVersion = header.policyVersion as number;
     this.parameters = header.parameters as number;
     this.architecture = header.architecture as string;
+    this.attention = header.attention as WorkerAttention;
     this.usable = 0;
   }
 
@@ -251,18 +254,18 @@ export class TorchEngine implements Engine {
       if (s.length === 0) throw new EngineError(`sequence ${i} is empty`);
       this.checkIds(s, `sequence ${i}`);
     });
-    masks.docIds?.forEach((d, i) => {
-      if (d.length !== sequences[i]?.length) throw new EngineError(`docIds[${i}] has ${d.length} values for a sequence of ${sequences[i]?.length} tokens`);
-      const docs = new Set(Array.from(d).filter((x) => x >= 0));
-      if (docs.size > 1) {
-        throw new EngineError(`docIds[${i}] packs ${docs.size} documents in one sequence; the torch engine runs plain causal attention, so send one document per sequence (or use the embedded engine)`);
-      }
-    });
-    if (masks.docIds && masks.docIds.length !== sequences.length) throw new EngineError(`docIds: ${masks.docIds.length} arrays for ${sequences.length} sequences`);
     const out: Record<string, FrameArray> = {
       tokens: Int32Array.from(sequences.flat()),
       lengths: Int32Array.from(sequences.map((s) => s.length)),
     };
+    for (const [what, arrs] of [["docIds", masks.docIds], ["pinned", masks.pinned]] as const) {
+      if (!arrs) continue;
+      if (arrs.length !== sequences.length) throw new EngineError(`${what}: ${arrs.length} arrays for ${sequences.length} sequences`);
+      arrs.forEach((a, i) => {
+        if (a.length !== sequences[i]!.length) throw new EngineError(`${what}[${i}] has ${a.length} values for a sequence of ${sequences[i]!.length} tokens`);
+      });
+      out[what] = Int32Array.from(arrs.flatMap((a) => Array.from(a)));
+    }
     if (masks.scored) {
       if (masks.scored.length !== sequences.length) throw new EngineError(`scored: ${masks.scored.length} arrays for ${sequences.length} sequences`);
       masks.scored.forEach((a, i) => {
@@ -304,6 +307,18 @@ export class TorchEngine implements Engine {
     });
     return flat;
   }
+}
+
+/** The attention the worker runs a checkpoint with (its load answer). */
+export interface WorkerAttention {
+  /** The sink-window settings from the checkpoint's sinkflex_attention.json ({0, 0} = full attention). */
+  window: number;
+  sinks: number;
+  /** Whether the checkpoint has the learnable per-head sink logit. */
+  sinkLogit: boolean;
+  /** "flex" (FlexAttention) or "eager" (an explicit mask), and why it was chosen. */
+  kernel: string;
+  why: string;
 }
 
 /** A KV-cache session held by the torch worker; its token ids are mirrored here. */

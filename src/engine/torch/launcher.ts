@@ -20,6 +20,8 @@ export interface LaunchOptions {
   device?: string;
   /** bf16 autocast; default: on for CUDA, off for CPU. */
   autocast?: "off" | "bf16";
+  /** Attention kernel: "flex" (FlexAttention, CUDA), "eager" (an explicit mask, any device); default "auto" (flex on CUDA, else eager). */
+  attentionKernel?: "auto" | "eager" | "flex";
   /** torch CPU threads (0 = torch's default). */
   threads?: number;
   /** How long the worker may take to import torch and listen. Default 120 s. */
@@ -69,6 +71,7 @@ export async function launchWorker(opts: LaunchOptions = {}): Promise<LaunchedWo
   const sock = join(dir, "worker.sock");
   const args = ["-m", "sinkflex_worker", "--socket", sock, "--exit-with-stdin", "--device", opts.device ?? "cpu"];
   if (opts.autocast) args.push("--autocast", opts.autocast);
+  if (opts.attentionKernel) args.push("--attention-kernel", opts.attentionKernel);
   if (opts.threads) args.push("--threads", String(opts.threads));
   const pythonPath = [WORKER_PACKAGE_DIR, process.env.PYTHONPATH].filter(Boolean).join(delimiter);
   const child = spawn(python, args, { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, PYTHONPATH: pythonPath, ...opts.env } });
