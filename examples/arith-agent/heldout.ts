@@ -7,6 +7,8 @@
  * to see whether the agent's success moved.
  *
  *   npx tsx examples/arith-agent/heldout.ts --config configs/gateway-arith.yaml runs/demo-sft [--json out.json]
+ *       [--agent "<command>"]   another program for every agent suite (e.g. another of the examples)
+ *       [--tasks <n>]           the first n held-out tasks only
  *
  * The run's own eval.json is the built-in agent loop on the same tasks; this is the agent program's.
  * An example, not part of the library.
@@ -32,9 +34,11 @@ const flag = (name: string) => {
 };
 const configFile = flag("--config");
 const jsonFile = flag("--json");
+const agentCommand = flag("--agent");
+const taskLimit = flag("--tasks");
 const checkpoint = args[0];
 if (!configFile || !checkpoint) {
-  console.error("usage: npx tsx examples/arith-agent/heldout.ts --config <config with suites[].agent> <checkpoint folder> [--json <file>]");
+  console.error('usage: npx tsx examples/arith-agent/heldout.ts --config <config with suites[].agent> <checkpoint folder> [--json <file>] [--agent "<command>"] [--tasks <n>]');
   process.exit(2);
 }
 
@@ -42,6 +46,12 @@ registerBundledEnvs();
 const cfg = loadConfigFile(configFile);
 const plans = await planSuites(cfg);
 const agents = agentSuites(cfg, plans);
+if (agentCommand) for (const [suite, spec] of agents) agents.set(suite, { ...spec, command: agentCommand, run: undefined });
+const limit = taskLimit === undefined ? Infinity : Number(taskLimit);
+if (!(limit >= 1) || !Number.isInteger(limit === Infinity ? 1 : limit)) {
+  console.error(`--tasks must be a positive integer, got ${taskLimit}`);
+  process.exit(2);
+}
 if (agents.size === 0) {
   console.error(`${configFile} gives no suite an agent (suites[].agent): nothing for this to evaluate; the built-in loop's is \`sinkflex eval --config\``);
   process.exit(2);
@@ -60,7 +70,7 @@ const out: Record<string, unknown> = {};
 try {
   for (const plan of plans.filter((p) => agents.has(p.name))) {
     const t0 = performance.now();
-    const tasks: SuiteGroupTask[] = plan.evalTasks.map((taskIndex) => ({
+    const tasks: SuiteGroupTask[] = plan.evalTasks.slice(0, limit).map((taskIndex) => ({
       suite: plan.name,
       envId: plan.envId,
       makeEnv: () => makeChatEnv(plan.envId, plan.evalOptions),

@@ -112,6 +112,15 @@ interface GatewaySession {
  */
 const KEEP_ALIVE_MS = 600_000;
 
+/** A tool name from its URL-encoded path segment. */
+function toolName(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new ApiError(400, `the tool name in the path is not valid URL encoding: ${segment.slice(0, 80)}; encode it with encodeURIComponent`, "invalid_request_error", null, "invalid_tool_name");
+  }
+}
+
 const SESSION_ROUTE = /^\/sessions\/([A-Za-z0-9_-]{1,64})(\/.*)?$/;
 
 export class GatewayServer {
@@ -211,8 +220,9 @@ export class GatewayServer {
       session = this.sessions.get(id);
       if (!session) throw new ApiError(404, `no session ${JSON.stringify(id)}: it was never opened or was deleted; open one with POST /sessions`, "invalid_request_error", null, "session_not_found");
       route = `${req.method} ${rest}`;
-      const tool = /^POST \/tools\/([A-Za-z0-9_.-]{1,64})$/.exec(route);
-      if (tool) return await this.callTool(session, tool[1]!, await this.body(req), res);
+      // Any name the model wrote goes to the env (URL-encoded in the path), which answers an unknown one with an error, as in the agent loop.
+      const tool = /^POST \/tools\/([^/]{1,1024})$/.exec(route);
+      if (tool) return await this.callTool(session, toolName(tool[1]!), await this.body(req), res);
       switch (route) {
         case "POST /v1/chat/completions":
           return await this.chat(session, await this.body(req), res, gone.signal);

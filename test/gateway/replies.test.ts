@@ -1,8 +1,8 @@
 /**
  * Replies and tool calls the gateway must answer in the OpenAI shape rather than fail on: a reply that is
  * only the end-of-turn token (no text to decode), a tool call the model wrote without a function name
- * (not returned, counted as malformed), and a call of a tool the session's env does not have (the env
- * answers with an error observation, as in the agent loop). The policy is a tiny model trained on
+ * (not returned, counted as malformed), and a call of a tool the session's env does not have, whatever
+ * characters its name has (the env answers with an error observation, as in the agent loop). The policy is a tiny model trained on
  * these replies (real training on the embedded engine); the env is a real ToolEnv; everything runs on
  * loopback through the `openai` client.
  */
@@ -89,6 +89,10 @@ describe("gateway replies", () => {
     expect(body.isError).toBe(true);
     expect(body.content).toMatch(/unknown tool "weigh"\. Available tools: lookup/);
     expect(body.terminated).toBe(false);
+    // A name no tool could have (the model's own text, sent URL-encoded) goes to the env as well.
+    const odd = await call(encodeURIComponent('<tool_call>\n{"name": "lookup'), { item: "red chair" });
+    expect(odd.status).toBe(200);
+    expect(((await odd.json()) as { isError: boolean; content: string })).toMatchObject({ isError: true, content: expect.stringMatching(/unknown tool/) });
     expect(gw.session(id)!.refusals).toEqual([]);
     // The episode goes on: the env's own tool still answers.
     const ok = (await (await call("lookup", { item: "red chair" })).json()) as { content: string; isError: boolean };
