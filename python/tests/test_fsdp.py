@@ -71,7 +71,10 @@ class _Client:
         return h, a
 
 
-def _train(nproc, ckpt, out, tmp):
+def _train(nproc, ckpt, out, tmp, resume=None):
+    """Three AdamW steps from ckpt (saving out + "-step1" with the optimizer after the first) and then,
+    in the same worker, a resume: load `resume` (default that step-1 checkpoint) and two more steps,
+    saved to out + "-resumed"."""
     p, sock = _start(nproc, str(tmp / f"w{nproc}.sock"))
     try:
         call = _Client(sock)
@@ -81,16 +84,27 @@ def _train(nproc, ckpt, out, tmp):
         seqs = [rng.integers(0, V, n).astype(np.int32) for n in (9, 5, 12, 3, 7)]
         batch = {"tokens": np.concatenate(seqs), "lengths": np.array([len(q) for q in seqs], np.int32)}
         losses, norms = [], []
-        for _ in range(3):
+
+        def step():
             h, a = call("forward", batch)
             lp = a["logprobs"]
             losses.append(-float(lp.mean()))
             call("backward", {"dlogprobs": np.full(lp.shape, -1 / lp.size, np.float32)}, handle=h["handle"])
             norms.append(call("optim_step", lr=1e-2, maxGradNorm=1.0, weightDecay=0.01)[0]["gradNorm"])
+
+        step()
+        call("save", dir=out + "-step1", optimizer=True)
+        step()
+        step()
         call("open", {"tokens": seqs[0]}, sid=1)
         _, s = call("sample", {"stop": np.zeros(0, np.int32)}, sids=[1], params=[{"maxTokens": 8, "seed": 3, "stopCount": 0}])
         _, lp_after = call("logprobs", batch)
         call("save", dir=out)
+        h, _ = call("load", dir=resume or out + "-step1")
+        assert h["optimizerRestored"] and h["policyVersion"] == 1
+        step()
+        step()
+        call("save", dir=out + "-resumed")
         call("shutdown")
         return losses, norms, s["tokens"].tolist(), lp_after["logprobs"]
     finally:
@@ -103,13 +117,29 @@ def _train(nproc, ckpt, out, tmp):
             os.killpg(p.pid, signal.SIGKILL)
 
 
-def test_two_fsdp_processes_train_as_one(ckpt, tmp_path):
+def _same_weights(x, y, atol=1e-5):
     from safetensors.torch import load_file
 
-    one = _train(1, ckpt, str(tmp_path / "one"), tmp_path)
+    a = load_file(os.path.join(x, "model.safetensors"))
+    b = load_file(os.path.join(y, "model.safetensors"))
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=atol), (k, (a[k] - b[k]).abs().max())
+
+
+def test_two_fsdp_processes_train_as_one(ckpt, tmp_path):
+    """The same losses, norms, tokens and weights from 2 processes and 1; and a run resumed from a
+    checkpoint saved with its (sharded) AdamW state ends with the weights of the uninterrupted run: on 2
+    processes from their own checkpoint, on 1 process from the 2 processes' checkpoint."""
+    from safetensors.torch import load_file
+
     two = _train(2, ckpt, str(tmp_path / "two"), tmp_path)
-    assert np.allclose(one[0], two[0], atol=1e-5), (one[0], two[0])
-    assert np.allclose(one[1], two[1], rtol=1e-4), (one[1], two[1])
+    one = _train(1, ckpt, str(tmp_path / "one"), tmp_path, resume=str(tmp_path / "two-step1"))
+    assert np.allclose(one[0][:3], two[0][:3], atol=1e-5), (one[0], two[0])
+    assert np.allclose(one[1][:3], two[1][:3], rtol=1e-4), (one[1], two[1])
+    assert os.path.isfile(tmp_path / "two-step1" / "sinkflex_optimizer.pt")
+    _same_weights(str(tmp_path / "two"), str(tmp_path / "two-resumed"))
+    _same_weights(str(tmp_path / "one"), str(tmp_path / "one-resumed"))
     assert one[0][2] < one[0][0]  # the steps trained
     assert one[2] == two[2]
     assert np.abs(one[3] - two[3]).max() < 1e-4
