@@ -25,7 +25,19 @@
  *             heads, 2 kv heads x 64) but 2 layers and a narrow MLP and vocabulary (0.5B's 24 layers
  *             and 32K-token full-attention prefills do not fit a few CPU minutes); JSON keys
  *             session.rows[i].{context, fullMsPerToken, fullKvBytes, sinkMsPerToken, sinkKvBytes,
- *             fullKvBytesAt05B, sinkKvBytesAt05B}
+ *             fullKvBytesAt05B, sinkKvBytesAt05B}, and session.flatness.{sinkMsPerTokenLongestOverShortest,
+ *             sinkMsPerTokenMaxOverMin, sinkKvBytesLongestOverShortest, ...} (decode.flatness likewise).
+ *             The sessions of one mask decode in turn, so load on a shared machine hits every length alike
+ *   episode   a real 30-turn episode of the retail suite (sinkflex/tau-retail-v0, scripted user) through
+ *             the rollout path on the session section's random model, full attention vs K = 4 + W = 1024:
+ *             KV bytes of the episode's session after every turn, and the largest gap between the
+ *             rollout's behaviour log-probs and the teacher-forced training log-probs under the same mask;
+ *             JSON keys episode.runs[i].{mask, turns, maxAbsLogprobGap, scoredTokens, kvPerTurn[t].
+ *             {contextTokens, sessionKvBytes}}, episode.sinkKvAfterWindowFull.{minBytes, maxBytes}
+ *   sinklogit the sink logit's step-0 invariance on the trained model (--checkpoint, or the one trained in
+ *             this run; else a random model of its shape): max |Δlogit| on 8 calibration and 8 held-out
+ *             sequences; JSON keys sinkLogitStep0.{epsilon, maxLogitChangeCalibration,
+ *             maxLogitChangeHeldOut, withinTarget}
  *
  *   pipeline  a small recipe (configs/demo-quick.yaml: SFT, 2 GRPO steps, held-out evaluation) trained
  *             through the pipeline four times from the same seed: full attention, the fixed first-K
@@ -35,12 +47,12 @@
  *             initialized on). JSON keys pipeline.runs[i].{variant, heldOutSuccess, perSuite, wallSeconds,
  *             attention}, pipeline.sinkLogitStep0.{epsilon, maxLogitChangeCalibration, maxLogitChangeHeldOut}
  *
- * Usage: npm run bench:attention -- [--checkpoint DIR] [--steps N] [--quick] [--only train,decode,session,pipeline] [--json FILE]
+ * Usage: npm run bench:attention -- [--checkpoint DIR] [--steps N] [--quick] [--only train,decode,session,episode,sinklogit,pipeline] [--json FILE]
  *        (--quick: a tiny model and a short run to check the benchmark itself; its figures mean little)
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createRandomModel, loadEngine, type EmbeddedEngine } from "../src/engine/embedded.js";
+import { createRandomModel, loadEngine, type EmbeddedEngine, type EmbeddedSession } from "../src/engine/embedded.js";
 import type { TokenLoss } from "../src/engine/types.js";
 import { getKernels } from "../src/kernels/index.js";
 import type { ModelConfig } from "../src/model/config.js";
@@ -53,6 +65,12 @@ import {
 import { buildModel } from "../src/model/instance.js";
 import { loadConfigFile, validateConfig } from "../src/pipeline/config.js";
 import { train as trainPipeline } from "../src/pipeline/train.js";
+import { makeChatEnv } from "../src/pipeline/tasks.js";
+import { registerBundledEnvs } from "../src/envs/index.js";
+import { ChatTemplate } from "../src/model/chat-template.js";
+import { loadQwen3Tokenizer } from "../src/model/tokenizer.js";
+import { tokenCodec, TrimmedVocab } from "../src/model/vocab.js";
+import { Rollout, type PolicySampler, type Trajectory } from "../src/rollout/index.js";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 
@@ -88,13 +106,14 @@ const HELP = `npm run bench:attention -- [options]
   --triggers N         trigger tokens, offsets 1..N (default 6)
   --eval N             held-out sequences per evaluation (default 16)
   --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
-  --only LIST          sections: train (train, probe, ppl, kl), decode, session, pipeline (default: all four)
+  --only LIST          sections: train (train, probe, ppl, kl), decode, session, episode, sinklogit, pipeline
+                       (default: all six)
   --json FILE          write every figure as JSON
   --quick              a tiny model and a short run (checks the benchmark itself)`;
 
 function parseArgs(argv: string[]): Options {
   const o: Options = {
-    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode", "session", "pipeline"]), json: null, sinkAt: 3, lr: 5e-3,
+    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode", "session", "episode", "sinklogit", "pipeline"]), json: null, sinkAt: 3, lr: 5e-3,
     weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.08, triggers: 6,
   };
   let stepsGiven = false;
@@ -381,22 +400,6 @@ function evaluate(model: Model, variants: Variant[], seqs: number[][], buckets: 
 
 // ------------------------------------------------------------------------------------------ decode
 
-/**
- * Median wall time of one decode step over n steps (each call samples one token, computing the one
- * before it). The median keeps a burst of other work on a shared machine out of the figure.
- */
-function medianMs(n: number, step: (i: number) => unknown): number {
-  step(0);
-  const times: number[] = [];
-  for (let i = 1; i <= n; i++) {
-    const t0 = performance.now();
-    step(i);
-    times.push(performance.now() - t0);
-  }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(n / 2)]!;
-}
-
 interface SessionRow {
   context: number;
   fullMsPerToken: number;
@@ -410,31 +413,71 @@ interface SessionRow {
 /**
  * One engine session per context length n and mask: prefill n tokens, then the median time of a decode
  * step and the KV bytes the session holds (its blocks; the sink-window engine evicts what no later query
- * keeps). Full attention and K sinks + window run the same weights.
+ * keeps). Full attention and K sinks + window run the same weights. The sessions of one mask are all
+ * open at once and take their decode steps in turn (1K, 8K, 32K, 1K, ...), so a burst of other work on a
+ * shared machine lands on every length alike instead of on whichever length was measuring then.
  */
 function sessionCurve(cfg: ModelConfig, K: number, W: number, lengths: number[], decodeTokens: number, weights: Float32Array | null): SessionRow[] {
   const rng = new Rng(3, "xoshiro128**");
-  const rows: SessionRow[] = [];
-  for (const n of lengths) {
-    const prompt = Array.from({ length: n }, () => 4 + (rng.nextU32() % (cfg.vocabSize - 4)));
-    const measure = (attention: { window: number; sinks: number }) => {
+  const prompts = lengths.map((n) => Array.from({ length: n }, () => 4 + (rng.nextU32() % (cfg.vocabSize - 4))));
+  const measure = (attention: { window: number; sinks: number }) => {
+    const open = prompts.map((prompt) => {
       const engine = createRandomModel(cfg, 5, { kernels: getKernels(), attention });
       if (weights) engine.weights.data.set(weights);
       const s = engine.sessionSync(prompt);
-      const ms = medianMs(decodeTokens, (i) => engine.sampleBatchSync([s], [{ maxTokens: 1, seed: i, temperature: 1 }]));
-      const out = { ms, bytes: s.kvBytes, rows: s.heldBlocks * engine.pool.blockSize };
-      engine.dispose();
-      return out;
-    };
-    const full = measure({ window: 0, sinks: 0 });
-    const sink = measure({ window: W, sinks: K });
-    rows.push({
-      context: n, fullMsPerToken: full.ms, fullKvBytes: full.bytes, fullHeldRows: full.rows,
-      sinkMsPerToken: sink.ms, sinkKvBytes: sink.bytes, sinkHeldRows: sink.rows,
+      engine.sampleBatchSync([s], [{ maxTokens: 1, seed: 0, temperature: 1 }]); // the prefill, untimed
+      return { engine, s, times: [] as number[] };
     });
-    process.stderr.write(`  session at ${n}: full ${full.ms.toFixed(2)} ms/token, sinks+window ${sink.ms.toFixed(2)} ms/token\n`);
-  }
-  return rows;
+    for (let i = 1; i <= decodeTokens; i++) {
+      for (const x of open) {
+        const t0 = performance.now();
+        x.engine.sampleBatchSync([x.s], [{ maxTokens: 1, seed: i, temperature: 1 }]);
+        x.times.push(performance.now() - t0);
+      }
+    }
+    return open.map((x) => {
+      const out = { ms: median(x.times), bytes: x.s.kvBytes, rows: x.s.heldBlocks * x.engine.pool.blockSize };
+      x.engine.dispose();
+      return out;
+    });
+  };
+  const full = measure({ window: 0, sinks: 0 });
+  const sink = measure({ window: W, sinks: K });
+  return lengths.map((n, i) => {
+    process.stderr.write(`  session at ${n}: full ${full[i]!.ms.toFixed(2)} ms/token, sinks+window ${sink[i]!.ms.toFixed(2)} ms/token\n`);
+    return {
+      context: n, fullMsPerToken: full[i]!.ms, fullKvBytes: full[i]!.bytes, fullHeldRows: full[i]!.rows,
+      sinkMsPerToken: sink[i]!.ms, sinkKvBytes: sink[i]!.bytes, sinkHeldRows: sink[i]!.rows,
+    };
+  });
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+/**
+ * The sink-window figures of a curve in one place: ms/token at the longest context over the shortest
+ * (target: within 10%, so 0.9..1.1) and the largest over the smallest across lengths, and the KV bytes
+ * held at the longest context over the shortest (the rows held differ by at most one block, with where
+ * the window's edge falls in a block).
+ */
+function flatness(rows: SessionRow[]) {
+  const ms = rows.map((r) => r.sinkMsPerToken);
+  const kv = rows.map((r) => r.sinkKvBytes);
+  return {
+    sinkMsPerTokenLongestOverShortest: ms.at(-1)! / ms[0]!,
+    sinkMsPerTokenMaxOverMin: Math.max(...ms) / Math.min(...ms),
+    sinkKvBytesLongestOverShortest: kv.at(-1)! / kv[0]!,
+    sinkKvBytesMaxOverMin: Math.max(...kv) / Math.min(...kv),
+    fullMsPerTokenLongestOverShortest: rows.at(-1)!.fullMsPerToken / rows[0]!.fullMsPerToken,
+    fullKvBytesLongestOverShortest: rows.at(-1)!.fullKvBytes / rows[0]!.fullKvBytes,
+  };
+}
+
+function printFlatness(f: ReturnType<typeof flatness>): void {
+  console.log(`\nK+W, longest context over shortest: ms/token x${f.sinkMsPerTokenLongestOverShortest.toFixed(3)} (largest over smallest x${f.sinkMsPerTokenMaxOverMin.toFixed(3)}; target within 10%), KV bytes x${f.sinkKvBytesLongestOverShortest.toFixed(3)}; full attention: ms/token x${f.fullMsPerTokenLongestOverShortest.toFixed(1)}, KV bytes x${f.fullKvBytesLongestOverShortest.toFixed(1)}`);
 }
 
 function sessionTable(title: string, rows: SessionRow[]): void {
@@ -454,7 +497,9 @@ function decodeSection(o: Options, engineModel: Model | null) {
   const weightsFrom = engineModel ? "the trained model" : "a random model of the trained shape";
   const rows = sessionCurve(cfg, K, W, lengths, decodeTokens, engineModel ? engineModel.params.data : null);
   sessionTable(`decode: ms per token and KV-cache bytes vs context, one engine session (K = ${K}, W = ${W}; ${weightsFrom}: ${cfg.numLayers} layers, ${cfg.numKvHeads} kv heads x ${cfg.headDim})`, rows);
-  return { K, W, decodeTokens, weights: weightsFrom, rows };
+  const flat = flatness(rows);
+  printFlatness(flat);
+  return { K, W, decodeTokens, weights: weightsFrom, rows, flatness: flat };
 }
 
 /**
@@ -477,18 +522,173 @@ function sessionSection(o: Options) {
   const K = 4;
   const W = 1024;
   const lengths = o.quick ? [1024, 4096] : [1024, 8192, 32768];
-  const decodeTokens = o.quick ? 4 : 16;
+  const decodeTokens = o.quick ? 4 : 48;
   const rows = sessionCurve(cfg, K, W, lengths, decodeTokens, null);
   const layersOf05B = 24;
   sessionTable(`session: one engine session, full attention vs K = ${K} sinks + W = ${W} (random model, Qwen2.5-0.5B attention layout: 14 heads, 2 kv heads x 64, hidden 896; ${cfg.numLayers} layers, MLP ${cfg.intermediateSize}, vocab ${cfg.vocabSize}; KV bytes at 24 layers = x ${layersOf05B / cfg.numLayers})`, rows);
+  const flat = flatness(rows);
+  printFlatness(flat);
   return {
-    shape: cfg, K, W, decodeTokens, kvBytesScaleTo05B: layersOf05B / cfg.numLayers,
+    shape: cfg, K, W, decodeTokens, kvBytesScaleTo05B: layersOf05B / cfg.numLayers, flatness: flat,
     rows: rows.map((r) => ({
       ...r,
       fullKvBytesAt05B: (r.fullKvBytes * layersOf05B) / cfg.numLayers,
       sinkKvBytesAt05B: (r.sinkKvBytes * layersOf05B) / cfg.numLayers,
     })),
   };
+}
+
+// ------------------------------------------------------------------------------------------ episode
+
+/** The long-episode suite: the retail customer-service suite with its scripted user (see docs/envs-tau.md). */
+const EPISODE_ENV = "sinkflex/tau-retail-v0";
+
+interface TurnKv {
+  turn: number;
+  /** Tokens in the episode's session after the turn's sample. */
+  contextTokens: number;
+  /** KV bytes the episode's session holds (its blocks). */
+  sessionKvBytes: number;
+  sessionHeldRows: number;
+  /** KV bytes of every block in use in the engine (the episode, the rollout's shared prompt sessions). */
+  engineKvBytes: number;
+}
+
+/**
+ * The rollout's sampler (the engine) with a record after each sampleBatch: with one episode in flight a
+ * call is one turn, and its session is the episode's.
+ */
+function recordingSampler(engine: EmbeddedEngine, turns: TurnKv[]): PolicySampler {
+  return {
+    get policyVersion() {
+      return engine.policyVersion;
+    },
+    session: (prefix) => engine.session(prefix),
+    sampleBatch: async (sessions, params) => {
+      const out = await engine.sampleBatch(sessions, params);
+      for (const s of sessions as EmbeddedSession[]) {
+        turns.push({
+          turn: turns.length + 1, contextTokens: s.length, sessionKvBytes: s.kvBytes, sessionHeldRows: s.heldBlocks * engine.pool.blockSize,
+          engineKvBytes: engine.pool.usedBlocks * engine.pool.blockBytes,
+        });
+      }
+      return out;
+    },
+  };
+}
+
+/** The largest |behaviour log-prob - teacher-forced log-prob| over a trajectory's sampled tokens. */
+async function logprobGap(engine: EmbeddedEngine, traj: Trajectory): Promise<{ gap: number; scored: number }> {
+  let gap = 0;
+  let scored = 0;
+  for (const seg of traj.segments) {
+    const [lp] = await engine.logprobs([seg.tokens]);
+    for (let i = 1; i < seg.tokens.length; i++) {
+      if (!seg.lossMask[i]) continue;
+      gap = Math.max(gap, Math.abs(seg.behaviourLogprobs[i]! - lp![i - 1]!));
+      scored++;
+    }
+  }
+  return { gap, scored };
+}
+
+/**
+ * A real 30-turn episode of the retail suite through the rollout path (the agent loop, its renderer and
+ * batch decoder, the engine's sessions), once with full attention and once under K sinks + window: KV
+ * bytes the episode's session holds after each turn, and the largest gap between the rollout's behaviour
+ * log-probs and the teacher-forced training log-probs of the same tokens under the same mask (fp32).
+ * The policy is a random model with the session section's Qwen2.5-0.5B attention layout over a trimmed
+ * Qwen3 vocabulary: its turns are noise, which the scripted user answers turn after turn (an episode
+ * ends at the user's 40th reply, a transfer or a STOP), so the episode runs its 30 turns.
+ */
+async function episodeSection(o: Options) {
+  registerBundledEnvs();
+  const turns = o.quick ? 6 : 30;
+  const K = 4;
+  const W = o.quick ? 256 : 1024;
+  const tokenizer = loadQwen3Tokenizer();
+  const template = ChatTemplate.fromTokenizer(tokenizer);
+  const env = await makeChatEnv(EPISODE_ENV, {});
+  const [obs] = await env.reset({ seed: 0, options: { taskIndex: 0 } });
+  await env.close();
+  const codec = tokenCodec(tokenizer, TrimmedVocab.build(tokenizer, [tokenizer.encode(template.render(obs.messages, { tools: obs.tools }))]));
+  const cfg: ModelConfig = { ...qwenSmallConfig(o.quick), vocabSize: codec.size };
+  const runs = [];
+  let blockBytes = 0;
+  for (const attention of [{ window: 0, sinks: 0 }, { window: W, sinks: K }]) {
+    const engine = createRandomModel(cfg, 5, { kernels: getKernels(), attention });
+    blockBytes = engine.pool.blockBytes;
+    const record: TurnKv[] = [];
+    const rollout = new Rollout(recordingSampler(engine, record), codec, template, {
+      maxTurns: turns, maxTokensPerTurn: 24, turnLimit: "close", maxContextTokens: 32768, seed: 5, temperature: 1,
+    });
+    const t0 = performance.now();
+    const [traj] = await rollout.runGroup({ envId: EPISODE_ENV, makeEnv: () => makeChatEnv(EPISODE_ENV, {}), reset: { seed: 0, options: { taskIndex: 0 } }, groupSize: 1 });
+    const seconds = (performance.now() - t0) / 1000;
+    await rollout.close();
+    if (traj!.endReason === "error") throw new Error(`the episode failed: ${traj!.error}`);
+    const { gap, scored } = await logprobGap(engine, traj!);
+    const name = attention.window ? `K = ${K} sinks + W = ${W}` : "full attention";
+    process.stderr.write(`  episode (${name}): ${traj!.turns.length} turns, ${record.at(-1)?.contextTokens} tokens, ${seconds.toFixed(1)} s\n`);
+    runs.push({
+      mask: name, window: attention.window, sinks: attention.sinks, turns: traj!.turns.length, endReason: traj!.endReason, seconds,
+      contextTokens: record.at(-1)?.contextTokens ?? 0, maxAbsLogprobGap: gap, scoredTokens: scored, kvPerTurn: record,
+    });
+    engine.dispose();
+  }
+  const [full, sink] = runs as [(typeof runs)[0], (typeof runs)[0]];
+  // once the window is full (the context holds K + W tokens), the session's KV bytes stay within one block
+  const filled = sink.kvPerTurn.filter((r) => r.contextTokens >= K + W);
+  const sinkAfterFill = filled.length
+    ? { turns: filled.length, minBytes: Math.min(...filled.map((r) => r.sessionKvBytes)), maxBytes: Math.max(...filled.map((r) => r.sessionKvBytes)) }
+    : null;
+  table(`episode: ${EPISODE_ENV} task 0 through the rollout path, KV bytes of the episode's session after each turn (random model: ${cfg.numLayers} layers, 14 heads, 2 kv heads x 64, vocab ${cfg.vocabSize})`, [
+    ["turn", "full: context tokens", "full: KV bytes held", `K+W: context tokens`, `K+W: KV bytes held`, "K+W: rows held"],
+    ...Array.from({ length: Math.max(full.kvPerTurn.length, sink.kvPerTurn.length) }, (_, i) => {
+      const f = full.kvPerTurn[i];
+      const k = sink.kvPerTurn[i];
+      return [i + 1, f?.contextTokens ?? "-", f?.sessionKvBytes ?? "-", k?.contextTokens ?? "-", k?.sessionKvBytes ?? "-", k?.sessionHeldRows ?? "-"];
+    }),
+  ]);
+  table("episode: rollout behaviour log-probs vs teacher-forced training log-probs of the same tokens, same mask (fp32)", [
+    ["mask", "turns", "end", "context tokens", "sampled tokens scored", "max |rollout - teacher-forced|"],
+    ...runs.map((r) => [r.mask, r.turns, r.endReason, r.contextTokens, r.scoredTokens, r.maxAbsLogprobGap.toExponential(2)]),
+  ]);
+  if (sinkAfterFill) {
+    console.log(`\nK+W: after the window filled (${sinkAfterFill.turns} turns) the session held ${sinkAfterFill.minBytes}..${sinkAfterFill.maxBytes} bytes (one block = ${blockBytes} bytes); full attention ended at ${full.kvPerTurn.at(-1)?.sessionKvBytes} bytes`);
+  }
+  return { env: EPISODE_ENV, task: 0, K, W, maxTokensPerTurn: 24, shape: cfg, blockBytes, runs, sinkKvAfterWindowFull: sinkAfterFill };
+}
+
+// ------------------------------------------------------------------------------------------ sink logit
+
+/**
+ * The sink logit's step-0 invariance on the benchmark's trained model (or a random model of its shape
+ * when none was trained or found): initialized on 8 sequences of the task, checked on 8 others.
+ * Target: max |Δlogit| <= 1e-4 on both.
+ */
+function sinkLogitSection(o: Options, engine: EmbeddedEngine | null) {
+  const cfg = benchConfig(o.quick);
+  const own = engine ?? createRandomModel(cfg, INIT_SEED, { kernels: getKernels() });
+  const model = engine ? "the trained benchmark model" : "a random model of the benchmark's shape";
+  const task = new MultiBackcopy(cfg.vocabSize, DATA_SEED, o.triggers, o.triggerRate);
+  const rng = new Rng(123, "xoshiro128**");
+  const seqs = (n: number) => Array.from({ length: n }, () => task.sequence(rng, o.seq, o.sinkAt));
+  const calibration = seqs(8);
+  const heldOut = seqs(8);
+  const init = initSinkLogits(own.weights, own.kernels, calibration);
+  const heldOutChange = maxLogitDifference(buildModel(own.weights, own.kernels), buildModel(init.weights, own.kernels), heldOut);
+  const target = 1e-4;
+  const r = {
+    model, sequences: 8, length: o.seq, epsilon: init.epsilon, maxLogitChangeCalibration: init.maxLogitChange, maxLogitChangeHeldOut: heldOutChange,
+    target, withinTarget: init.maxLogitChange <= target && heldOutChange <= target,
+  };
+  table(`sink logit at step 0 (${model}; 8 calibration and 8 held-out sequences of ${o.seq})`, [
+    ["epsilon", "max abs logit change, calibration", "max abs logit change, held-out", "within 1e-4"],
+    [r.epsilon, r.maxLogitChangeCalibration.toExponential(2), r.maxLogitChangeHeldOut.toExponential(2), r.withinTarget ? "yes" : "NO"],
+  ]);
+  if (!engine) own.dispose();
+  return r;
 }
 
 // ------------------------------------------------------------------------------------------ sections
@@ -645,11 +845,11 @@ async function main(): Promise<void> {
   const o = parseArgs(process.argv.slice(2));
   const out: Record<string, unknown> = { kernels: getKernels().describe() };
   console.log(`# sinkflex attention benchmark (${getKernels().describe()})`);
-  let trained: Model | null = null;
+  let trained: EmbeddedEngine | null = null;
   if (o.only.has("train")) {
     process.stderr.write(`training (${o.steps} steps of ${o.batch} x ${o.seq} tokens, fixed token at ${o.sinkAt})\n`);
     const tr = train(o);
-    trained = tr.engine.model;
+    trained = tr.engine;
     table("train", [
       ["params", "layers", "heads", "hidden", "mlp", "vocab", "sequence", "batch", "steps", "lr", "weight decay", "seconds", "final loss (nats)"],
       [tr.params, tr.cfg.numLayers, tr.cfg.numHeads, tr.cfg.hiddenSize, tr.cfg.intermediateSize, tr.cfg.vocabSize, o.seq, o.batch, o.steps, o.lr, o.weightDecay,
@@ -668,14 +868,14 @@ async function main(): Promise<void> {
     out.probe = probe;
     out.ppl = [inside, beyond];
   }
-  if (o.only.has("decode")) {
-    if (!trained && o.checkpoint && readStamp(o.checkpoint)) {
-      const model = loadEngine(o.checkpoint, { kernels: getKernels() }).model;
-      if (JSON.stringify(model.cfg) === JSON.stringify(benchConfig(o.quick))) trained = model;
-    }
-    out.decode = decodeSection(o, trained);
+  if ((o.only.has("decode") || o.only.has("sinklogit")) && !trained && o.checkpoint && readStamp(o.checkpoint)) {
+    const engine = loadEngine(o.checkpoint, { kernels: getKernels() });
+    if (JSON.stringify(engine.config) === JSON.stringify(benchConfig(o.quick))) trained = engine;
   }
+  if (o.only.has("decode")) out.decode = decodeSection(o, trained ? trained.model : null);
   if (o.only.has("session")) out.session = sessionSection(o);
+  if (o.only.has("episode")) out.episode = await episodeSection(o);
+  if (o.only.has("sinklogit")) out.sinkLogitStep0 = sinkLogitSection(o, trained);
   if (o.only.has("pipeline")) out.pipeline = await pipelineSection();
   if (o.json) writeFileSync(o.json, `${JSON.stringify(out, null, 2)}\n`);
 }

@@ -3,8 +3,9 @@
  * settings its policy trains and samples with, and which of the profile's sinks they keep.
  *
  * The rewriter (rewriter.ts) lays documents out with K sink slots plus pinned secondary sinks. The
- * engine's sessions, which rollouts sample with, keep only K leading slots and the window (they take no
- * pinned keys), so what is exact on both sides is this: the sink slots cover the profile's position
+ * engine's sessions, which rollouts sample with, keep K leading slots, the window and any positions
+ * pinned with `append(tokens, { pinned })`, but the rollout path pins nothing (its renderer does not know
+ * the profile), so what is exact on both sides is this: the sink slots cover the profile's position
  * sinks, up to `sinks + pinBudget` slots (a position sink at p needs slots 0..p), and hold the model's
  * natural prefix, the tokens every rendered sequence starts with. Position sinks past that budget and
  * token sinks at arbitrary positions are listed as not kept.
@@ -65,7 +66,7 @@ export function describeLayout(l: ProfileLayout): string {
   parts.push(l.keptPositions.length ? `position sinks ${l.keptPositions.join(", ")} kept in the slots` : "no position sink found");
   if (l.droppedPositions.length) parts.push(`position sinks ${l.droppedPositions.join(", ")} past the slot budget, not kept`);
   if (l.unpinnedTokens.length) {
-    parts.push(`token sinks ${l.unpinnedTokens.map((t) => `#${t}`).join(", ")} not pinned (engine sessions take no pinned keys)`);
+    parts.push(`token sinks ${l.unpinnedTokens.map((t) => `#${t}`).join(", ")} not pinned (rollouts pin no positions)`);
   }
   return parts.join("; ");
 }

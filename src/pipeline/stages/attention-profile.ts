@@ -12,7 +12,7 @@
  *
  * Re-probing during GRPO updates the saved profile and logs what moved; the mask stays the one the run
  * started with (rollouts in flight and checkpoints are bound to it). Pinned secondary sinks are not
- * applied: the engine's sessions take no pinned keys (the layout lists them as not kept).
+ * applied: the rollout path pins no positions (the layout lists them as not kept).
  *
  * This file trains nothing and decides no order.
  */
