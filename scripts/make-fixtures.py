@@ -32,6 +32,19 @@ Run by hand (never at test time); needs `pip install torch transformers safetens
   python scripts/make-fixtures.py score <checkpoint-dir> <ids.json>
       Prints (JSON) each token's teacher-forced log-prob under transformers, null for the first token.
 
+  python scripts/make-fixtures.py chat-files <llama_cpp_python-0.3.36.tar.gz> [--out test/model/fixtures/families]
+      Needs `gguf`. The chat files no npm package ships, from the llama-cpp-python source distribution on PyPI
+      (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`), which vendors llama.cpp's
+      vocabulary files and copies of the published chat templates:
+        phi3/tokenizer.json, phi3/tokenizer_config.json   Phi-3's tokenizer (Llama 2's SentencePiece BPE with
+                               byte fallback plus its 11 chat tokens, ids 0..32010), converted from
+                               ggml-vocab-phi-3.gguf by transformers' GGUF converter, with the added tokens'
+                               flags of the published tokenizer (<|end|>, <|user|>, ... strip the whitespace
+                               after them), checked against the file's own test vectors; its chat template is
+                               Phi-3.5-mini-instruct's
+        templates/*.jinja      Qwen2.5-7B-Instruct's, Llama-3.1-8B-Instruct's and Phi-3.5-mini-instruct's
+                               chat templates as published
+
 It is not a test runner and it is not used by sinkflex at run time.
 """
 import argparse
@@ -326,6 +339,89 @@ def score(ckpt, ids_path):
     print(json.dumps([None] + tok.tolist()))
 
 
+CHAT_TEMPLATES = {
+    "qwen2.5": "Qwen-Qwen2.5-7B-Instruct.jinja",
+    "llama3.1": "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "phi3.5": "microsoft-Phi-3.5-mini-instruct.jinja",
+}
+PHI3_IDS = 32011  # the tokenizer's ids; the checkpoints pad the embedding to 32064 rows
+
+
+def chat_files(sdist, out):
+    import tarfile
+    import tempfile
+
+    from tokenizers import Tokenizer as HfTokenizer
+    from transformers import AutoTokenizer
+
+    with tarfile.open(sdist) as tar:
+        root = tar.getnames()[0].split("/")[0] + "/vendor/llama.cpp/models/"
+        read = lambda name: tar.extractfile(root + name).read()  # noqa: E731
+        templates = {key: read("templates/" + name).decode("utf-8") for key, name in CHAT_TEMPLATES.items()}
+        tmp = tempfile.mkdtemp()
+        for name in ("ggml-vocab-phi-3.gguf", "ggml-vocab-phi-3.gguf.inp", "ggml-vocab-phi-3.gguf.out"):
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(read(name))
+    os.makedirs(os.path.join(out, "templates"), exist_ok=True)
+    for key, name in CHAT_TEMPLATES.items():
+        with open(os.path.join(out, "templates", name), "w", encoding="utf-8") as f:
+            f.write(templates[key])
+
+    converted = AutoTokenizer.from_pretrained(tmp, gguf_file="ggml-vocab-phi-3.gguf")
+    converted.save_pretrained(os.path.join(tmp, "converted"))
+    with open(os.path.join(tmp, "converted", "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    # The GGUF pads the vocabulary to the embedding's 32064 rows with [PAD...] entries; the tokenizer has 32011.
+    tj["model"]["vocab"] = {t: i for t, i in tj["model"]["vocab"].items() if i < PHI3_IDS}
+    tj["model"]["unk_token"] = "<unk>"
+    # The published flags: the chat tokens strip the whitespace after them; </s> is not special.
+    added = []
+    for t in tj["added_tokens"]:
+        if t["id"] >= PHI3_IDS:
+            continue
+        t = dict(t)
+        if t["id"] == 2:
+            t.update(rstrip=True, special=False)
+        elif 32001 <= t["id"] <= 32010:
+            t["rstrip"] = True
+        added.append(t)
+    tj["added_tokens"] = added
+    phi3 = os.path.join(out, "phi3")
+    os.makedirs(phi3, exist_ok=True)
+    with open(os.path.join(phi3, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    config = {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "added_tokens_decoder": {str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")} for t in added},
+        "bos_token": "<s>",
+        "chat_template": templates["phi3.5"],
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|endoftext|>",
+        "legacy": False,
+        "model_max_length": 131072,
+        "pad_token": "<|endoftext|>",
+        "padding_side": "left",
+        "tokenizer_class": "LlamaTokenizer",
+        "unk_token": "<unk>",
+        "use_default_system_prompt": False,
+    }
+    with open(os.path.join(phi3, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=1)
+
+    # The GGUF's own test vectors: text -> ids as the published tokenizer encodes them.
+    tok = HfTokenizer.from_file(os.path.join(phi3, "tokenizer.json"))
+    with open(os.path.join(tmp, "ggml-vocab-phi-3.gguf.inp"), encoding="utf-8") as f:
+        texts = f.read().split("\n__ggml_vocab_test__\n")
+    with open(os.path.join(tmp, "ggml-vocab-phi-3.gguf.out"), encoding="utf-8") as f:
+        expected = [[int(x) for x in line.split()] for line in f.read().split("\n")]
+    bad = [t for t, ids in zip(texts, expected) if tok.encode(t, add_special_tokens=False).ids != ids]
+    if bad:
+        sys.exit(f"the converted Phi-3 tokenizer disagrees with {len(bad)} of {len(texts)} test vectors, e.g. {bad[0]!r}")
+    assert tok.encode("<|end|>\n<|user|>\nhi", add_special_tokens=False).ids[:2] == [32007, 32010]
+    print(f"phi3 tokenizer: {len(tj['model']['vocab'])} ids, {len(texts)} test vectors agree -> {phi3}; templates -> {out}/templates")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -344,12 +440,17 @@ def main():
     sc = sub.add_parser("score", help="print transformers' teacher-forced log-probs of token ids")
     sc.add_argument("checkpoint")
     sc.add_argument("ids")
+    cf = sub.add_parser("chat-files", help="write the Phi-3 tokenizer and the published chat templates (needs gguf)")
+    cf.add_argument("sdist", help="llama_cpp_python-0.3.36.tar.gz")
+    cf.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "model", "fixtures", "families"))
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "build":
         build(os.path.normpath(a.out), a.only)
     elif a.cmd == "lora":
         lora(os.path.normpath(a.out))
+    elif a.cmd == "chat-files":
+        chat_files(a.sdist, os.path.normpath(a.out))
     elif a.cmd == "score":
         score(a.checkpoint, a.ids)
     elif a.cmd == "check-lora":

@@ -11,9 +11,15 @@
  * is escaped before rendering (`escapeSpecialText`), so that text holding a special token's text (a
  * user writing `<|im_end|>`) encodes as plain text: only the template's own structure yields special
  * tokens. Without the tokenizer's special tokens (`specials.specialTokens`) nothing is escaped.
+ *
+ * Tool calls follow the family's tool format (families/tool-formats.ts): tool results go to the template
+ * in the format's role (`ipython` for Llama 3.1), and for a template with no tool format (Phi-3) the
+ * tools, calls and results are first written into plain system, assistant and user turns
+ * (`toolsIntoText`), so that the model's own template still renders every turn.
  */
 import { Template } from "@huggingface/jinja";
 import type { ChatMessage, ToolSpec } from "../core/index.js";
+import { templateToolFormat, toolConvention, type ToolConvention, type ToolFormat } from "./families/tool-formats.js";
 import { escapeSpecialText, type Tokenizer } from "./tokenizer.js";
 
 /**
@@ -48,7 +54,7 @@ export interface HfToolCall {
 export type HfMessage =
   | { role: "system" | "user"; content: string }
   | { role: "assistant"; content: string; tool_calls?: HfToolCall[] }
-  | { role: "tool"; tool_call_id: string; name: string; content: string };
+  | { role: "tool" | "ipython"; tool_call_id: string; name: string; content: string };
 
 export interface HfTool {
   type: "function";
@@ -65,8 +71,8 @@ function parseArguments(raw: string): string | Record<string, unknown> {
   return raw;
 }
 
-/** Converts sinkflex messages to the Hugging Face message dicts chat templates read. */
-export function toHfMessages(messages: readonly ChatMessage[], toolArguments: "raw" | "parsed" = "raw"): HfMessage[] {
+/** Converts sinkflex messages to the Hugging Face message dicts chat templates read; tool results get `toolRole`. */
+export function toHfMessages(messages: readonly ChatMessage[], toolArguments: "raw" | "parsed" = "raw", toolRole: "tool" | "ipython" = "tool"): HfMessage[] {
   return messages.map((m): HfMessage => {
     switch (m.role) {
       case "system":
@@ -84,7 +90,7 @@ export function toHfMessages(messages: readonly ChatMessage[], toolArguments: "r
         return out;
       }
       case "tool":
-        return { role: "tool", tool_call_id: m.toolCallId, name: m.name, content: m.content };
+        return { role: toolRole, tool_call_id: m.toolCallId, name: m.name, content: m.content };
       default:
         throw new Error(`unknown chat message role ${JSON.stringify((m as { role: unknown }).role)}; expected system, user, assistant or tool`);
     }
@@ -96,14 +102,67 @@ export function toHfTools(tools: readonly ToolSpec[]): HfTool[] {
   return tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
 }
 
+/** JSON as Python's json.dumps writes it by default (", " and ": "), the layout of the Hermes blocks. */
+function spacedJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(spacedJson).join(", ")}]`;
+  if (value !== null && typeof value === "object") {
+    return `{${Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined).map(([k, v]) => `${JSON.stringify(k)}: ${spacedJson(v)}`).join(", ")}}`;
+  }
+  return JSON.stringify(value) ?? "null";
+}
+
+/** The system text listing the tools in the Hermes convention (the words of Qwen2.5's template). */
+export function hermesToolsText(tools: readonly ToolSpec[]): string {
+  return (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" +
+    toHfTools(tools).map((t) => `\n${spacedJson(t)}`).join("") +
+    '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+  );
+}
+
+/** One call as a Hermes block; the arguments exactly as written. */
+export function hermesCallText(call: { name: string; arguments: string }): string {
+  return `<tool_call>\n{"name": ${JSON.stringify(call.name)}, "arguments": ${call.arguments}}\n</tool_call>`;
+}
+
+/**
+ * A conversation with its tools, calls and results written into plain turns (for templates with no tool
+ * format, Phi-3): the tool list ends the system turn (one is added when there is none), an assistant's
+ * calls follow its content as Hermes blocks, and each tool result is a user turn
+ * `<tool_response>\n...\n</tool_response>`. Every message maps to one message, so the rendering stays
+ * prefix-stable wherever the template's is.
+ */
+export function toolsIntoText(messages: readonly ChatMessage[], tools: readonly ToolSpec[] | undefined): ChatMessage[] {
+  const out = messages.map((m): ChatMessage => {
+    if (m.role === "assistant" && m.toolCalls && m.toolCalls.length > 0) {
+      return { role: "assistant", content: [m.content, ...m.toolCalls.map(hermesCallText)].filter((s) => s.length > 0).join("\n") };
+    }
+    if (m.role === "tool") return { role: "user", content: `<tool_response>\n${m.content}\n</tool_response>` };
+    return m;
+  });
+  if (!tools || tools.length === 0) return out;
+  const list = hermesToolsText(tools);
+  const first = out[0];
+  if (first?.role === "system") out[0] = { role: "system", content: first.content ? `${first.content}\n\n${list}` : list };
+  else out.unshift({ role: "system", content: list });
+  return out;
+}
+
 export class ChatTemplate {
   private readonly template: Template;
   readonly toolArguments: "raw" | "parsed";
+  /**
+   * The tool format: the one the template's own text declares (`<tool_call>`, Llama 3.1's JSON), else the
+   * one given (the checkpoint family's); undefined when neither says (the rollout then reads no calls).
+   */
+  readonly tools: ToolConvention | undefined;
 
   constructor(
     readonly source: string,
     private readonly specials: { bosToken?: string; eosToken?: string; specialTokens?: readonly string[] } = {},
     toolArguments: ToolArgumentsMode = "auto",
+    /** The family's tool format, used where the template's text declares none (Phi-3). */
+    toolFormat?: ToolFormat,
   ) {
     try {
       this.template = new Template(source);
@@ -111,16 +170,23 @@ export class ChatTemplate {
       throw new Error(`the chat template does not parse as Jinja: ${(err as Error).message}`);
     }
     this.toolArguments = toolArguments === "auto" ? (/arguments\s+is\s+string/.test(source) ? "raw" : "parsed") : toolArguments;
+    const format = templateToolFormat(source) ?? toolFormat;
+    this.tools = format === undefined ? undefined : toolConvention(format);
   }
 
-  /** The template of a tokenizer's `tokenizer_config.json`. */
-  static fromTokenizer(tokenizer: Tokenizer, toolArguments: ToolArgumentsMode = "auto"): ChatTemplate {
+  /** The template of a tokenizer's `tokenizer_config.json`; `toolFormat` is the checkpoint family's. */
+  static fromTokenizer(tokenizer: Tokenizer, toolArguments: ToolArgumentsMode = "auto", toolFormat?: ToolFormat): ChatTemplate {
     if (!tokenizer.chatTemplate) {
       throw new Error(
         `the tokenizer (${tokenizer.source}) has no chat_template; add one to tokenizer_config.json (or a chat_template.jinja file beside it)`,
       );
     }
-    return new ChatTemplate(tokenizer.chatTemplate, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, specialTokens: tokenizer.specialTokens }, toolArguments);
+    return new ChatTemplate(tokenizer.chatTemplate, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, specialTokens: tokenizer.specialTokens }, toolArguments, toolFormat);
+  }
+
+  /** The token that ends an assistant turn: the tool format's (Phi-3: `<|end|>`), else the tokenizer's eos_token. */
+  get endOfTurn(): string | undefined {
+    return this.tools?.endOfTurn ?? this.specials.eosToken;
   }
 
   /**
@@ -150,12 +216,12 @@ export class ChatTemplate {
 
   /** Renders messages to text, exactly as the template says. */
   render(messages: readonly ChatMessage[], options: RenderOptions = {}): string {
-    const tools = options.tools && options.tools.length > 0 ? toHfTools(options.tools) : undefined;
+    const inText = this.tools?.toolsInText === true;
+    const tools = options.tools && options.tools.length > 0 && !inText ? toHfTools(options.tools) : undefined;
+    const hf = toHfMessages(inText ? toolsIntoText(messages, options.tools) : messages, this.toolArguments, this.tools?.toolRole);
     try {
       return this.template.render({
-        messages: options.trustedAssistant
-          ? toHfMessages(messages, this.toolArguments).map((m) => (m.role === "assistant" ? m : this.escape(m)))
-          : this.escape(toHfMessages(messages, this.toolArguments)),
+        messages: options.trustedAssistant ? hf.map((m) => (m.role === "assistant" ? m : this.escape(m))) : this.escape(hf),
         ...(tools ? { tools: this.escape(tools) } : {}),
         add_generation_prompt: options.addGenerationPrompt ?? false,
         bos_token: this.specials.bosToken ?? "",

@@ -9,6 +9,7 @@ export { cachedForward, CachedWorkspace, type KvStorage, type Model, packSequenc
 export { ATTENTION_INITS, type AttentionInit, buildModel, FULL_ATTENTION, type ModelWeights, randomWeights } from "./instance.js";
 export { bindParams, type ModelParams, paramLayout } from "./params.js";
 export { ChatTemplate } from "./chat-template.js";
+export { checkpointFamily, familyForConfig, TOOL_CONVENTIONS, TOOL_FORMATS, templateToolFormat, toolConvention, type ToolConvention, type ToolFormat } from "./families/index.js";
 export { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "./tokenizer.js";
 export { tokenCodec, type TokenCodec, TrimmedVocab, type TrimmedVocabJson } from "./vocab.js";
 export { CheckpointError, loadCheckpoint, type LoadedCheckpoint, saveCheckpoint } from "./checkpoint.js";

@@ -16,7 +16,7 @@ import { dirname, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
-import { ATTENTION_INITS } from "../model/index.js";
+import { ATTENTION_INITS, TOOL_FORMATS } from "../model/index.js";
 import { LORA_TARGETS } from "../engine/index.js";
 import { ATTENTION_MODES } from "../model/index.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/index.js";
@@ -378,6 +378,18 @@ const GrpoSection = z
   })
   .strict();
 
+/**
+ * The agent loop's reading of sampled turns: `toolFormat` names the tool-call format whose parser reads
+ * them ("hermes": Qwen's <tool_call> blocks, "llama3-json": Llama 3.1's JSON calls, "phi3-hermes": the
+ * Hermes blocks in Phi-3's plain turns). Default: the chat template's, which is the checkpoint family's
+ * (docs/model.md, "Families and tool formats").
+ */
+const RolloutSection = z
+  .object({
+    toolFormat: z.enum(TOOL_FORMATS).optional(),
+  })
+  .strict();
+
 const EvalSection = z
   .object({
     tasksPerSuite: positiveInt.max(1000000, atMost(1000000)).default(50),
@@ -412,6 +424,7 @@ export const TrainConfigSchema = z
     attention: AttentionSection.prefault({}),
     sft: SftSection.prefault({}),
     grpo: GrpoSection.prefault({}),
+    rollout: RolloutSection.prefault({}),
     eval: EvalSection.prefault({}),
     /** Save a checkpoint every N GRPO steps (and at the end of each stage). */
     checkpointEvery: positiveInt.max(1000000, atMost(1000000)).default(5),

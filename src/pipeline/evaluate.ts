@@ -42,6 +42,8 @@ export interface EvalOptions {
    * many (vocab-notice.ts): set where the policy is a checkpoint that may have been built on other text.
    */
   vocabNotice?: boolean;
+  /** The tool format whose parser reads the sampled turns (rollout.toolFormat); default the template's. */
+  toolFormat?: string;
 }
 
 /** The evaluation settings of a training config: its eval section, its turn limits and its seed. */
@@ -54,6 +56,7 @@ export function evalOptionsOf(cfg: TrainConfig): EvalOptions {
     maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
     maxContextTokens: cfg.grpo.maxContextTokens,
     concurrency: cfg.grpo.concurrency,
+    toolFormat: cfg.rollout.toolFormat,
   };
 }
 
@@ -74,6 +77,7 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
       temperature: opts.temperature,
       seed: opts.seed,
       templateVars: policy.templateVars,
+      toolFormat: opts.toolFormat,
     });
     const tasks: GroupTask[] = plan.evalTasks.map((taskIndex) => ({
       envId: plan.envId,

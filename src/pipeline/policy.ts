@@ -18,7 +18,7 @@ import { createRandomModel, EmbeddedEngine, loadEngine } from "../engine/index.j
 import { openTorchEngine, type TorchEngine } from "../engine/index.js";
 import type { EngineConfig } from "./config.js";
 import type { ChatMessage, ToolSpec } from "../gym/index.js";
-import { ChatTemplate } from "../model/index.js";
+import { ChatTemplate, checkpointFamily } from "../model/index.js";
 import { parseHfConfig } from "../model/index.js";
 import { STABLE_TOOL_TEMPLATE } from "../model/index.js";
 import type { AttentionInit } from "../model/index.js";
@@ -119,7 +119,8 @@ function loadPolicyText(dir: string): PolicyText & { tokenizerDir: string } {
   if (!existsSync(dir)) throw new Error(`no checkpoint folder at ${dir}`);
   const own = existsSync(`${dir}/tokenizer.json`);
   const tokenizer = own ? Tokenizer.fromDir(dir) : loadQwen3Tokenizer();
-  const template = ChatTemplate.fromTokenizer(tokenizer);
+  // The family's tool format where the template's text declares none (Phi-3's template has no tool format).
+  const template = ChatTemplate.fromTokenizer(tokenizer, "auto", checkpointFamily(dir)?.toolFormat);
   const vocab = TrimmedVocab.load(dir);
   const codec = tokenCodec(tokenizer, vocab);
   return { tokenizer, template, codec, vocab, templateVars: TEMPLATE_VARS, tokenizerDir: own ? dir : qwen3TokenizerDir() };

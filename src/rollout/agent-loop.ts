@@ -15,7 +15,7 @@ import type { ChatTemplate } from "../model/index.js";
 import type { TokenCodec } from "../model/index.js";
 import { BatchDecoder, type Sampler } from "./batch-decoder.js";
 import { IncrementalRenderer } from "./renderer.js";
-import { toolParserForTemplate, type ToolCallParser } from "./tool-parser.js";
+import { toolParserFor, type ToolCallParser } from "./tool-parser.js";
 import type { EndReason, Trajectory, TrajectorySegment, TurnRecord } from "./trajectory.js";
 
 export interface RolloutOptions {
@@ -36,7 +36,12 @@ export interface RolloutOptions {
   onDrift?: "flag" | "split";
   /** Extra chat template variables (e.g. `{ enable_thinking: false }`). */
   templateVars?: Record<string, unknown>;
-  /** The tool-call format; by default chosen from the chat template. */
+  /**
+   * The tool format whose parser reads the sampled turns ("hermes", "llama3-json", "phi3-hermes"; a
+   * config's `rollout.toolFormat`). Default: the chat template's, which is the checkpoint family's.
+   */
+  toolFormat?: string;
+  /** A parser of your own; overrides toolFormat. */
   parser?: ToolCallParser;
   /** Share the system prompt's prefill across groups. Default true (incremental mode only). */
   shareSystemPrompt?: boolean;
@@ -85,7 +90,7 @@ export class Rollout {
   /** Envs whose episode ended, by GroupTask.envKey, waiting to be reset for another. */
   private readonly idleEnvs = new Map<string, Env<ChatObservation, AgentTurn>[]>();
   private readonly parser: ToolCallParser;
-  private readonly opts: Required<Omit<RolloutOptions, "parser" | "templateVars" | "topK" | "topP" | "temperature">> & RolloutOptions;
+  private readonly opts: Required<Omit<RolloutOptions, "parser" | "toolFormat" | "templateVars" | "topK" | "topP" | "temperature">> & RolloutOptions;
 
   constructor(
     readonly sampler: Sampler,
@@ -112,7 +117,7 @@ export class Rollout {
     if (this.opts.mode !== "incremental" && this.opts.mode !== "recompute") {
       throw new Error(`rollout mode must be "incremental" or "recompute", got ${JSON.stringify(this.opts.mode)}`);
     }
-    this.parser = options.parser ?? toolParserForTemplate(template.source);
+    this.parser = options.parser ?? toolParserFor(template, options.toolFormat);
     this.decoder = decoder ?? new BatchDecoder(sampler);
   }
 
@@ -324,6 +329,7 @@ export class Rollout {
           content: parsed.content,
           toolCalls: parsed.toolCalls,
           malformedCalls: parsed.malformed,
+          ...(parsed.errors.length > 0 ? { parseErrors: parsed.errors } : {}),
           observation: [],
           reward: 0,
           finishReason: res.finishReason,

@@ -6,7 +6,7 @@
 export { Rollout, type GroupTask, type RolloutOptions, type RolloutStats } from "./agent-loop.js";
 export { RolloutScheduler, type RolloutBatch, type SchedulerOptions } from "./scheduler.js";
 export { IncrementalRenderer, assistantCloseTail, type DriftReport, type ExtendResult, type RendererOptions } from "./renderer.js";
-export { qwenToolParser, llama3ToolParser, plainTextParser, toolParser, toolParserForTemplate, type ParsedTurn, type ToolCallParser } from "./tool-parser.js";
+export { qwenToolParser, llama3ToolParser, phi3ToolParser, plainTextParser, TOOL_FORMAT_PARSERS, toolParser, toolParserFor, toolParserForFormat, toolParserForTemplate, type ParsedTurn, type ToolCallParser } from "./tool-parser.js";
 export { checkTrajectory, trajectoryToJSON, type EndReason, type Trajectory, type TrajectorySegment, type TurnRecord } from "./trajectory.js";
 export { BatchDecoder, type DecoderStats, type Sampler as PolicySampler, type VersionedSample } from "./batch-decoder.js";
 export { OpenAIPolicy, OpenAIPolicyError, type OpenAIPolicyOptions } from "./openai-policy.js";

@@ -12,6 +12,10 @@
  * earlier content (Qwen3 drops past `<think>` blocks), or the model wrote a tool call in a layout the
  * template would write differently — a `DriftReport` says where, and the caller flags or splits the
  * trajectory. This file knows no engine and no environment.
+ *
+ * The end-of-turn token is the template's (`ChatTemplate.endOfTurn`: Phi-3's `<|end|>`, else the
+ * tokenizer's eos_token). New framing is encoded as the text after that token, so a token that strips the
+ * whitespace after it (Phi-3's `<|end|>`) strips it here too, as in a full encode.
  */
 import type { AssistantMessage, ChatMessage, ChatObservation, ToolSpec } from "../core/index.js";
 import type { ChatTemplate } from "../model/index.js";
@@ -94,7 +98,7 @@ export class IncrementalRenderer {
     readonly template: ChatTemplate,
     readonly options: RendererOptions = {},
   ) {
-    const eos = codec.tokenizer.eosToken;
+    const eos = template.endOfTurn ?? codec.tokenizer.eosToken;
     if (!eos) throw new Error(`the tokenizer (${codec.tokenizer.source}) has no eos_token; the renderer needs the end-of-turn token`);
     this.eosToken = eos;
     const key = `${eos}\u0000${JSON.stringify(options.extra ?? {})}`;
@@ -153,9 +157,9 @@ export class IncrementalRenderer {
     const held = this.text + this.closeTail;
     this.messages = all;
     if (full.startsWith(held)) {
-      const added = full.slice(this.text.length);
+      const ids = this.encodeAfterTurn(full.slice(this.text.length));
       this.text = full;
-      return { kind: "extend", ids: this.codec.encode(added) };
+      return { kind: "extend", ids };
     }
     const offset = firstDifference(full, held);
     const drift: DriftReport = {
@@ -169,8 +173,20 @@ export class IncrementalRenderer {
       return { kind: "split", ids: this.codec.encode(full), drift };
     }
     const added = this.closeTail + full.slice(this.newMessagesStart(full, all, newMessages.length));
+    const ids = this.encodeAfterTurn(added);
     this.text += added;
-    return { kind: "drift", ids: this.codec.encode(added), drift };
+    return { kind: "drift", ids, drift };
+  }
+
+  /**
+   * The ids of text that follows the held text, which ends with the end-of-turn token: encoded after that
+   * token, as a full encode would see it (a token with rstrip eats the whitespace after it), then dropped.
+   */
+  private encodeAfterTurn(text: string): number[] {
+    if (!this.text.endsWith(this.eosToken)) return this.codec.encode(text);
+    const ids = this.codec.encode(this.eosToken + text);
+    if (ids[0] !== this.eosId) throw new Error(`the end-of-turn token ${JSON.stringify(this.eosToken)} does not encode to its own id; the tokenizer and the chat template disagree`);
+    return ids.slice(1);
   }
 
   /** Where the framing of the last `count` messages starts in `full` (after the assistant's close). */

@@ -51,6 +51,8 @@ export interface TurnRecord {
   toolCalls: ToolCall[];
   /** Calls that could not be read (they still went to the env). */
   malformedCalls: number;
+  /** Why each malformed call could not be read (the tool parser's errors); absent when none. */
+  parseErrors?: string[];
   /** The env's reply to this turn (tool results, user reply); empty for the last turn. */
   observation: ChatMessage[];
   reward: number;

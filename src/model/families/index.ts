@@ -4,8 +4,10 @@
  * backend that reads Hugging Face checkpoints looks families up here, so that the accepted model types,
  * weight-name mappings and chat formats are declared once.
  *
- * This file is a lookup only; each family's declaration is in its own file, the contract in types.ts.
+ * This file is a lookup (and reads a checkpoint's config.json for its family); each family's declaration is in its own file, the contract in types.ts.
  */
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { ModelConfigError, type ModelArch } from "../config-types.js";
 import { llamaFamily } from "./llama.js";
 import { phi3Family } from "./phi3.js";
@@ -14,6 +16,7 @@ import { qwen3Family } from "./qwen3.js";
 import type { ModelFamily } from "./types.js";
 
 export type { ChatFormat, FamilyConfigPart, ModelFamily, StoredTensor } from "./types.js";
+export { TOOL_CONVENTIONS, TOOL_FORMATS, templateToolFormat, toolConvention, type ToolConvention, type ToolFormat } from "./tool-formats.js";
 export { llamaFamily, phi3Family, qwen2Family, qwen3Family };
 
 /** Every family, in the order config.json is matched against them. */
@@ -45,4 +48,21 @@ export function familyForConfig(raw: Record<string, unknown>, src = "config.json
   throw new ModelConfigError(
     `${src}: unsupported model_type ${JSON.stringify(modelType)} / architectures ${JSON.stringify(archs)}; sinkflex supports ${supported}`,
   );
+}
+
+/**
+ * The family of a checkpoint folder, from its config.json; undefined when the folder has none (a
+ * tokenizer folder). A config.json of no known family is an error (familyForConfig).
+ */
+export function checkpointFamily(dir: string): ModelFamily | undefined {
+  const path = join(dir, "config.json");
+  if (!existsSync(path)) return undefined;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    throw new ModelConfigError(`${path} is not valid JSON: ${(err as Error).message}`);
+  }
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) throw new ModelConfigError(`${path} must hold a JSON object`);
+  return familyForConfig(raw as Record<string, unknown>, path);
 }

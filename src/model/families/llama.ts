@@ -14,6 +14,7 @@ export const llamaFamily: ModelFamily = {
   modelTypes: ["llama"],
   architectures: ["LlamaForCausalLM"],
   chatFormat: "llama3-json",
+  toolFormat: "llama3-json",
   configFields: [...COMMON_FIELDS, "attention_bias", "pretraining_tp"],
   ropeScalings: ["none", "linear", "llama3"],
   qkNorm: false,

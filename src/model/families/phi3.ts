@@ -45,6 +45,7 @@ export const phi3Family: ModelFamily = {
   modelTypes: ["phi3"],
   architectures: ["Phi3ForCausalLM"],
   chatFormat: "phi3",
+  toolFormat: "phi3-hermes",
   configFields: [...COMMON_FIELDS, "sliding_window", "original_max_position_embeddings", "attention_bias"],
   ropeScalings: ["none", "linear", "longrope"],
   qkNorm: false,

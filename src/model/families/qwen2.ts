@@ -16,6 +16,7 @@ export const qwen2Family: ModelFamily = {
   modelTypes: ["qwen2"],
   architectures: ["Qwen2ForCausalLM"],
   chatFormat: "qwen2.5-hermes",
+  toolFormat: "hermes",
   configFields: [...COMMON_FIELDS, "use_sliding_window", "sliding_window", "max_window_layers"],
   ropeScalings: ["none", "linear", "llama3"],
   qkNorm: false,

@@ -14,6 +14,7 @@ export const qwen3Family: ModelFamily = {
   modelTypes: ["qwen3"],
   architectures: ["Qwen3ForCausalLM"],
   chatFormat: "qwen3-hermes",
+  toolFormat: "hermes",
   configFields: [...COMMON_FIELDS, "attention_bias", "use_sliding_window", "sliding_window", "max_window_layers"],
   ropeScalings: ["none", "linear", "llama3"],
   qkNorm: true,

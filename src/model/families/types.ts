@@ -9,6 +9,7 @@
 import type { ModelArch, ModelConfig, RopeScaling } from "../config-types.js";
 import type { ParamEntry } from "../config-types.js";
 import type { TensorMap } from "../safetensors.js";
+import type { ToolFormat } from "./tool-formats.js";
 
 /** The chat-template and tool-call convention of a family's instruct models. */
 export type ChatFormat = "qwen2.5-hermes" | "qwen3-hermes" | "llama3-json" | "phi3";
@@ -36,6 +37,8 @@ export interface ModelFamily {
   /** `architectures` entries this family accepts (the transformers class names). */
   architectures: readonly string[];
   chatFormat: ChatFormat;
+  /** How its instruct models write tool calls and read tool results (tool-formats.ts). */
+  toolFormat: ToolFormat;
   /** config.json keys this family reads (beyond these, keys are ignored). */
   configFields: readonly string[];
   /** The RoPE scalings this family's models use and the engine computes. */

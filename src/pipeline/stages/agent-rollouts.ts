@@ -23,7 +23,7 @@ import { mixSeedParts } from "../../core/index.js";
 import { agentEnvironment, agentTools, EnvTools, exitReason, GatewayServer, stderrSummary, thrownReason, wireMessages, type AgentFunction, type AgentTask } from "../../gateway/index.js";
 import type { ChatTemplate } from "../../model/index.js";
 import type { TokenCodec } from "../../model/index.js";
-import { Rollout, type GroupTask, type RolloutOptions } from "../../rollout/index.js";
+import { Rollout, toolParserFor, type GroupTask, type RolloutOptions } from "../../rollout/index.js";
 import type { PolicySampler as Sampler } from "../../rollout/index.js";
 import type { Trajectory } from "../../rollout/index.js";
 import type { TrainSequence } from "../../rl/index.js";
@@ -118,6 +118,7 @@ export class SuiteRollout extends Rollout {
         maxCallsPerSession: o.maxTurns ?? 20,
         maxSessions: 4096,
         templateVars: o.templateVars,
+        parser: toolParserFor(this.template, o.toolFormat),
         defaults: { temperature: o.temperature, topP: o.topP },
       });
       await gw.listen(0, "127.0.0.1");

@@ -123,6 +123,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
     seed: cfg.seed,
     mode: options.rolloutMode ?? "incremental",
     templateVars: policy.templateVars,
+    toolFormat: cfg.rollout.toolFormat,
   });
   const stepsLeft = Array.from({ length: totalGrpo - state.step }, (_, i) => state.step + 1 + i);
   const tasks = async function* (): AsyncGenerator<SuiteGroupTask> {

@@ -1,0 +1,128 @@
+/**
+ * Each model family's tool format through the rollout's renderer and parser, with the family's real
+ * tokenizer and chat template (test/model/family-chat.ts): a multi-turn episode with tool calls built
+ * turn by turn (the sampled ids kept, only the template's framing appended) is token for token the
+ * template's full rendering, with the drift detector on and silent; tool results reach the template in
+ * the family's role (Llama 3.1: ipython; Phi-3: user turns, its template having no tool format); the
+ * parser chosen for the family reads back the calls the model wrote; a malformed call comes back with the
+ * parse error the rollout records.
+ */
+import { describe, expect, it } from "vitest";
+import type { AssistantMessage, ChatMessage, ToolSpec } from "../../src/core/index.js";
+import { tokenCodec } from "../../src/model/vocab.js";
+import { IncrementalRenderer } from "../../src/rollout/renderer.js";
+import { toolParserFor } from "../../src/rollout/tool-parser.js";
+import { familyChats, type FamilyChat } from "../model/family-chat.js";
+
+const tools: ToolSpec[] = [
+  { name: "lookup", description: "Find a record by key.", parameters: { type: "object", properties: { key: { type: "string" } }, required: ["key"] } },
+  { name: "count", description: "Count the records of a kind.", parameters: { type: "object", properties: { kind: { type: "string" }, limit: { type: "integer" } }, required: ["kind"] } },
+];
+
+interface Turn {
+  content: string;
+  calls: { name: string; arguments: string }[];
+  observation: (turn: number) => ChatMessage[];
+}
+
+const result = (turn: number, i: number, name: string, content: string): ChatMessage => ({ role: "tool", toolCallId: `c${turn}_${i}`, name, content });
+
+/** An episode in the family's format: calls, results, a parallel call where the format has one, a user reply, more calls. */
+function episode(f: FamilyChat): Turn[] {
+  const parallel: Turn = f.singleCall
+    ? { content: "", calls: [{ name: "count", arguments: '{"kind": "chair", "limit": 5}' }], observation: (t) => [result(t, 0, "count", '{"count": 3}')] }
+    : {
+        content: "Two more lookups.",
+        calls: [
+          { name: "lookup", arguments: '{"key": "b"}' },
+          { name: "count", arguments: '{"kind": "chair", "limit": 5}' },
+        ],
+        observation: (t) => [result(t, 0, "lookup", "B=2"), result(t, 1, "count", '{"count": 3}')],
+      };
+  return [
+    { content: "", calls: [{ name: "lookup", arguments: '{"key": "a"}' }], observation: (t) => [result(t, 0, "lookup", `A=1 (raw text holding ${f.endOfTurn})`)] },
+    parallel,
+    { content: "a is 1 and there are 3 chairs.", calls: [], observation: () => [{ role: "user", content: "Thanks! And key ü?" }] },
+    { content: "", calls: [{ name: "lookup", arguments: '{"key": "ü"}' }], observation: (t) => [result(t, 0, "lookup", "Error: no such key")] },
+    { content: "There is no key ü.", calls: [], observation: () => [{ role: "user", content: "ok" }] },
+  ];
+}
+
+function play(f: FamilyChat, turns: Turn[]) {
+  const codec = tokenCodec(f.tokenizer);
+  const renderer = new IncrementalRenderer(codec, f.template);
+  const parser = toolParserFor(f.template);
+  const opening: ChatMessage[] = [
+    { role: "system", content: "You are a warehouse agent." },
+    { role: "user", content: "Find key a, then count the chairs." },
+  ];
+  let ids = renderer.start({ messages: opening, tools });
+  const messages: ChatMessage[] = [...opening];
+  const drifts = [];
+  const parsedCalls = [];
+  for (const [t, turn] of turns.entries()) {
+    const text = f.writeTurn(turn.content, turn.calls);
+    const sampled = codec.encode(text);
+    expect(sampled[sampled.length - 1]).toBe(renderer.eosId);
+    const parsed = parser.parse(codec.decode(sampled.slice(0, -1)), `c${t}_`);
+    parsedCalls.push(parsed);
+    const assistant: AssistantMessage = { role: "assistant", content: parsed.content, ...(parsed.toolCalls.length ? { toolCalls: parsed.toolCalls } : {}) };
+    const obs = turn.observation(t);
+    const ext = renderer.extend(sampled, assistant, obs);
+    if (ext.kind !== "extend") drifts.push(ext.drift);
+    ids = [...ids, ...sampled, ...ext.ids];
+    messages.push(assistant, ...obs);
+  }
+  return { ids, drifts, messages, parsedCalls, codec };
+}
+
+describe.each(familyChats().map((f) => [f.name, f] as const))("family %s: tool calls through the rollout's renderer", (_name, f) => {
+  it("builds a multi-turn episode with tool calls turn by turn to exactly the ids of the template's full rendering, with no drift", () => {
+    const turns = episode(f);
+    const { ids, drifts, messages } = play(f, turns);
+    expect(drifts).toEqual([]);
+    const full = f.template.render(messages, { tools, addGenerationPrompt: true, trustedAssistant: true });
+    expect(ids).toEqual(f.tokenizer.encode(full));
+    // The observation's end-of-turn text stays text: the only end-of-turn tokens are the turns' own.
+    expect(ids.filter((id) => id === f.tokenizer.tokenToId(f.endOfTurn)).length).toBeGreaterThanOrEqual(turns.length);
+  });
+
+  it("reads back the calls the model wrote, with the parser of the family's format", () => {
+    const turns = episode(f);
+    const { parsedCalls } = play(f, turns);
+    expect(toolParserFor(f.template).name).toBe({ hermes: "qwen", "llama3-json": "llama3", "phi3-hermes": "phi3" }[f.family.toolFormat]);
+    for (const [t, turn] of turns.entries()) {
+      const parsed = parsedCalls[t]!;
+      expect(parsed.malformed).toBe(0);
+      expect(parsed.errors).toEqual([]);
+      expect(parsed.content).toBe(turn.calls.length && f.singleCall ? "" : turn.content);
+      expect(parsed.toolCalls.map((c) => ({ name: c.name, arguments: JSON.parse(c.arguments) as unknown }))).toEqual(
+        turn.calls.map((c) => ({ name: c.name, arguments: JSON.parse(c.arguments) as unknown })),
+      );
+    }
+  });
+
+  it("renders tool results in the family's role", () => {
+    const { messages } = play(f, episode(f).slice(0, 1));
+    const text = f.template.render(messages, { tools, addGenerationPrompt: true, trustedAssistant: true });
+    const role = {
+      "qwen2.5": "<|im_start|>user\n<tool_response>\nA=1",
+      qwen3: "<|im_start|>user\n<tool_response>\nA=1",
+      "llama3.1": '<|start_header_id|>ipython<|end_header_id|>\n\n"A=1',
+      phi3: "<|user|>\n<tool_response>\nA=1",
+    }[f.name]!;
+    expect(text).toContain(role);
+    // Phi-3's template has no tool format: the tool list is written into its system turn.
+    if (f.name === "phi3") expect(text.startsWith('<|system|>\nYou are a warehouse agent.\n\n# Tools\n')).toBe(true);
+  });
+
+  it("reports a malformed call with the parse error, and still sends it to the env as written", () => {
+    const parser = toolParserFor(f.template);
+    const text = f.writeTurn("", [{ name: "lookup", arguments: '{key: "a"}' }]);
+    const parsed = parser.parse(text.slice(0, -f.endOfTurn.length), "c0_");
+    expect(parsed.malformed).toBe(1);
+    expect(parsed.errors).toHaveLength(1);
+    expect(parsed.errors[0]).toMatch(/^call 0: not valid JSON \(/);
+    expect(parsed.toolCalls).toEqual([{ id: "c0_0", name: "lookup", arguments: '{key: "a"}' }]);
+  });
+});
