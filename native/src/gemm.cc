@@ -8,7 +8,8 @@
 // packed once in the same layout (packWeight) and multiplied without any packing of B (sgemmPacked). alpha is folded into packed A;
 // beta is applied by the micro-kernel on the first depth block only. Three micro-kernels: AVX-512
 // (MR=8, NR=32), AVX2+FMA (MR=6, NR=16) and portable C++ (MR=4, NR=16), chosen once from cpuid; with few
-// rows of A (decoding) the AVX-512 one also prefetches the next strip of B.
+// rows of A (decoding) the AVX-512 one also prefetches the next strip of B. The SIMD kernels pack A with
+// SIMD transposes, and the width of the B block (NC) follows the core's L2 size.
 // This file is not the elementwise ops or attention (ops.cc, attention.cc).
 #include <algorithm>
 #include <cmath>
@@ -26,10 +27,6 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define SFX_X86 1
-// Plain loops compiled once per instruction set and picked at load time (on other CPUs, once).
-#define SFX_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define SFX_CLONES
 #endif
 
 namespace sfx {
@@ -117,46 +114,63 @@ static void microPortable(int kc, const float* Ap, const float* Bp, float* C, in
 
 #ifdef SFX_X86
 constexpr int kAvx2MR = 6, kAvx2NR = 16;
+// The AVX2 micro-kernel: 12 accumulators, the two vectors of a B row and one broadcast of A fill 15 of the
+// 16 ymm registers. The accumulators are named variables, not an array: with an array GCC kept a copy in
+// memory and stored all twelve on every step of depth (twelve stores per twelve FMAs halved the kernel's
+// speed), and beta is read only after the loop so that it holds no register during it.
+#define SFX_AVX2_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 __attribute__((target("avx2,fma"))) static void microAvx2(int kc, const float* Ap, const float* Bp, float* C, int ldc,
                                                          float beta, int mr, int nr) {
-  __m256 c[kAvx2MR][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < kAvx2MR; i++) c[i][0] = c[i][1] = _mm256_setzero_ps();
-  for (int k = 0; k < kc; k++) {
-    __m256 b0 = _mm256_loadu_ps(Bp + k * kAvx2NR);
-    __m256 b1 = _mm256_loadu_ps(Bp + k * kAvx2NR + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < kAvx2MR; i++) {
-      __m256 a = _mm256_broadcast_ss(Ap + k * kAvx2MR + i);
-      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
-      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
-    }
+#define SFX_ZERO(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+  SFX_AVX2_ROWS(SFX_ZERO)
+#undef SFX_ZERO
+  // the tile of C is written after the loop: start fetching its rows now
+  for (int i = 0; i < mr; i++) _mm_prefetch(reinterpret_cast<const char*>(C + static_cast<size_t>(i) * ldc), _MM_HINT_T0);
+#define SFX_FMA(i)                                          \
+  {                                                         \
+    const __m256 a = _mm256_broadcast_ss(A + i);            \
+    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);              \
+    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);              \
   }
+#pragma GCC unroll 4
+  for (int k = 0; k < kc; k++) {
+    const float* A = Ap + k * kAvx2MR;
+    const __m256 b0 = _mm256_loadu_ps(Bp + k * kAvx2NR);
+    const __m256 b1 = _mm256_loadu_ps(Bp + k * kAvx2NR + 8);
+    SFX_AVX2_ROWS(SFX_FMA)
+  }
+#undef SFX_FMA
   if (mr == kAvx2MR && nr == kAvx2NR) {
-    __m256 vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 6
-    for (int i = 0; i < kAvx2MR; i++) {
-      float* ci = C + static_cast<size_t>(i) * ldc;
-      if (beta == 0.f) {
-        _mm256_storeu_ps(ci, c[i][0]);
-        _mm256_storeu_ps(ci + 8, c[i][1]);
-      } else if (beta == 1.f) {
-        _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), c[i][0]));
-        _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), c[i][1]));
-      } else {
-        _mm256_storeu_ps(ci, _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), c[i][0]));
-        _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), c[i][1]));
-      }
+    if (beta == 0.f) {
+#define SFX_STORE(i)                                                          \
+  _mm256_storeu_ps(C + static_cast<size_t>(i) * ldc, c##i##0);                \
+  _mm256_storeu_ps(C + static_cast<size_t>(i) * ldc + 8, c##i##1);
+      SFX_AVX2_ROWS(SFX_STORE)
+#undef SFX_STORE
+    } else {
+      const __m256 vb = _mm256_set1_ps(beta);
+#define SFX_UPDATE(i)                                                                                 \
+  {                                                                                                   \
+    float* ci = C + static_cast<size_t>(i) * ldc;                                                     \
+    _mm256_storeu_ps(ci, beta == 1.f ? _mm256_add_ps(_mm256_loadu_ps(ci), c##i##0)                    \
+                                     : _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci), c##i##0));            \
+    _mm256_storeu_ps(ci + 8, beta == 1.f ? _mm256_add_ps(_mm256_loadu_ps(ci + 8), c##i##1)            \
+                                         : _mm256_fmadd_ps(vb, _mm256_loadu_ps(ci + 8), c##i##1));    \
+  }
+      SFX_AVX2_ROWS(SFX_UPDATE)
+#undef SFX_UPDATE
     }
     return;
   }
   alignas(32) float tile[kAvx2MR * kAvx2NR];
-  for (int i = 0; i < kAvx2MR; i++) {
-    _mm256_store_ps(tile + i * kAvx2NR, c[i][0]);
-    _mm256_store_ps(tile + i * kAvx2NR + 8, c[i][1]);
-  }
+#define SFX_TILE(i)                                  \
+  _mm256_store_ps(tile + i * kAvx2NR, c##i##0);      \
+  _mm256_store_ps(tile + i * kAvx2NR + 8, c##i##1);
+  SFX_AVX2_ROWS(SFX_TILE)
+#undef SFX_TILE
   storeTile<kAvx2MR, kAvx2NR>(tile, C, ldc, beta, mr, nr);
 }
+#undef SFX_AVX2_ROWS
 
 constexpr int kAvx512MR = 8, kAvx512NR = 32;
 // The AVX-512 micro-kernel. With kPrefetch it also prefetches kc * 64 bytes from pf into L2 (one line per
@@ -299,6 +313,68 @@ __attribute__((target("avx2,fma"))) static void packATrans8(const float* src, si
 }
 #endif
 
+#ifdef SFX_X86
+// The AVX2 micro-kernel's 6-row slivers. Stores 6 floats of v (lanes 0-5) at d: 4 and 2, so nothing past
+// the 6 is written.
+__attribute__((target("avx2,fma"), always_inline)) static inline void store6(float* d, __m256 v) {
+  _mm_storeu_ps(d, _mm256_castps256_ps128(v));
+  _mm_storel_pi(reinterpret_cast<__m64*>(d + 4), _mm256_extractf128_ps(v, 1));
+}
+
+// Packs a 6-row sliver of a row-major A (rows src, src + lda, ...; kc floats each, times alpha) k-major
+// (dst[p * 6 + i]): 8 x 8 SIMD transposes of the 6 rows and two zero rows, 6 lanes of each result kept.
+__attribute__((target("avx2,fma"))) static void pack6Rows(const float* src, size_t lda, int kc, float alpha, float* dst) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  const __m256 z = _mm256_setzero_ps();
+  int p = 0;
+  for (; p + 8 <= kc; p += 8) {
+    __m256 r0 = _mm256_loadu_ps(src + p), r1 = _mm256_loadu_ps(src + lda + p);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * lda + p), r3 = _mm256_loadu_ps(src + 3 * lda + p);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * lda + p), r5 = _mm256_loadu_ps(src + 5 * lda + p);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u4 = _mm256_shuffle_ps(t4, z, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, z, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u6 = _mm256_shuffle_ps(t5, z, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, z, _MM_SHUFFLE(3, 2, 3, 2));
+    float* d = dst + static_cast<size_t>(p) * 6;
+    store6(d + 0, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x20)));
+    store6(d + 6, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x20)));
+    store6(d + 12, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x20)));
+    store6(d + 18, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x20)));
+    store6(d + 24, _mm256_mul_ps(va, _mm256_permute2f128_ps(u0, u4, 0x31)));
+    store6(d + 30, _mm256_mul_ps(va, _mm256_permute2f128_ps(u1, u5, 0x31)));
+    store6(d + 36, _mm256_mul_ps(va, _mm256_permute2f128_ps(u2, u6, 0x31)));
+    store6(d + 42, _mm256_mul_ps(va, _mm256_permute2f128_ps(u3, u7, 0x31)));
+  }
+  for (; p < kc; p++)
+    for (int i = 0; i < 6; i++) dst[static_cast<size_t>(p) * 6 + i] = alpha * src[i * lda + p];
+}
+
+// Packs the full 6-row slivers of a transposed A (stored [K, M]) for rows [0, mc6) of the block, as
+// packATrans8 does for 8-row ones: every stored row read once, 6 values (4 + 2) handed to each sliver.
+__attribute__((target("avx2,fma"))) static void packATrans6(const float* src, size_t lda, int kc, int mc6,
+                                                           float alpha, float* dst) {
+  const __m128 va = _mm_set1_ps(alpha);
+  const int slivers = mc6 / 6;
+  const size_t sliverStride = static_cast<size_t>(kc) * 6;
+  for (int p = 0; p < kc; p++) {
+    const float* row = src + static_cast<size_t>(p) * lda;
+    if (p + 4 < kc)
+      for (int c = 0; c < mc6; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + 4 * lda + c), _MM_HINT_T0);
+    float* d = dst + static_cast<size_t>(p) * 6;
+    for (int s = 0; s < slivers; s++) {
+      const float* r = row + s * 6;
+      float* o = d + s * sliverStride;
+      _mm_storeu_ps(o, _mm_mul_ps(va, _mm_loadu_ps(r)));
+      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(r + 4)));
+      _mm_store_sd(reinterpret_cast<double*>(o + 4), _mm_castps_pd(_mm_mul_ps(va, two)));
+    }
+  }
+}
+#endif
+
 // Packs op(A)[i0:i0+mc, p0:p0+kc] * alpha into MR-row slivers, zero-padded to a multiple of MR.
 static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, float* Ap) {
   int s = 0;
@@ -311,6 +387,16 @@ static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, flo
       for (; s + 8 <= mc; s += 8)
         pack8Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha,
                   Ap + static_cast<size_t>(s) * kc, 8);
+    }
+  }
+  if (MR == 6 && simdLevel() != Simd::Portable) {
+    if (g.ta) {
+      s = mc / 6 * 6;
+      if (s > 0) packATrans6(g.A + static_cast<size_t>(p0) * g.lda + i0, static_cast<size_t>(g.lda), kc, s, g.alpha, Ap);
+    } else {
+      for (; s + 6 <= mc; s += 6)
+        pack6Rows(g.A + static_cast<size_t>(i0 + s) * g.lda + p0, static_cast<size_t>(g.lda), kc, g.alpha,
+                  Ap + static_cast<size_t>(s) * kc);
     }
   }
 #endif
@@ -413,7 +499,27 @@ static int envInt(const char* name, int dflt) {
 }
 static const int kKC = std::max(8, envInt("SFX_KC", 384));
 static const int kMC = envInt("SFX_MC", 96);
-static const int kNC = envInt("SFX_NC", 512);
+
+// The L2 cache of one core in bytes, from cpuid (0: unknown).
+static size_t l2Bytes() {
+#ifdef SFX_X86
+  unsigned a, b, c, d;
+  if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000006 && __get_cpuid(0x80000006, &a, &b, &c, &d))
+    return static_cast<size_t>(c >> 16) << 10;
+#endif
+  return 0;
+}
+
+// NC: the KC x NC block of packed B that the slivers of A pass over must stay in L2 beside the packed
+// block of A, so it gets at most 3/4 of L2: 512 columns with 1 MiB of L2 (Zen 4, Skylake-SP), 256 with
+// 512 KiB (Zen 2 and 3), 128 with 256 KiB (Haswell). Never more than 512.
+static int defaultNC() {
+  const size_t l2 = l2Bytes();
+  if (l2 == 0) return 512;
+  const size_t cols = l2 * 3 / 4 / (sizeof(float) * static_cast<size_t>(kKC)) / 32 * 32;
+  return static_cast<int>(std::min<size_t>(512, std::max<size_t>(128, cols)));
+}
+static const int kNC = envInt("SFX_NC", defaultNC());
 static const int kFewRows = envInt("SFX_FEW_ROWS", 64);
 static const size_t kPackBudget = static_cast<size_t>(std::max(1, envInt("SFX_PACK_MB", 32))) << 18;  // floats
 
@@ -732,7 +838,7 @@ void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, cons
 
 // ------------------------------------------------------------------------------------------ gemv
 
-SFX_CLONES static void gemvRows(
+__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvRows(
     int i0, int i1, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
   for (int i = i0; i < i1; i++) {
     const float* a = A + static_cast<size_t>(i) * lda;
@@ -743,7 +849,7 @@ SFX_CLONES static void gemvRows(
   }
 }
 
-SFX_CLONES static void gemvCols(
+__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvCols(
     int M, int j0, int j1, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
   float* acc = y + j0;
   int n = j1 - j0;
