@@ -56,6 +56,9 @@ struct Args {
   int32_t* i32(size_t i, const char* name, size_t need, bool nullable = false) const {
     return typed<int32_t, napi_int32_array>(i, name, need, "Int32Array", nullable);
   }
+  uint16_t* u16(size_t i, const char* name, size_t need, bool nullable = false) const {
+    return typed<uint16_t, napi_uint16_array>(i, name, need, "Uint16Array", nullable);
+  }
   uint8_t* u8(size_t i, const char* name, size_t need, bool nullable = false) const {
     return typed<uint8_t, napi_uint8_array>(i, name, need, "Uint8Array", nullable);
   }
@@ -81,6 +84,24 @@ Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   float beta = static_cast<float>(a.num(10, "beta"));
   float* C = a.f32(11, "C", span(M, N, ldc));
   sfx::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  return info.Env().Undefined();
+}
+
+// gemmW16(transW, M, N, K, alpha, A, lda, W (Uint16Array of bfloat16 bits), ldw, beta, C, ldc)
+Napi::Value GemmW16(const Napi::CallbackInfo& info) {
+  Args a{info, "gemmW16"};
+  bool tw = a.flag(0);
+  int M = a.count(1, "M"), N = a.count(2, "N"), K = a.count(3, "K");
+  float alpha = static_cast<float>(a.num(4, "alpha"));
+  int lda = a.count(6, "lda"), ldw = a.count(8, "ldw"), ldc = a.count(11, "ldc");
+  if (lda < K && K > 0) a.range("lda is smaller than K");
+  if (ldw < (tw ? K : N) && (tw ? K : N) > 0) a.range("ldw is smaller than a row of the stored W");
+  if (ldc < N) a.range("ldc is smaller than N");
+  const float* A = a.f32(5, "A", span(M, K, lda));
+  const uint16_t* W = a.u16(7, "W", tw ? span(N, K, ldw) : span(K, N, ldw));
+  float beta = static_cast<float>(a.num(9, "beta"));
+  float* C = a.f32(10, "C", span(M, N, ldc));
+  sfx::gemmW16(tw, M, N, K, alpha, A, lda, W, ldw, beta, C, ldc);
   return info.Env().Undefined();
 }
 
@@ -451,6 +472,7 @@ Napi::Value WithFlushToZero(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sgemm", Napi::Function::New(env, WithFlushToZero<Sgemm>));
   exports.Set("sgemv", Napi::Function::New(env, WithFlushToZero<Sgemv>));
+  exports.Set("gemmW16", Napi::Function::New(env, WithFlushToZero<GemmW16>));
   exports.Set("packedWeightSize", Napi::Function::New(env, WithFlushToZero<PackedWeightSize>));
   exports.Set("packWeight", Napi::Function::New(env, WithFlushToZero<PackWeight>));
   exports.Set("sgemmPacked", Napi::Function::New(env, WithFlushToZero<SgemmPacked>));

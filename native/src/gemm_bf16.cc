@@ -11,6 +11,9 @@
 // of B (16 columns, one pair of depth each) times a broadcast pair of A, one instruction per row, strip and
 // pair. Depth is split in chunks of 1,024 so that the packed B of a chunk stays in L2; C is loaded back
 // between chunks. Rows (or, with few rows, columns) are split over the thread pool.
+// gemmW16 multiplies by a weight matrix held as bfloat16 (a model's frozen weights): the same kernels read
+// it packed a task's columns at a time (never the whole matrix at once), or, without a bf16 unit, blocks of
+// it widened to fp32 go through the fp32 kernels.
 // Not here: the fp32 kernels (gemm.cc), the choice of precision's callers (addon.cc).
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "bf16_simd.h"
+#include "cpu.h"
 #include "gemm_args.h"
 #include "kernels.h"
 #include "threadpool.h"
@@ -338,6 +342,67 @@ SFX_BF16_TARGET void computeRectDot(const GemmArgs& g, const uint16_t* Bp, int k
   }
 }
 
+// ---- products with bf16 weights (gemmW16)
+
+// The strip of 16 columns of op(W) at column n0, depth blocks [kb0, kb1), as VNNI tiles at dst: op(W) = W^T
+// with W stored [N, K] (transW), or W itself stored [K, N]. W is bfloat16 already: nothing is rounded.
+SFX_BF16_TARGET void packW16Strip(bool transW, const uint16_t* W, int ldw, int N, int K, int n0, int kb0, int kb1,
+                                  uint16_t* dst) {
+  const int nv = std::min(16, N - n0);
+  const __mmask16 cols = nv >= 16 ? 0xffff : static_cast<__mmask16>((1u << nv) - 1);
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int k0 = kb * 32, kv = K - k0;
+    __m512i v[16];
+    if (transW) {  // W's row n0 + j (32 of its depth) is column j of the tile
+      const __mmask32 depth = kv >= 32 ? 0xffffffffu : static_cast<__mmask32>((1u << kv) - 1);
+      for (int j = 0; j < 16; j++)
+        v[j] = j < nv ? _mm512_maskz_loadu_epi16(depth, W + static_cast<size_t>(n0 + j) * ldw + k0) : _mm512_setzero_si512();
+      transpose16(v);
+    } else {  // tile row r: the column pairs of W's rows k0 + 2r and k0 + 2r + 1
+      for (int r = 0; r < 16; r++) {
+        const int k = k0 + 2 * r;
+        const __m512i lo = k < K ? _mm512_maskz_loadu_epi16(cols, W + static_cast<size_t>(k) * ldw + n0) : _mm512_setzero_si512();
+        const __m512i hi = k + 1 < K ? _mm512_maskz_loadu_epi16(cols, W + static_cast<size_t>(k + 1) * ldw + n0) : _mm512_setzero_si512();
+        v[r] = interleavePairs(_mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
+      }
+    }
+    uint16_t* t = dst + static_cast<size_t>(kb - kb0) * kTileWords;
+    for (int r = 0; r < 16; r++) _mm512_storeu_si512(t + r * 32, v[r]);
+  }
+}
+
+// gemmW16 on the bf16 unit: tasks of 128 columns (and, with fewer column groups than threads, row ranges);
+// each packs its own strips of op(W), a depth chunk at a time, so the packed copy of a task stays in L2 and
+// the whole packed W never exists. A is rounded to bf16 as it is packed (as in sgemmBf16).
+void gemmW16Unit(const GemmArgs& g, bool transW, const uint16_t* W, int ldw, bool parallel) {
+  constexpr int kGroupCols = 128;
+  const int kBlocks = (g.K + 31) / 32, mBlocks = (g.M + 31) / 32, nGroups = (g.N + kGroupCols - 1) / kGroupCols;
+  const int threads = parallel ? poolThreads() : 1;
+  const int rowSplits = nGroups >= threads ? 1 : std::min(mBlocks, (threads + nGroups - 1) / nGroups);
+  const int chunk = kBlocks <= kChunkBlocks * 3 / 2 ? kBlocks : kChunkBlocks;
+  const auto computeRect = bf16Unit() == Bf16Unit::Amx ? computeRectAmx : computeRectDot;
+  auto task = [&](int t) {
+    const int n0 = (t / rowSplits) * kGroupCols, rs = t % rowSplits;
+    const int mb0 = mBlocks * rs / rowSplits, mb1 = mBlocks * (rs + 1) / rowSplits;
+    if (mb0 >= mb1) return;
+    GemmArgs sub = g;
+    sub.C = g.C + n0;
+    sub.N = std::min(g.N, n0 + kGroupCols) - n0;
+    const int strips = (sub.N + 15) / 16;
+    static thread_local std::vector<uint16_t> panel;
+    for (int kb0 = 0; kb0 < kBlocks; kb0 += chunk) {
+      const int kb1 = std::min(kBlocks, kb0 + chunk), nkb = kb1 - kb0;
+      panel.resize(static_cast<size_t>(strips) * nkb * kTileWords);
+      for (int s = 0; s < strips; s++)
+        packW16Strip(transW, W, ldw, g.N, g.K, n0 + s * 16, kb0, kb1, panel.data() + static_cast<size_t>(s) * nkb * kTileWords);
+      computeRect(sub, panel.data(), kb0, kb1, kb0 == 0 && g.beta == 0.f, mb0, mb1, 0, (strips + 1) / 2);
+    }
+  };
+  const int tasks = nGroups * rowSplits;
+  if (threads == 1) for (int t = 0; t < tasks; t++) task(t);
+  else parallelFor(tasks, task);
+}
+
 }  // namespace
 
 void sgemmBf16(const GemmArgs& g, bool parallel) {
@@ -377,5 +442,56 @@ void sgemmBf16(const GemmArgs&, bool) {
   std::abort();  // never called: bf16Unit() is None
 }
 #endif
+
+// Without a bf16 unit (or with SINKFLEX_SIMD below AVX-512): blocks of op(W), a few hundred KiB each, widened
+// to fp32 and multiplied by the fp32 kernels (gemm.cc, at the SIMD level in effect); A stays fp32.
+static void gemmW16Widen(const GemmArgs& g, bool transW, const uint16_t* W, int ldw, bool parallel) {
+  const int K = g.K;
+  const int nb = std::max(16, std::min((g.N + 15) / 16 * 16, (131072 / K) / 16 * 16));
+  const int blocks = (g.N + nb - 1) / nb;
+  auto task = [&](int b) {
+    const int n0 = b * nb, n = std::min(nb, g.N - n0);
+    static thread_local std::vector<float> wide;
+    wide.resize(static_cast<size_t>(n) * K);
+    uint32_t* w = reinterpret_cast<uint32_t*>(wide.data());
+    if (transW) {
+      for (int r = 0; r < n; r++) {
+        const uint16_t* src = W + static_cast<size_t>(n0 + r) * ldw;
+        uint32_t* dst = w + static_cast<size_t>(r) * K;
+        for (int k = 0; k < K; k++) dst[k] = static_cast<uint32_t>(src[k]) << 16;
+      }
+    } else {
+      for (int k = 0; k < K; k++) {
+        const uint16_t* src = W + static_cast<size_t>(k) * ldw + n0;
+        uint32_t* dst = w + static_cast<size_t>(k) * n;
+        for (int j = 0; j < n; j++) dst[j] = static_cast<uint32_t>(src[j]) << 16;
+      }
+    }
+    sgemmSerial(false, transW, g.M, n, K, g.alpha, g.A, g.lda, wide.data(), transW ? K : n, g.beta, g.C + n0, g.ldc);
+  };
+  if (!parallel || blocks == 1) for (int b = 0; b < blocks; b++) task(b);
+  else parallelFor(blocks, task);
+}
+
+void gemmW16(bool transW, int M, int N, int K, float alpha, const float* A, int lda, const uint16_t* W, int ldw,
+             float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  GemmArgs g{false, transW, M, N, K, alpha, A, lda, nullptr, 0, beta, C, ldc};
+  if (K <= 0 || alpha == 0.f || (beta != 0.f && beta != 1.f)) {
+    for (int i = 0; i < M; i++) {
+      float* c = C + static_cast<size_t>(i) * ldc;
+      for (int j = 0; j < N; j++) c[j] = beta == 0.f ? 0.f : beta * c[j];
+    }
+    if (K <= 0 || alpha == 0.f) return;
+    g.beta = 1.f;
+  }
+#ifdef SFX_BF16
+  if (bf16Unit() != Bf16Unit::None && simdLevel() == Simd::Avx512) {
+    gemmW16Unit(g, transW, W, ldw, true);
+    return;
+  }
+#endif
+  gemmW16Widen(g, transW, W, ldw, true);
+}
 
 }  // namespace sfx

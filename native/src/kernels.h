@@ -35,6 +35,12 @@ void packWeight(int N, int K, const float* W, int ldw, float* dst);
 void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, const float* Wp, float beta, float* C,
                  int ldc);
 void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y);
+// Products with a weight matrix held as bfloat16 (gemm_bf16.cc): C = alpha A op(W) + beta C, A [M, K] fp32,
+// op(W) = W^T with W stored [N, K] (transW: y = x W^T) or W stored [K, N] (dX = dY W), accumulated in fp32.
+// With a bf16 unit (and SIMD at AVX-512) A is rounded to bf16 and the unit's dot products compute, else
+// blocks of W are widened to fp32 for the fp32 kernels. Parallel over the pool.
+void gemmW16(bool transW, int M, int N, int K, float alpha, const float* A, int lda, const uint16_t* W, int ldw,
+             float beta, float* C, int ldc);
 
 void axpy(size_t n, float alpha, const float* x, float* y);
 void scale(size_t n, float alpha, float* x);

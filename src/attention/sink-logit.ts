@@ -17,10 +17,10 @@
  * Shapes: L layers, H query heads, V vocabulary, T sequence length.
  */
 import type { ModelWeights } from "../model/index.js";
-import { buildModel } from "../model/index.js";
+import { buildModel, convertWeights } from "../model/index.js";
 import { paramLayout } from "../model/index.js";
 import type { Kernels } from "../kernels/index.js";
-import { packSequences, trainForward, TrainWorkspace, type Model } from "../model/index.js";
+import { packSequences, trainForward, TrainWorkspace, xWT, type Model } from "../model/index.js";
 
 export class SinkLogitError extends Error {
   constructor(message: string) {
@@ -32,9 +32,10 @@ export class SinkLogitError extends Error {
 /**
  * The same weights in the layout with a sink logit per head (`values[l]` [H], default -Infinity-like
  * -1e4 = no effect). Every other tensor is copied by name. Weights that already have sink logits are
- * copied with their values replaced when `values` is given.
+ * copied with their values replaced when `values` is given. Weights held in bf16 come back in fp32.
  */
-export function withSinkLogits(weights: ModelWeights, values?: Float32Array[]): ModelWeights {
+export function withSinkLogits(held: ModelWeights, values?: Float32Array[]): ModelWeights {
+  const weights = convertWeights(held, "fp32");
   const cfg = weights.cfg;
   const { entries, total } = paramLayout(cfg, { sinkLogits: true });
   const data = new Float32Array(total);
@@ -68,7 +69,7 @@ export function sequenceLogits(
   const batch = packSequences([tokens], mask.docIds ? [mask.docIds] : null, mask.pinned ? [mask.pinned] : null);
   trainForward(model, ws, batch, false);
   const out = new Float32Array(T * V);
-  model.kernels.sgemm(false, true, T, V, C, 1, ws.lnf, C, model.params.lmHead, C, 0, out, V);
+  xWT(model.kernels, T, V, C, ws.lnf, model.params.lmHead, 0, out);
   return out;
 }
 

@@ -17,7 +17,9 @@
  * `optimStep` does not touch open sessions (their caches keep the weights they were computed with, and
  * the sampled log-probs carry the policy version); `load` recomputes them on their next use. Products with
  * several rows (batched decoding, prefill) reuse packed copies of the weight matrices, which every weight
- * change drops (`weightsChanged`).
+ * change drops (`weightsChanged`). With `dtype: "bf16"` the weight matrices are held only as bf16 (half the
+ * memory; products accumulate in fp32): such an engine samples, scores and trains a LoRA adapter, which
+ * then runs beside the frozen bf16 weights instead of merged into them; training every weight needs fp32.
  *
  * This file does not know environments, rollouts or losses: a loss arrives as a function of log-probs.
  */
@@ -28,7 +30,10 @@ import { SHARED_DOC, type CachedPinned, type Kernels } from "../kernels/index.js
 import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/index.js";
 import type { ModelConfig } from "../model/index.js";
-import { buildModel, FULL_ATTENTION, randomWeights, type AttentionInit, type ModelWeights } from "../model/index.js";
+import {
+  buildModel, convertWeights, FULL_ATTENTION, heldData, randomWeights, weightDtype, type AttentionInit, type ModelWeights,
+  type WeightDtype,
+} from "../model/index.js";
 import { AdamW } from "../model/index.js";
 import {
   isLoraAdapterDir, loadLoraAdapter, loraBaseDir, LoraGrads, mergeLora, saveLoraAdapter, type LoraAdapter,
@@ -76,6 +81,13 @@ export function checkSampleBatch<S extends { length: number }>(
 export interface EmbeddedEngineOptions {
   /** Kernel set; default: `getKernels()` (native, or the reference when the addon is missing). */
   kernels?: Kernels;
+  /**
+   * How the weights are held: "fp32", or "bf16" (the weight matrices only as bf16, half the memory; they
+   * then do not train: sampling, scoring and LoRA training only). Weights given in the other dtype are
+   * converted (drop them afterwards to free them); default: as given (`loadEngine`, `createRandomModel`:
+   * fp32).
+   */
+  dtype?: WeightDtype;
   /**
    * Canonical attention mask (window, sink slots); default full causal attention. Saved with every
    * checkpoint; `loadEngine` defaults to the checkpoint's and refuses settings that differ from it.
@@ -147,7 +159,7 @@ export class EmbeddedEngine implements Engine {
   readonly model: Model;
   readonly weights: ModelWeights;
   private gradBuf: Float32Array | null = null;
-  private gradViews: ModelParams | null = null;
+  private gradViews: ModelParams<Float32Array> | null = null;
   private adamw: AdamW | null = null;
   /** The LoRA adapter being trained (merged into `weights`), or null when the engine trains every weight. */
   private loraState: { adapter: LoraAdapter; grads: LoraGrads } | null = null;
@@ -171,8 +183,8 @@ export class EmbeddedEngine implements Engine {
   private disposed = false;
 
   constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
-    this.weights = weights;
-    this.model = buildModel(weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
+    this.weights = convertWeights(weights, opts.dtype ?? weightDtype(weights));
+    this.model = buildModel(this.weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
     if (opts.packWeights ?? this.model.kernels.name === "native") this.model.packed = new PackedWeights(this.model.kernels);
     const cfg = weights.cfg;
     const eviction = opts.evictKv === false ? null : evictionFor(this.model.attention, opts.kvRewind ?? 0);
@@ -197,8 +209,23 @@ export class EmbeddedEngine implements Engine {
    */
   get grads(): Float32Array {
     if (this.loraState) return this.loraState.grads.data;
+    this.trainable();
     if (!this.gradBuf) this.gradBuf = new Float32Array(this.weights.data.length);
     return this.gradBuf;
+  }
+
+  /** How the weights are held ("fp32" or "bf16"). */
+  get dtype(): WeightDtype {
+    return weightDtype(this.weights);
+  }
+
+  /** Throws unless every weight may train (fp32 weights): bf16 weights are frozen. */
+  private trainable(): void {
+    if (this.dtype === "bf16") {
+      throw new EngineError(
+        "the weights are held in bf16, which do not train; train a LoRA adapter on them (model.lora), or hold the weights in fp32 (model.dtype: fp32) to train every weight",
+      );
+    }
   }
 
   /** The trained LoRA adapter, or null when every weight trains. */
@@ -214,8 +241,10 @@ export class EmbeddedEngine implements Engine {
   enableLora(adapter: LoraAdapter): void {
     this.alive();
     if (this.loraState) throw new EngineError("enableLora: this engine already trains a LoRA adapter; load the adapter's folder instead");
-    mergeLora(this.kernels, this.model.params, adapter, 1);
     this.loraState = { adapter, grads: new LoraGrads(adapter, this.config.numLayers) };
+    // bf16 weights cannot hold the merged update: the adapter runs beside them.
+    if (this.dtype === "bf16") this.model.lora = this.loraState.grads;
+    else mergeLora(this.kernels, this.model.params, adapter, 1);
     this.gradBuf = null;
     this.gradViews = null;
     this.adamw = null;
@@ -225,7 +254,7 @@ export class EmbeddedEngine implements Engine {
   }
 
   /** Typed views of `grads`, one per parameter. */
-  get gradParams(): ModelParams {
+  get gradParams(): ModelParams<Float32Array> {
     if (!this.gradViews) this.gradViews = bindParams(this.config, this.weights.entries, this.grads);
     return this.gradViews;
   }
@@ -420,6 +449,7 @@ export class EmbeddedEngine implements Engine {
   ): { loss: number; metrics: Record<string, number> } {
     this.alive();
     if (sequences.length === 0) throw new EngineError("forwardBackward: no sequences");
+    if (!this.loraState) this.trainable();
     const batch = this.pack(sequences, masks);
     const ws = this.trainWs;
     trainForward(this.model, ws, batch, true);
@@ -466,10 +496,11 @@ export class EmbeddedEngine implements Engine {
   optimStepSync(hparams: OptimHparams): { gradNorm: number } {
     this.alive();
     const lora = this.loraState?.adapter;
-    // With an adapter: take the old one out of the weights, step it, merge the new one.
-    if (lora) mergeLora(this.kernels, this.model.params, lora, -1);
+    // With a merged adapter: take the old one out of the weights, step it, merge the new one.
+    const merged = lora && !this.model.lora;
+    if (merged) mergeLora(this.kernels, this.model.params, lora, -1);
     const { gradNorm, skipped } = this.optimizer.update(this.kernels, lora ? lora.data : this.weights.data, this.grads, hparams);
-    if (lora) mergeLora(this.kernels, this.model.params, lora, 1);
+    if (merged) mergeLora(this.kernels, this.model.params, lora, 1);
     this.weightsChanged();
     this.grads.fill(0);
     this.accumulated = 0;
@@ -523,7 +554,7 @@ export class EmbeddedEngine implements Engine {
           ]),
         }]
       : [];
-    saveCheckpoint(dir, this.config, this.weights.entries, this.weights.data, {
+    saveCheckpoint(dir, this.config, this.weights.entries, heldData(this.weights), {
       dtype: opts.dtype,
       maxShardBytes: opts.maxShardBytes,
       tokenizerFrom: this.tokenizerDir,
@@ -549,7 +580,7 @@ export class EmbeddedEngine implements Engine {
       return;
     }
     if (this.loraState) throw new EngineError(`load: this engine trains a LoRA adapter and ${dir} is a full checkpoint; load an adapter folder, or use loadEngine for the checkpoint`);
-    const ck = loadCheckpoint(dir);
+    const ck = loadCheckpoint(dir, { dtype: this.dtype });
     const same =
       ck.entries.length === this.weights.entries.length &&
       ck.entries.every((e, i) => e.name === this.weights.entries[i]!.name && e.size === this.weights.entries[i]!.size);
@@ -560,7 +591,13 @@ export class EmbeddedEngine implements Engine {
         `load: ${dir} was trained with ${describeSinkWindow(ck.attention)} (its ${SINK_WINDOW_FILE}), but this engine runs ${describeSinkWindow(mine)}; use loadEngine to get an engine with the checkpoint's mask`,
       );
     }
-    this.weights.data.set(ck.data);
+    if (this.dtype === "bf16") {
+      this.weights.data16!.set(ck.data16!);
+      // the norms, biases and sink logits: the model's fp32 views are the weights' vectors
+      for (const [name, v] of ck.vectors!) this.weights.vectors!.get(name)?.set(v);
+    } else {
+      this.weights.data.set(ck.data);
+    }
     this.weightsChanged();
     this.policyVersion = ck.meta?.policyVersion ?? this.policyVersion;
     this.restoreOptimizer(dir, ck.meta?.optimizerStep);
@@ -580,9 +617,9 @@ export class EmbeddedEngine implements Engine {
       if (cur.data.length !== loaded.data.length || cur.lora.targets.join() !== loaded.lora.targets.join() || cur.scale !== loaded.scale) {
         throw new EngineError(`load: the adapter in ${dir} (rank ${loaded.lora.rank}, alpha ${loaded.lora.alpha}, targets ${loaded.lora.targets.join(",")}) differs from the one this engine trains; start a new engine for it`);
       }
-      mergeLora(this.kernels, this.model.params, cur, -1);
+      if (!this.model.lora) mergeLora(this.kernels, this.model.params, cur, -1);
       cur.data.set(loaded.data);
-      mergeLora(this.kernels, this.model.params, cur, 1);
+      if (!this.model.lora) mergeLora(this.kernels, this.model.params, cur, 1);
       this.weightsChanged();
       for (const s of this.sessions) s.invalidate();
     }
@@ -1074,7 +1111,7 @@ export class EmbeddedSession implements EngineSession {
 export function createRandomModel(
   cfg: ModelConfig, seed: number, opts: EmbeddedEngineOptions & { std?: number; sinkLogits?: boolean; attentionInit?: AttentionInit } = {},
 ): EmbeddedEngine {
-  return new EmbeddedEngine(randomWeights(cfg, seed, { std: opts.std, sinkLogits: opts.sinkLogits, attentionInit: opts.attentionInit }), opts);
+  return new EmbeddedEngine(randomWeights(cfg, seed, { std: opts.std, sinkLogits: opts.sinkLogits, attentionInit: opts.attentionInit, dtype: opts.dtype }), opts);
 }
 
 /**
@@ -1090,7 +1127,7 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
     engine.loadLoraSync(dir);
     return engine;
   }
-  const ck = loadCheckpoint(dir);
+  const ck = loadCheckpoint(dir, { dtype: opts.dtype });
   const engine = new EmbeddedEngine(ck, {
     tokenizerDir: dir,
     policyVersion: ck.meta?.policyVersion ?? 0,

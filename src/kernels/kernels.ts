@@ -171,6 +171,19 @@ export interface Kernels {
     beta: number, C: Float32Array, ldc: number,
   ): void;
 
+  /**
+   * C [M, N] = alpha * A [M, K] @ op(W) + beta * C with W a weight matrix held as bfloat16 (each value the
+   * upper 16 bits of its fp32 pattern, in a Uint16Array), products accumulated in fp32. transW true: W is
+   * stored [N, K] and op(W) = W^T (y = x @ W^T with a Hugging Face weight); false: W is stored [K, N] and
+   * op(W) = W (dX = dY @ W). ldw is W's row stride; beta = 0 means C is not read. The native kernels round A
+   * to bf16 and use the CPU's bf16 dot products where it has them (AVX512-BF16, AMX) and SIMD is at AVX-512;
+   * elsewhere they widen blocks of W to fp32 for the fp32 kernels. The reference widens W.
+   */
+  gemmW16(
+    transW: Trans, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number,
+    W: Uint16Array, ldw: number, beta: number, C: Float32Array, ldc: number,
+  ): void;
+
   /** Packs W [N, K] (row stride ldw) for `sgemmPacked`; the result holds its own copy of the values. */
   packWeight(N: number, K: number, W: Float32Array, ldw: number): PackedWeight;
 

@@ -19,6 +19,8 @@ export type Bf16Unit = "amx" | "avx512-bf16" | "none";
 export interface NativeAddon {
   sgemm(...args: unknown[]): void;
   sgemv(...args: unknown[]): void;
+  /** Absent from an addon built before bf16 weights: see nativeKernelsFrom. */
+  gemmW16?(...args: unknown[]): void;
   packedWeightSize(N: number, K: number): number;
   packWeight(...args: unknown[]): void;
   sgemmPacked(...args: unknown[]): void;
@@ -135,6 +137,10 @@ export function nativeKernelsFrom(a: NativeAddon): Kernels {
     sgemm: (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) =>
       a.sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
     sgemv: (tr, M, N, alpha, A, lda, x, beta, y) => a.sgemv(tr, M, N, alpha, A, lda, x, beta, y),
+    gemmW16(tw, M, N, K, alpha, A, lda, W, ldw, beta, C, ldc) {
+      if (!a.gemmW16) throw new Error("gemmW16: the native addon predates bf16 weights; rebuild it with `npx sinkflex build-native`");
+      a.gemmW16(tw, M, N, K, alpha, A, lda, W, ldw, beta, C, ldc);
+    },
     packWeight(N, K, W, ldw): PackedWeight {
       const data = new Float32Array(a.packedWeightSize(N, K));
       a.packWeight(N, K, W, ldw, data);

@@ -237,6 +237,26 @@ function attentionCached(
   }
 }
 
+/** bfloat16 bits to fp32 values (exact). */
+export function widenBf16(W: Uint16Array): Float32Array {
+  const out = new Uint32Array(W.length);
+  for (let i = 0; i < W.length; i++) out[i] = W[i]! << 16;
+  return new Float32Array(out.buffer);
+}
+
+/** The reference product with a bf16 weight: W widened to fp32, then `sgemm`. */
+function gemmW16(
+  transW: Trans, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number,
+  W: Uint16Array, ldw: number, beta: number, C: Float32Array, ldc: number,
+): void {
+  const rows = transW ? N : K;
+  const cols = transW ? K : N;
+  if (ldw < cols && rows > 0) throw new RangeError(`gemmW16: ldw ${ldw} is smaller than a row of the stored W (${cols})`);
+  const need = rows > 0 && cols > 0 ? (rows - 1) * ldw + cols : 0;
+  if (W.length < need) throw new RangeError(`gemmW16: W has ${W.length} elements, needs ${need}`);
+  sgemm(false, transW, M, N, K, alpha, A, lda, widenBf16(W.subarray(0, need)), ldw, beta, C, ldc);
+}
+
 /** The reference "packing": a dense copy of W [N, K]. */
 function packWeight(N: number, K: number, W: Float32Array, ldw: number): PackedWeight {
   if (ldw < K && N > 0) throw new RangeError(`packWeight: ldw ${ldw} is smaller than K ${K}`);
@@ -258,6 +278,7 @@ export const referenceKernels: Kernels = {
   name: "reference",
   describe: () => "reference (TypeScript, 1 thread)",
   sgemm,
+  gemmW16,
   sgemv,
   packWeight,
   sgemmPacked,

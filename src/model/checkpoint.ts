@@ -15,11 +15,11 @@ import { basename, dirname, join, resolve } from "node:path";
 import { parseSinkWindowRecord, SINK_PROFILE_FILE, SINK_WINDOW_FILE, sinkWindowRecord, type SinkWindow } from "./sink-window.js";
 import { parseHfConfig, toHfConfig, type ModelConfig } from "./config.js";
 import { familyOf } from "./families/index.js";
-import type { ModelWeights } from "./instance.js";
-import { paramLayout, type ParamEntry } from "./params.js";
+import { convertWeights, weightDtype, type ModelWeights } from "./instance.js";
+import { isMatrixEntry, paramLayout, widenBf16, type ParamEntry, type WeightDtype } from "./params.js";
 import {
-  INDEX_FILE, readSafetensorsDir, readSafetensorsHeader, SINGLE_FILE, writeSafetensors, writeSafetensorsDir,
-  type StDtype, type TensorMap,
+  INDEX_FILE, readSafetensors, readSafetensorsBf16, readSafetensorsDir, readSafetensorsHeader, safetensorsFiles, SINGLE_FILE,
+  writeSafetensors, writeSafetensorsDir, type StDtype, type TensorMap, type WritableTensor,
 } from "./safetensors.js";
 
 export class CheckpointError extends Error {
@@ -50,8 +50,13 @@ export interface LoadedCheckpoint extends ModelWeights {
 
 const TOKENIZER_FILE = /^(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.(jinja|json)|sinkflex-vocab.*)$/;
 
-/** Loads a checkpoint folder (config + safetensors) of any registered family into a flat parameter buffer. */
-export function loadCheckpoint(dir: string): LoadedCheckpoint {
+/**
+ * Loads a checkpoint folder (config + safetensors) of any registered family into a flat parameter buffer.
+ * `dtype` "bf16" holds the weights as bf16 (see WeightDtype): a family stored under the engine's own names
+ * (Qwen2, Qwen3, Llama) is read tensor by tensor straight into bf16 (BF16 files are copied with no fp32
+ * step; the norms and biases stay exact fp32); a fused family (Phi-3) is read in fp32 and then rounded.
+ */
+export function loadCheckpoint(dir: string, opts: { dtype?: WeightDtype } = {}): LoadedCheckpoint {
   const cfgPath = join(dir, "config.json");
   if (!existsSync(cfgPath)) throw new CheckpointError(`${dir}: no config.json; pass a Hugging Face checkpoint folder`);
   let rawConfig: unknown;
@@ -78,8 +83,22 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
         `this is not a plain ${family.label} decoder checkpoint matching its config.json`,
     );
   }
-  const data = new Float32Array(total);
   const byName = new Map(entries.map((e) => [e.name, e]));
+  const missing = (name: string) => new CheckpointError(
+    `${dir}: tensor "${name}" is missing from ${fileOf.size > 0 ? `${[...new Set(fileOf.values())].join(", ")}` : "the safetensors files"}; ` +
+      `the weights do not match config.json (${family.label}, ${config.numLayers} layers${sinkLogits ? ", sink logits" : ""})`,
+  );
+  const badShape = (name: string, shape: number[], want: number[]) => new CheckpointError(
+    `${join(dir, fileOf.get(name) ?? SINGLE_FILE)}: tensor "${name}" has shape ${JSON.stringify(shape)}, ` +
+      `config.json implies ${JSON.stringify(want)}; the weights do not belong to this config.json`,
+  );
+  const sameNames = stored.length === entries.length && stored.every((t) => byName.has(t.name));
+  const weights = opts.dtype === "bf16" && sameNames
+    ? readBf16(dir, config, entries, total, stored.map((t) => t.name), missing, badShape)
+    : convertWeights(readFp32(), opts.dtype ?? "fp32");
+
+  function readFp32(): ModelWeights {
+  const data = new Float32Array(total);
   // Tensors stored under the engine's own names are read straight into the buffer; fused ones are read
   // whole and split by the family's mapping.
   const read = readSafetensorsDir(dir, (name, shape) => {
@@ -90,18 +109,8 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
   const storedMap: TensorMap = new Map();
   for (const want of stored) {
     const t = read.get(want.name);
-    if (!t) {
-      throw new CheckpointError(
-        `${dir}: tensor "${want.name}" is missing from ${fileOf.size > 0 ? `${[...new Set(fileOf.values())].join(", ")}` : "the safetensors files"}; ` +
-          `the weights do not match config.json (${family.label}, ${config.numLayers} layers${sinkLogits ? ", sink logits" : ""})`,
-      );
-    }
-    if (t.shape.length !== want.shape.length || t.shape.some((x, i) => x !== want.shape[i])) {
-      throw new CheckpointError(
-        `${join(dir, fileOf.get(want.name) ?? SINGLE_FILE)}: tensor "${want.name}" has shape ${JSON.stringify(t.shape)}, ` +
-          `config.json implies ${JSON.stringify(want.shape)}; the weights do not belong to this config.json`,
-      );
-    }
+    if (!t) throw missing(want.name);
+    if (t.shape.length !== want.shape.length || t.shape.some((x, i) => x !== want.shape[i])) throw badShape(want.name, t.shape, want.shape);
     storedMap.set(want.name, t);
   }
   const tensors = family.toEngine(config, storedMap);
@@ -111,6 +120,8 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
       throw new CheckpointError(`${dir}: the ${family.label} mapping gave no tensor of ${e.size} values for "${e.name}"; this is a bug in its family file`);
     }
     if (t.data.buffer !== data.buffer) data.set(t.data, e.offset);
+  }
+  return { cfg: config, entries, data };
   }
   const genPath = join(dir, "generation_config.json");
   const metaPath = join(dir, SINKFLEX_META_FILE);
@@ -135,9 +146,7 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     }
   }
   return {
-    cfg: config,
-    entries,
-    data,
+    ...weights,
     sinkLogits,
     generationConfig: existsSync(genPath) ? JSON.parse(readFileSync(genPath, "utf8")) : null,
     meta: existsSync(metaPath) ? JSON.parse(readFileSync(metaPath, "utf8")) : null,
@@ -145,6 +154,35 @@ export function loadCheckpoint(dir: string): LoadedCheckpoint {
     sinkProfile,
     dir,
   };
+}
+
+/**
+ * A checkpoint stored under the engine's names, held as bf16: every tensor read into its slot of one
+ * bfloat16 buffer (the matrices kept only there), the vectors (norms, biases, sink logits) read again as
+ * exact fp32.
+ */
+function readBf16(
+  dir: string, cfg: ModelConfig, entries: ParamEntry[], total: number, names: string[],
+  missing: (name: string) => Error, badShape: (name: string, shape: number[], want: number[]) => Error,
+): ModelWeights {
+  const data16 = new Uint16Array(total);
+  const byName = new Map(entries.map((e) => [e.name, e]));
+  const wanted = new Set(names);
+  const got = new Set<string>();
+  const vectors = new Map<string, Float32Array>();
+  for (const f of safetensorsFiles(dir)) {
+    const read = readSafetensorsBf16(f.path, (name, shape) => {
+      const e = byName.get(name);
+      if (!e || !wanted.has(name)) return undefined;
+      if (shape.length !== e.shape.length || shape.some((x, i) => x !== e.shape[i])) throw badShape(name, shape, e.shape);
+      return data16.subarray(e.offset, e.offset + e.size);
+    }, f.names ?? undefined);
+    for (const n of read.keys()) got.add(n);
+    const small = (f.names ?? [...read.keys()]).filter((n) => byName.has(n) && wanted.has(n) && !isMatrixEntry(byName.get(n)!));
+    for (const [n, t] of readSafetensors(f.path, small)) vectors.set(n, t.data);
+  }
+  for (const n of names) if (!got.has(n)) throw missing(n);
+  return { cfg, entries, data: new Float32Array(0), dtype: "bf16", data16, vectors };
 }
 
 /** Every tensor name of a checkpoint folder with the file (relative to the folder) holding it. */
@@ -159,7 +197,7 @@ function tensorFiles(dir: string): Map<string, string> {
 }
 
 export interface SaveOptions {
-  /** On-disk dtype of the weights. Default F32. */
+  /** On-disk dtype of the weights. Default: BF16 for weights held in bf16, else F32. */
   dtype?: StDtype;
   /** Split into shards of at most this many bytes (with an index). Default: one file. */
   maxShardBytes?: number;
@@ -175,23 +213,43 @@ export interface SaveOptions {
   extraFiles?: { name: string; tensors: TensorMap }[];
 }
 
-/** Writes a checkpoint folder atomically (a temporary sibling folder renamed over `dir`). */
+/** fp32 tensors (by name) of bfloat16 bits in the layout of `entries`. */
+function widenedTensors(entries: ParamEntry[], data16: Uint16Array): TensorMap {
+  return new Map(entries.map((e) => [e.name, { shape: e.shape, data: widenBf16(data16.subarray(e.offset, e.offset + e.size)) }]));
+}
+
+/** The data `saveCheckpoint` writes for weights as held: the fp32 buffer, or the bf16 one. */
+export function heldData(w: ModelWeights): Float32Array | Uint16Array {
+  return weightDtype(w) === "bf16" ? w.data16! : w.data;
+}
+
+/**
+ * Writes a checkpoint folder atomically (a temporary sibling folder renamed over `dir`). `data`: fp32
+ * parameters, or bfloat16 bits (weights held in bf16, written as they are under the default BF16).
+ */
 export function saveCheckpoint(
-  dir: string, config: ModelConfig, entries: ParamEntry[], data: Float32Array, opts: SaveOptions = {},
+  dir: string, config: ModelConfig, entries: ParamEntry[], data: Float32Array | Uint16Array, opts: SaveOptions = {},
 ): void {
+  const dtype = opts.dtype ?? (data instanceof Uint16Array ? "BF16" : "F32");
   const target = resolve(dir);
   const parent = dirname(target);
   mkdirSync(parent, { recursive: true });
   const tmp = join(parent, `.${basename(target)}.tmp-${process.pid}-${Date.now()}`);
   mkdirSync(tmp);
   try {
-    const engineTensors: TensorMap = new Map();
-    for (const e of entries) engineTensors.set(e.name, { shape: e.shape, data: data.subarray(e.offset, e.offset + e.size) });
-    // In the family's own names and fused layout (Phi-3's qkv_proj, gate_up_proj).
-    const tensors = familyOf(config.arch).toStored(config, engineTensors);
-    writeSafetensorsDir(tmp, tensors, { dtype: opts.dtype, maxShardBytes: opts.maxShardBytes });
+    const family = familyOf(config.arch);
+    const held: Map<string, WritableTensor> = new Map();
+    for (const e of entries) held.set(e.name, { shape: e.shape, data: data.subarray(e.offset, e.offset + e.size) });
+    const stored = family.storedTensors(config, entries);
+    const sameNames = stored.length === entries.length && stored.every((t) => held.has(t.name));
+    // In the family's own names and fused layout (Phi-3's qkv_proj, gate_up_proj); bf16 bits go as they are
+    // when the family stores the engine's tensors unchanged.
+    const tensors = data instanceof Uint16Array && sameNames
+      ? held
+      : family.toStored(config, data instanceof Uint16Array ? widenedTensors(entries, data) : (held as TensorMap));
+    writeSafetensorsDir(tmp, tensors, { dtype, maxShardBytes: opts.maxShardBytes });
     const hf = toHfConfig(config);
-    if (opts.dtype && opts.dtype !== "F32") hf.torch_dtype = opts.dtype === "BF16" ? "bfloat16" : "float16";
+    if (dtype !== "F32") hf.torch_dtype = dtype === "BF16" ? "bfloat16" : "float16";
     writeFileSync(join(tmp, "config.json"), JSON.stringify(hf, null, 2) + "\n");
     const gen = opts.generationConfig ?? {
       _from_model_config: true,

@@ -7,7 +7,9 @@
  * in its parameter buffer, so sampling and scoring run at the base model's speed; `loraBackward` gives the
  * adapter's gradients from a projection's input and output gradient, and an optimizer step un-merges the old
  * adapter and merges the new one (`mergeLora` with sign -1 then +1; fp32 rounding of the base weights is the
- * only difference from keeping them apart).
+ * only difference from keeping them apart). Over weights held in bf16 (which cannot hold a merged update) the
+ * adapter runs beside them instead: `LoraGrads.forward` adds s B A x to each adapted projection and
+ * `LoraGrads.backward` adds the adapter's input gradient (the engine sets `Model.lora` for this).
  *
  * Files are PEFT's: `adapter_config.json` and `adapter_model.safetensors` with tensor names
  * `base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight`, so `peft.PeftModel.from_pretrained`
@@ -22,7 +24,7 @@ import { isAbsolute, join, resolve } from "node:path";
 import { Rng } from "../core/index.js";
 import type { Kernels } from "../kernels/index.js";
 import type { ModelConfig } from "./config-types.js";
-import type { LayerParams, ModelParams } from "./params.js";
+import type { LayerParams, ModelParams, WeightMatrix } from "./params.js";
 import { readSafetensors, writeSafetensors, type NamedTensor } from "./safetensors.js";
 
 /** The projections an adapter may target, by their short names. */
@@ -173,7 +175,7 @@ export function loraViews(a: LoraAdapter, e: LoraEntry, buf: Float32Array = a.da
 }
 
 /** The base weight [out, in] a target adapts, in a layer's parameter views. */
-export function targetWeight(layer: LayerParams, t: LoraTarget): Float32Array {
+export function targetWeight(layer: LayerParams, t: LoraTarget): WeightMatrix {
   return layer[t];
 }
 
@@ -183,6 +185,7 @@ export function mergeLora(k: Kernels, params: ModelParams, a: LoraAdapter, sign:
   for (const e of a.entries) {
     const { A, B } = loraViews(a, e);
     const W = targetWeight(params.layers[e.layer]!, e.target);
+    if (W instanceof Uint16Array) throw new LoraError("mergeLora: the weights are held in bf16 and cannot hold a merged adapter; run it beside them (Model.lora), or hold the weights in fp32");
     k.sgemm(false, false, e.outDim, e.inDim, r, sign * a.scale, B, r, A, e.inDim, 1, W, e.inDim);
   }
 }
@@ -202,25 +205,46 @@ export class LoraGrads {
   }
 
   /**
-   * Accumulates the gradients of A and B of `target` in `layer` (when adapted) from the projection's input
-   * x [N, in] and output gradient dY [N, out]: with u = x A^T, dB += s dY^T u and dA += s (dY B)^T x. The
-   * input gradient needs no term here: the engine's weights hold W + s B A already.
+   * The adapter beside the weights: y [N, out] += s (x A^T) B^T for `target` in `layer` (when adapted),
+   * x [N, in] the projection's input.
    */
-  backward(k: Kernels, layer: number, target: LoraTarget, N: number, x: Float32Array, dY: Float32Array): void {
+  forward(k: Kernels, layer: number, target: LoraTarget, N: number, x: Float32Array, y: Float32Array): void {
     const e = this.byLayer[layer]?.get(target);
     if (!e) return;
     const r = this.adapter.lora.rank;
-    const s = this.adapter.scale;
+    this.ensure(N);
+    const { A, B } = loraViews(this.adapter, e);
+    k.sgemm(false, true, N, r, e.inDim, 1, x, e.inDim, A, e.inDim, 0, this.u, r);
+    k.sgemm(false, true, N, e.outDim, r, this.adapter.scale, this.u, r, B, r, 1, y, e.outDim);
+  }
+
+  private ensure(N: number): void {
+    const r = this.adapter.lora.rank;
     if (this.u.length < N * r) {
       this.u = new Float32Array(N * r);
       this.g = new Float32Array(N * r);
     }
+  }
+
+  /**
+   * Accumulates the gradients of A and B of `target` in `layer` (when adapted) from the projection's input
+   * x [N, in] and output gradient dY [N, out]: with u = x A^T, dB += s dY^T u and dA += s (dY B)^T x. With
+   * the adapter merged into the weights (W + s B A) the input gradient needs no term here; with it beside
+   * them, pass the input gradient dX [N, in] and s (dY B) A is added to it.
+   */
+  backward(k: Kernels, layer: number, target: LoraTarget, N: number, x: Float32Array, dY: Float32Array, dX: Float32Array | null = null): void {
+    const e = this.byLayer[layer]?.get(target);
+    if (!e) return;
+    const r = this.adapter.lora.rank;
+    const s = this.adapter.scale;
+    this.ensure(N);
     const { A, B } = loraViews(this.adapter, e);
     const { A: dA, B: dB } = loraViews(this.adapter, e, this.data);
     k.sgemm(false, true, N, r, e.inDim, 1, x, e.inDim, A, e.inDim, 0, this.u, r);
     k.sgemm(true, false, e.outDim, r, N, s, dY, e.outDim, this.u, r, 1, dB, r);
     k.sgemm(false, false, N, r, e.outDim, 1, dY, e.outDim, B, r, 0, this.g, r);
     k.sgemm(true, false, r, e.inDim, N, s, this.g, r, x, e.inDim, 1, dA, e.inDim);
+    if (dX) k.sgemm(false, false, N, e.inDim, r, s, this.g, r, A, e.inDim, 1, dX, e.inDim);
   }
 }
 

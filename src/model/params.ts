@@ -4,6 +4,10 @@
  * one flat Float32Array, and typed views into such an array (parameters, gradients and AdamW moments all
  * share the layout, so the optimizer and gradient norm are single passes over contiguous memory).
  *
+ * Weight matrices (the projections, the embedding and the LM head) may instead be held as bfloat16 bits in
+ * a Uint16Array (`bindParamsBf16`: a model whose weights are frozen, see WeightDtype); norms, biases and sink
+ * logits are fp32 in either case.
+ *
  * This file does not compute anything with the weights (see transformer.ts) and does not read or write
  * files (see checkpoint.ts).
  */
@@ -14,32 +18,45 @@ import { Rng } from "../core/index.js";
 export type { ParamEntry } from "./config-types.js";
 import type { ParamEntry } from "./config-types.js";
 
-export interface LayerParams {
+/** A weight matrix: fp32 values, or bfloat16 bits (the upper 16 bits of each fp32 pattern). */
+export type WeightMatrix = Float32Array | Uint16Array;
+
+/**
+ * How a model's weights are held in memory: "fp32" (every parameter fp32, the default), or "bf16" (the weight
+ * matrices as bfloat16 and nothing else of them: half the memory; products read bf16 and accumulate in
+ * fp32). bf16 weights do not train: a model held in bf16 samples, scores and trains a LoRA adapter (fp32)
+ * on top of them.
+ */
+export const WEIGHT_DTYPES = ["fp32", "bf16"] as const;
+export type WeightDtype = (typeof WEIGHT_DTYPES)[number];
+
+/** `M`: the type of the weight matrices (fp32 views, or either kind in a model that may hold bf16). */
+export interface LayerParams<M extends WeightMatrix = WeightMatrix> {
   /** [C] */ inputNorm: Float32Array;
-  /** [H*D, C] */ q: Float32Array;
-  /** [KVH*D, C] */ k: Float32Array;
-  /** [KVH*D, C] */ v: Float32Array;
+  /** [H*D, C] */ q: M;
+  /** [KVH*D, C] */ k: M;
+  /** [KVH*D, C] */ v: M;
   /** [H*D] or null */ qBias: Float32Array | null;
   /** [KVH*D] or null */ kBias: Float32Array | null;
   /** [KVH*D] or null */ vBias: Float32Array | null;
-  /** [C, H*D] */ o: Float32Array;
+  /** [C, H*D] */ o: M;
   /** [C] or null (Llama / Qwen3 with attention_bias have an o_proj bias too; Qwen2 has none) */ oBias: Float32Array | null;
   /** [D] per-head query / key RMSNorm weights (Qwen3), or null */ qNorm: Float32Array | null;
   /** [D] */ kNorm: Float32Array | null;
   /** [H] per-head learnable sink logit, or null when the model has none. */ sinks: Float32Array | null;
   /** [C] */ postNorm: Float32Array;
-  /** [F, C] */ gate: Float32Array;
-  /** [F, C] */ up: Float32Array;
-  /** [C, F] */ down: Float32Array;
+  /** [F, C] */ gate: M;
+  /** [F, C] */ up: M;
+  /** [C, F] */ down: M;
 }
 
-export interface ModelParams {
-  /** The flat buffer all views point into. */
+export interface ModelParams<M extends WeightMatrix = WeightMatrix> {
+  /** The flat fp32 buffer the views point into (empty when the matrices are bf16: see bindParamsBf16). */
   data: Float32Array;
-  /** [V, C] */ embed: Float32Array;
-  layers: LayerParams[];
+  /** [V, C] */ embed: M;
+  layers: LayerParams<M>[];
   /** [C] */ finalNorm: Float32Array;
-  /** [V, C]; the same view as `embed` when embeddings are tied. */ lmHead: Float32Array;
+  /** [V, C]; the same view as `embed` when embeddings are tied. */ lmHead: M;
 }
 
 export interface ParamOptions {
@@ -99,18 +116,60 @@ export function paramLayout(cfg: ModelConfig, opts: ParamOptions = {}): { entrie
 }
 
 /** Typed views of every parameter inside `data` (which has the layout's total length). */
-export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float32Array): ModelParams {
+export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float32Array): ModelParams<Float32Array> {
+  const view = (e: ParamEntry) => data.subarray(e.offset, e.offset + e.size);
+  return bindWith(cfg, entries, data, view, view);
+}
+
+/**
+ * Views of a model held in bf16: the matrices are views into `data16` (bfloat16 bits in the layout of
+ * `entries`); the norms, biases and sink logits are the fp32 arrays of `vectors` (by name), or, for one
+ * missing there, fp32 copies widened from their slot of `data16`.
+ */
+export function bindParamsBf16(
+  cfg: ModelConfig, entries: ParamEntry[], data16: Uint16Array, vectors?: Map<string, Float32Array>,
+): ModelParams {
+  return bindWith<WeightMatrix>(
+    cfg, entries, new Float32Array(0),
+    (e) => data16.subarray(e.offset, e.offset + e.size),
+    (e) => vectors?.get(e.name) ?? widenBf16(data16.subarray(e.offset, e.offset + e.size)),
+  );
+}
+
+/** Whether an entry is held as bf16 in a bf16 model (a matrix), rather than fp32 (a vector). */
+export function isMatrixEntry(e: ParamEntry): boolean {
+  return e.kind === "linear" || e.kind === "embedding";
+}
+
+/** fp32 values of bfloat16 bits (exact). */
+export function widenBf16(h: Uint16Array, out: Float32Array = new Float32Array(h.length)): Float32Array {
+  const o = new Uint32Array(out.buffer, out.byteOffset, h.length);
+  for (let i = 0; i < h.length; i++) o[i] = h[i]! << 16;
+  return out;
+}
+
+/** bfloat16 bits of fp32 values, rounded to nearest even (a NaN stays a NaN). */
+export function roundToBf16(x: Float32Array, out: Uint16Array = new Uint16Array(x.length)): Uint16Array {
+  const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  for (let i = 0; i < x.length; i++) {
+    const b = u[i]!;
+    out[i] = (b & 0x7fffffff) > 0x7f800000 ? (b >>> 16) | 0x40 : (b + 0x7fff + ((b >>> 16) & 1)) >>> 16;
+  }
+  return out;
+}
+
+function bindWith<M extends WeightMatrix>(
+  cfg: ModelConfig, entries: ParamEntry[], data: Float32Array, mat: (e: ParamEntry) => M, vec: (e: ParamEntry) => Float32Array,
+): ModelParams<M> {
   const byName = new Map(entries.map((e) => [e.name, e]));
-  const view = (name: string): Float32Array => {
-    const e = byName.get(name)!;
-    return data.subarray(e.offset, e.offset + e.size);
-  };
-  const opt = (name: string): Float32Array | null => (byName.has(name) ? view(name) : null);
-  const layers: LayerParams[] = [];
+  const view = (name: string): M => mat(byName.get(name)!);
+  const small = (name: string): Float32Array => vec(byName.get(name)!);
+  const opt = (name: string): Float32Array | null => (byName.has(name) ? small(name) : null);
+  const layers: LayerParams<M>[] = [];
   for (let l = 0; l < cfg.numLayers; l++) {
     const p = `model.layers.${l}.`;
     layers.push({
-      inputNorm: view(`${p}input_layernorm.weight`),
+      inputNorm: small(`${p}input_layernorm.weight`),
       q: view(`${p}self_attn.q_proj.weight`),
       k: view(`${p}self_attn.k_proj.weight`),
       v: view(`${p}self_attn.v_proj.weight`),
@@ -122,7 +181,7 @@ export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float3
       qNorm: opt(`${p}self_attn.q_norm.weight`),
       kNorm: opt(`${p}self_attn.k_norm.weight`),
       sinks: opt(`${p}self_attn.sinks`),
-      postNorm: view(`${p}post_attention_layernorm.weight`),
+      postNorm: small(`${p}post_attention_layernorm.weight`),
       gate: view(`${p}mlp.gate_proj.weight`),
       up: view(`${p}mlp.up_proj.weight`),
       down: view(`${p}mlp.down_proj.weight`),
@@ -133,7 +192,7 @@ export function bindParams(cfg: ModelConfig, entries: ParamEntry[], data: Float3
     data,
     embed,
     layers,
-    finalNorm: view("model.norm.weight"),
+    finalNorm: small("model.norm.weight"),
     lmHead: cfg.tieWordEmbeddings ? embed : view("lm_head.weight"),
   };
 }
@@ -146,11 +205,28 @@ export function initParams(
   entries: ParamEntry[], data: Float32Array, seed: number, std = 0.02, sinkInit = -10,
 ): void {
   const rng = new Rng(seed, "xoshiro128**");
+  for (const e of entries) initEntry(e, data.subarray(e.offset, e.offset + e.size), rng, std, sinkInit);
+}
+
+/**
+ * `initParams` into bfloat16 bits (`data16`, the layout's total length), one tensor at a time through an
+ * fp32 scratch of the largest tensor: the same values as initParams with the same seed, rounded to bf16.
+ */
+export function initParamsBf16(
+  entries: ParamEntry[], data16: Uint16Array, seed: number, std = 0.02, sinkInit = -10,
+): void {
+  const rng = new Rng(seed, "xoshiro128**");
+  const scratch = new Float32Array(entries.reduce((m, e) => Math.max(m, e.size), 0));
   for (const e of entries) {
-    const v = data.subarray(e.offset, e.offset + e.size);
-    if (e.kind === "norm") v.fill(1);
-    else if (e.kind === "bias") v.fill(0);
-    else if (e.kind === "sink") v.fill(sinkInit);
-    else for (let i = 0; i < v.length; i++) v[i] = rng.normal() * std;
+    const v = scratch.subarray(0, e.size);
+    initEntry(e, v, rng, std, sinkInit);
+    roundToBf16(v, data16.subarray(e.offset, e.offset + e.size));
   }
+}
+
+function initEntry(e: ParamEntry, v: Float32Array, rng: Rng, std: number, sinkInit: number): void {
+  if (e.kind === "norm") v.fill(1);
+  else if (e.kind === "bias") v.fill(0);
+  else if (e.kind === "sink") v.fill(sinkInit);
+  else for (let i = 0; i < v.length; i++) v[i] = rng.normal() * std;
 }

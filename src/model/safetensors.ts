@@ -18,6 +18,12 @@ export interface NamedTensor {
 
 export type TensorMap = Map<string, NamedTensor>;
 
+/** A tensor to write: f32 values, or bfloat16 bits (a Uint16Array, written as is under BF16). */
+export interface WritableTensor {
+  shape: number[];
+  data: Float32Array | Uint16Array;
+}
+
 export class SafetensorsError extends Error {
   constructor(message: string) {
     super(message);
@@ -104,7 +110,9 @@ function decode(bytes: Uint8Array, dtype: StDtype, count: number, dest?: Float32
   return out;
 }
 
-function encode(data: Float32Array, dtype: StDtype): Uint8Array {
+function encode(held: Float32Array | Uint16Array, dtype: StDtype): Uint8Array {
+  if (held instanceof Uint16Array && dtype === "BF16") return new Uint8Array(held.buffer, held.byteOffset, held.byteLength);
+  const data = held instanceof Uint16Array ? decode(new Uint8Array(held.buffer, held.byteOffset, held.byteLength), "BF16", held.length) : held;
   if (dtype === "F32") return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   const out = new Uint8Array(data.length * 2);
   const dv = new DataView(out.buffer);
@@ -164,9 +172,75 @@ export type TensorDestination = (name: string, shape: number[]) => Float32Array 
 
 /** Reads every tensor of a safetensors file (or only `names`) into f32. */
 export function readSafetensors(path: string, names?: Iterable<string>, into?: TensorDestination): TensorMap {
+  const out: TensorMap = new Map();
+  forEachTensor(path, names, (name, shape, bytes, dtype, count) => {
+    const dest = into?.(name, shape);
+    if (dest && dest.length !== count) throw new SafetensorsError(`tensor "${name}": destination has ${dest.length} floats, the file ${count}`);
+    out.set(name, { shape, data: decode(bytes, dtype, count, dest) });
+  });
+  return out;
+}
+
+/**
+ * Where `readSafetensorsBf16` puts a tensor: a Uint16Array of exactly its size, which receives its values as
+ * bfloat16 bits, or undefined to skip it.
+ */
+export type Bf16Destination = (name: string, shape: number[]) => Uint16Array | undefined;
+
+/**
+ * Reads tensors of a safetensors file as bfloat16 bits into the arrays `into` gives (BF16 on disk is copied
+ * as is, with no fp32 step; F32 and F16 are rounded to nearest even); returns the shape of each one read.
+ */
+export function readSafetensorsBf16(path: string, into: Bf16Destination, names?: Iterable<string>): Map<string, number[]> {
+  const out = new Map<string, number[]>();
+  forEachTensor(path, names, (name, shape, bytes, dtype, count) => {
+    const dest = into(name, shape);
+    if (!dest) return;
+    if (dest.length !== count) throw new SafetensorsError(`tensor "${name}": destination has ${dest.length} values, the file ${count}`);
+    if (dtype === "BF16") new Uint8Array(dest.buffer, dest.byteOffset, count * 2).set(bytes.subarray(0, count * 2));
+    else {
+      const f = decode(bytes, dtype, count);
+      for (let i = 0; i < count; i++) dest[i] = f32ToBf16(f[i]!);
+    }
+    out.set(name, shape);
+  });
+  return out;
+}
+
+/** The files of a checkpoint folder with the tensor names each holds (null: every tensor of the one file). */
+export function safetensorsFiles(dir: string): { path: string; names: string[] | null }[] {
+  const indexPath = join(dir, INDEX_FILE);
+  if (existsSync(indexPath)) {
+    const index = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: Record<string, string> };
+    if (!index.weight_map) throw new SafetensorsError(`${indexPath}: no "weight_map"; the index is malformed`);
+    const byFile = new Map<string, string[]>();
+    for (const [name, file] of Object.entries(index.weight_map)) {
+      if (!byFile.has(file)) byFile.set(file, []);
+      byFile.get(file)!.push(name);
+    }
+    return [...byFile].map(([file, names]) => {
+      const p = join(dir, file);
+      if (!existsSync(p)) throw new SafetensorsError(`${indexPath} lists shard ${file}, which is missing from ${dir}`);
+      return { path: p, names };
+    });
+  }
+  const single = join(dir, SINGLE_FILE);
+  if (!existsSync(single)) {
+    throw new SafetensorsError(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} found; is this a Hugging Face checkpoint folder?`);
+  }
+  return [{ path: single, names: null }];
+}
+
+/**
+ * Calls `fn` with each tensor (or each of `names`) of a file, one at a time: its shape, bytes, dtype and
+ * element count (checked against the shape and the byte range).
+ */
+function forEachTensor(
+  path: string, names: Iterable<string> | undefined,
+  fn: (name: string, shape: number[], bytes: Uint8Array, dtype: StDtype, count: number) => void,
+): void {
   const { entries, dataStart } = readSafetensorsHeader(path);
   const want = names ? new Set(names) : undefined;
-  const out: TensorMap = new Map();
   const fd = openSync(path, "r");
   try {
     for (const [name, e] of entries) {
@@ -187,20 +261,17 @@ export function readSafetensors(path: string, names?: Iterable<string>, into?: T
         if (r <= 0) throw new SafetensorsError(`${path}: tensor "${name}" is truncated; the file is incomplete`);
         got += r;
       }
-      const dest = into?.(name, [...e.shape]);
-      if (dest && dest.length !== count) throw new SafetensorsError(`tensor "${name}": destination has ${dest.length} floats, the file ${count}`);
-      out.set(name, { shape: [...e.shape], data: decode(buf, dtype, count, dest) });
+      fn(name, [...e.shape], buf, dtype, count);
     }
   } finally {
     closeSync(fd);
   }
-  return out;
 }
 
 /** Writes tensors to one safetensors file in the given on-disk dtype. */
 export function writeSafetensors(
   path: string,
-  tensors: Iterable<[string, NamedTensor]>,
+  tensors: Iterable<[string, WritableTensor]>,
   dtype: StDtype = "F32",
   metadata: Record<string, string> = { format: "pt" },
 ): number {
@@ -279,12 +350,12 @@ export function readSafetensorsDir(dir: string, into?: TensorDestination): Tenso
  */
 export function writeSafetensorsDir(
   dir: string,
-  tensors: TensorMap,
+  tensors: Map<string, WritableTensor>,
   opts: { dtype?: StDtype; maxShardBytes?: number } = {},
 ): string[] {
   const dtype = opts.dtype ?? "F32";
   const max = opts.maxShardBytes ?? Infinity;
-  const shards: [string, NamedTensor][][] = [[]];
+  const shards: [string, WritableTensor][][] = [[]];
   let cur = 0;
   let total = 0;
   for (const entry of tensors) {

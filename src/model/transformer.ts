@@ -8,7 +8,9 @@
  * - `cachedForward`: new tokens of several sequences against a paged KV cache (prefill and decoding).
  *
  * Every number is computed by a `Kernels` implementation, so native and reference kernels are
- * interchangeable. This file is not the optimizer (optimizer.ts), not the KV-cache bookkeeping (the
+ * interchangeable. A weight matrix may be fp32 or bf16 (params.ts): every product with one goes through
+ * `xWT` (y = x W^T) or `dyW` (dX = dY W), which read either; a LoRA adapter is either merged into fp32
+ * weights or, over bf16 weights, run beside them (`Model.lora`). This file is not the optimizer (optimizer.ts), not the KV-cache bookkeeping (the
  * engine's), and not a general autograd: each forward step has its backward step written beside it.
  *
  * Shapes: N packed tokens, C hidden, H query heads, KVH kv heads, D head size, Q = H*D, KV = KVH*D,
@@ -17,8 +19,8 @@
 import { documentPositions, SHARED_DOC, type AttentionMask, type CachedPinned, type Kernels, type SinkWindow } from "../kernels/index.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
-import type { LoraGrads } from "./lora.js";
-import { hasQkNorm, type ModelParams } from "./params.js";
+import type { LoraGrads, LoraTarget } from "./lora.js";
+import { hasQkNorm, type ModelParams, type WeightMatrix } from "./params.js";
 import { RopeTable } from "./rope.js";
 
 /**
@@ -40,6 +42,12 @@ export interface Model {
    * reads the weights as stored. Must be cleared whenever the weights change.
    */
   packed?: PackedWeights;
+  /**
+   * A LoRA adapter run beside the weights rather than merged into them (over bf16 weights, which cannot
+   * hold a merged update): every adapted projection adds s B A x in the forward passes, and its input
+   * gradient s A^T B^T dY in `trainBackward`. Absent: no adapter, or one merged into the weights.
+   */
+  lora?: LoraGrads;
 }
 
 /** Several sequences packed one after another into N rows. */
@@ -243,16 +251,43 @@ function maskFor(m: Model, b: PackedBatch, start: number, n: number): AttentionM
 }
 
 /** y [N, out] = x [N, in] @ W^T (W [out, in], Hugging Face layout) (+ bias). */
-function linear(k: Kernels, N: number, outDim: number, inDim: number, x: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array): void {
-  if (N === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, x, 0, y); // one token: matrix-vector
+function linear(k: Kernels, N: number, outDim: number, inDim: number, x: Float32Array, W: WeightMatrix, bias: Float32Array | null, y: Float32Array): void {
+  if (W instanceof Uint16Array) k.gemmW16(true, N, outDim, inDim, 1, x, inDim, W, inDim, 0, y, outDim);
+  else if (N === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, x, 0, y); // one token: matrix-vector
   else k.sgemm(false, true, N, outDim, inDim, 1, x, inDim, W, inDim, 0, y, outDim);
   if (bias) k.addBias(N, outDim, y, bias);
+}
+
+/** y [N, out] = x [N, in] @ W^T + beta * y, W [out, in] fp32 or bf16; x, y dense rows (strides in, out). */
+export function xWT(k: Kernels, N: number, outDim: number, inDim: number, x: Float32Array, W: WeightMatrix, beta: number, y: Float32Array): void {
+  if (W instanceof Uint16Array) k.gemmW16(true, N, outDim, inDim, 1, x, inDim, W, inDim, beta, y, outDim);
+  else k.sgemm(false, true, N, outDim, inDim, 1, x, inDim, W, inDim, beta, y, outDim);
+}
+
+/** dX [N, in] = dY [N, out] @ W + beta * dX, W [out, in] fp32 or bf16 (the input gradient of y = x W^T). */
+function dyW(k: Kernels, N: number, outDim: number, inDim: number, dY: Float32Array, W: WeightMatrix, beta: number, dX: Float32Array): void {
+  if (W instanceof Uint16Array) k.gemmW16(false, N, inDim, outDim, 1, dY, outDim, W, inDim, beta, dX, inDim);
+  else k.sgemm(false, false, N, inDim, outDim, 1, dY, outDim, W, inDim, beta, dX, inDim);
+}
+
+/** out [N, C] = table[ids[n], :] for a table [V, C] held fp32 or bf16. */
+function embedRows(k: Kernels, N: number, C: number, V: number, ids: Int32Array, table: WeightMatrix, out: Float32Array): void {
+  if (!(table instanceof Uint16Array)) {
+    k.embeddingForward(N, C, V, ids, table, out);
+    return;
+  }
+  const o = new Uint32Array(out.buffer, out.byteOffset, N * C);
+  for (let n = 0; n < N; n++) {
+    const id = ids[n]!;
+    if (!(id >= 0 && id < V)) throw new RangeError(`embedding: token id ${id} at row ${n} is outside [0, ${V})`);
+    for (let c = 0, s = id * C, d = n * C; c < C; c++) o[d + c] = table[s + c]! << 16;
+  }
 }
 
 /** LM head over rows [r0, r0 + R): logits [R, V] = lnf @ lmHead^T. */
 function lmHeadRows(m: Model, ws: TrainWorkspace, r0: number, R: number): void {
   const { hiddenSize: C, vocabSize: V } = m.cfg;
-  m.kernels.sgemm(false, true, R, V, C, 1, ws.lnf.subarray(r0 * C), C, m.params.lmHead, C, 0, ws.logits, V);
+  xWT(m.kernels, R, V, C, ws.lnf.subarray(r0 * C), m.params.lmHead, 0, ws.logits);
 }
 
 /**
@@ -273,7 +308,8 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
   const groups = attentionGroups(b);
   const scale = 1 / Math.sqrt(D);
 
-  k.embeddingForward(N, C, V, b.ids, P.embed, ws.resid[0]!);
+  embedRows(k, N, C, V, b.ids, P.embed, ws.resid[0]!);
+  const lora = m.lora;
   for (let l = 0; l < cfg.numLayers; l++) {
     const W = P.layers[l]!;
     const a = ws.layers[l]!;
@@ -281,14 +317,19 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
     k.rmsnormForward(N, C, cfg.rmsNormEps, x, W.inputNorm, a.ln1, a.rstd1);
     if (W.qNorm && W.kNorm) {
       linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.qRaw);
+      lora?.forward(k, l, "q", N, a.ln1, a.qRaw);
       linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.kRaw);
+      lora?.forward(k, l, "k", N, a.ln1, a.kRaw);
       k.rmsnormForward(N * H, D, cfg.rmsNormEps, a.qRaw, W.qNorm, a.q, a.qRstd);
       k.rmsnormForward(N * KVH, D, cfg.rmsNormEps, a.kRaw, W.kNorm, a.k, a.kRstd);
     } else {
       linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.q);
+      lora?.forward(k, l, "q", N, a.ln1, a.q);
       linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.k);
+      lora?.forward(k, l, "k", N, a.ln1, a.k);
     }
     linear(k, N, KV, C, a.ln1, W.v, W.vBias, a.v);
+    lora?.forward(k, l, "v", N, a.ln1, a.v);
     k.ropeForward(N, H, D, b.positions, cos, sin, a.q);
     k.ropeForward(N, KVH, D, b.positions, cos, sin, a.k);
     for (const g of groups) {
@@ -300,15 +341,19 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
       );
     }
     a.residMid.set(x.subarray(0, N * C));
-    k.sgemm(false, true, N, C, Q, 1, a.att, Q, W.o, Q, 1, a.residMid, C);
+    xWT(k, N, C, Q, a.att, W.o, 1, a.residMid);
+    lora?.forward(k, l, "o", N, a.att, a.residMid);
     if (W.oBias) k.addBias(N, C, a.residMid, W.oBias);
     k.rmsnormForward(N, C, cfg.rmsNormEps, a.residMid, W.postNorm, a.ln2, a.rstd2);
     linear(k, N, F, C, a.ln2, W.gate, null, a.gate);
+    lora?.forward(k, l, "gate", N, a.ln2, a.gate);
     linear(k, N, F, C, a.ln2, W.up, null, a.up);
+    lora?.forward(k, l, "up", N, a.ln2, a.up);
     k.swigluForward(N * F, a.gate, a.up, a.act);
     const y = ws.resid[l + 1]!;
     y.set(a.residMid.subarray(0, N * C));
-    k.sgemm(false, true, N, C, F, 1, a.act, F, W.down, F, 1, y, C);
+    xWT(k, N, C, F, a.act, W.down, 1, y);
+    lora?.forward(k, l, "down", N, a.act, y);
   }
   k.rmsnormForward(N, C, cfg.rmsNormEps, ws.resid[cfg.numLayers]!, P.finalNorm, ws.lnf, ws.rstdf);
   const R = ws.logitRows;
@@ -318,7 +363,7 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
     ws.logprob.fill(0, 0, N);
     for (let c0 = 0; c0 < rows.length; c0 += R) {
       const n = gatherScored(ws, b, C, c0, Math.min(R, rows.length - c0));
-      k.sgemm(false, true, n, V, C, 1, ws.scoredLn, C, P.lmHead, C, 0, ws.logits, V);
+      xWT(k, n, V, C, ws.scoredLn, P.lmHead, 0, ws.logits);
       k.logprobsForward(n, V, ws.logits, ws.scoredTargets, ws.scoredLogprob, ws.scoredLse);
       for (let r = 0; r < n; r++) {
         ws.logprob[rows[c0 + r]!] = ws.scoredLogprob[r]!;
@@ -350,11 +395,18 @@ function gatherScored(ws: TrainWorkspace, b: PackedBatch, C: number, c0: number,
 /**
  * Backward of `trainForward` for dLoss/dLogprob [N]; parameter gradients are accumulated into `G`
  * (same layout as the parameters). With `G` null the base weights are frozen (no gradient is computed for
- * them); `lora`, when given, accumulates the gradients of its adapters' A and B (the model's weights must
- * hold the adapters merged, see lora.ts).
+ * them); `lora`, when given, accumulates the gradients of its adapters' A and B (the model's weights
+ * hold the adapters merged, see lora.ts, or `m.lora` is this adapter, run beside bf16 weights: then the
+ * adapters' input gradients are added too). bf16 weights take no gradient: `G` must be null.
  */
-export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLogprob: Float32Array, G: ModelParams | null, lora?: LoraGrads): void {
+export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLogprob: Float32Array, G: ModelParams<Float32Array> | null, lora?: LoraGrads): void {
   const { cfg, params: P, kernels: k } = m;
+  if (G && P.embed instanceof Uint16Array) {
+    throw new RangeError("trainBackward: the weights are held in bf16, which do not train; train a LoRA adapter on them, or hold the weights in fp32");
+  }
+  if (m.lora && m.lora !== lora) throw new RangeError("trainBackward: the model runs a LoRA adapter beside its weights; pass that adapter's gradients as `lora`");
+  // With the adapter beside the weights, its input gradients join each projection's.
+  const side = m.lora !== undefined;
   const N = b.ids.length;
   const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
   const Q = H * D;
@@ -377,14 +429,14 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
       // With one chunk, the forward's gathered rows and logits are still in the scratch.
       if (!ws.logitsComplete) {
         gatherScored(ws, b, C, c0, n);
-        k.sgemm(false, true, n, V, C, 1, ws.scoredLn, C, P.lmHead, C, 0, ws.logits, V);
+        xWT(k, n, V, C, ws.scoredLn, P.lmHead, 0, ws.logits);
       }
       for (let r = 0; r < n; r++) {
         ws.scoredLse[r] = ws.lse[rows[c0 + r]!]!;
         ws.scoredDLogprob[r] = dLogprob[rows[c0 + r]!]!;
       }
       k.logprobsBackward(n, V, ws.logits, ws.scoredTargets, ws.scoredLse, ws.scoredDLogprob, ws.logits);
-      k.sgemm(false, false, n, C, V, 1, ws.logits, V, P.lmHead, C, 0, ws.scoredDLn, C);
+      dyW(k, n, V, C, ws.logits, P.lmHead, 0, ws.scoredDLn);
       if (G) k.sgemm(true, false, V, C, n, 1, ws.logits, V, ws.scoredLn, C, 1, G.lmHead, C);
       for (let r = 0; r < n; r++) dLn.set(ws.scoredDLn.subarray(r * C, r * C + C), rows[c0 + r]! * C);
     }
@@ -393,7 +445,7 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
       const rows = Math.min(R, N - r0);
       if (!ws.logitsComplete) lmHeadRows(m, ws, r0, rows);
       k.logprobsBackward(rows, V, ws.logits, b.targets.subarray(r0), ws.lse.subarray(r0), dLogprob.subarray(r0), ws.logits);
-      k.sgemm(false, false, rows, C, V, 1, ws.logits, V, P.lmHead, C, 0, dLn.subarray(r0 * C), C);
+      dyW(k, rows, V, C, ws.logits, P.lmHead, 0, dLn.subarray(r0 * C));
       if (G) k.sgemm(true, false, V, C, rows, 1, ws.logits, V, ws.lnf.subarray(r0 * C), C, 1, G.lmHead, C);
     }
   }
@@ -406,24 +458,24 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
     const dW = G ? G.layers[l]! : null;
     const a = ws.layers[l]!;
     // MLP: y = residMid + act @ Wd^T, act = silu(gate) * up, gate/up = ln2 @ Wg^T / Wu^T
-    k.sgemm(false, false, N, F, C, 1, dResid, C, W.down, F, 0, ws.dAct, F);
+    dyW(k, N, C, F, dResid, W.down, 0, ws.dAct);
     if (dW) k.sgemm(true, false, C, F, N, 1, dResid, C, a.act, F, 1, dW.down, F);
-    lora?.backward(k, l, "down", N, a.act, dResid);
+    lora?.backward(k, l, "down", N, a.act, dResid, side ? ws.dAct : null);
     k.swigluBackward(N * F, ws.dAct, a.gate, a.up, a.gate, a.up); // a.gate/a.up now hold dGate/dUp
-    k.sgemm(false, false, N, C, F, 1, a.gate, F, W.gate, C, 0, dLn, C);
-    k.sgemm(false, false, N, C, F, 1, a.up, F, W.up, C, 1, dLn, C);
+    dyW(k, N, F, C, a.gate, W.gate, 0, dLn);
+    dyW(k, N, F, C, a.up, W.up, 1, dLn);
     if (dW) {
       k.sgemm(true, false, F, C, N, 1, a.gate, F, a.ln2, C, 1, dW.gate, C);
       k.sgemm(true, false, F, C, N, 1, a.up, F, a.ln2, C, 1, dW.up, C);
     }
-    lora?.backward(k, l, "gate", N, a.ln2, a.gate);
-    lora?.backward(k, l, "up", N, a.ln2, a.up);
+    lora?.backward(k, l, "gate", N, a.ln2, a.gate, side ? dLn : null);
+    lora?.backward(k, l, "up", N, a.ln2, a.up, side ? dLn : null);
     k.rmsnormBackward(N, C, dLn, a.residMid, W.postNorm, a.rstd2, ws.dTmp, dW ? dW.postNorm : scratch!);
     k.add(N * C, dResid, ws.dTmp, dResid);
     // Attention: residMid = x + att @ Wo^T
-    k.sgemm(false, false, N, Q, C, 1, dResid, C, W.o, Q, 0, ws.dAtt, Q);
+    dyW(k, N, C, Q, dResid, W.o, 0, ws.dAtt);
     if (dW) k.sgemm(true, false, C, Q, N, 1, dResid, C, a.att, Q, 1, dW.o, Q);
-    lora?.backward(k, l, "o", N, a.att, dResid);
+    lora?.backward(k, l, "o", N, a.att, dResid, side ? ws.dAtt : null);
     if (dW?.oBias) k.biasBackward(N, C, dResid, dW.oBias);
     for (const g of groups) {
       const n = g.B * g.T;
@@ -448,17 +500,17 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
     if (dW?.qBias) k.biasBackward(N, Q, dQp, dW.qBias);
     if (dW?.kBias) k.biasBackward(N, KV, dKp, dW.kBias);
     if (dW?.vBias) k.biasBackward(N, KV, ws.dV, dW.vBias);
-    k.sgemm(false, false, N, C, Q, 1, dQp, Q, W.q, C, 0, dLn, C);
-    k.sgemm(false, false, N, C, KV, 1, dKp, KV, W.k, C, 1, dLn, C);
-    k.sgemm(false, false, N, C, KV, 1, ws.dV, KV, W.v, C, 1, dLn, C);
+    dyW(k, N, Q, C, dQp, W.q, 0, dLn);
+    dyW(k, N, KV, C, dKp, W.k, 1, dLn);
+    dyW(k, N, KV, C, ws.dV, W.v, 1, dLn);
     if (dW) {
       k.sgemm(true, false, Q, C, N, 1, dQp, Q, a.ln1, C, 1, dW.q, C);
       k.sgemm(true, false, KV, C, N, 1, dKp, KV, a.ln1, C, 1, dW.k, C);
       k.sgemm(true, false, KV, C, N, 1, ws.dV, KV, a.ln1, C, 1, dW.v, C);
     }
-    lora?.backward(k, l, "q", N, a.ln1, dQp);
-    lora?.backward(k, l, "k", N, a.ln1, dKp);
-    lora?.backward(k, l, "v", N, a.ln1, ws.dV);
+    lora?.backward(k, l, "q", N, a.ln1, dQp, side ? dLn : null);
+    lora?.backward(k, l, "k", N, a.ln1, dKp, side ? dLn : null);
+    lora?.backward(k, l, "v", N, a.ln1, ws.dV, side ? dLn : null);
     k.rmsnormBackward(N, C, dLn, ws.resid[l]!, W.inputNorm, a.rstd1, ws.dTmp, dW ? dW.inputNorm : scratch!);
     k.add(N * C, dResid, ws.dTmp, dResid);
   }
@@ -587,15 +639,23 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   // several (so a sequence's logits, and its samples, do not depend on what else decodes with it: the
   // packed product may round its inputs to bf16, a matrix-vector product does not); else one row is a
   // matrix-vector product.
+  // A bf16 weight is read as held (never packed: a packed copy would be fp32, twice its size); its
+  // products give a row the same values whatever else is in the call too.
   const pk = m.packed;
-  const proj = (rows: number, outDim: number, inDim: number, xin: Float32Array, W: Float32Array, bias: Float32Array | null, y: Float32Array, beta: 0 | 1) => {
+  const lora = m.lora;
+  const proj = (
+    rows: number, outDim: number, inDim: number, xin: Float32Array, W: WeightMatrix, bias: Float32Array | null, y: Float32Array, beta: 0 | 1,
+    layer = -1, target?: LoraTarget,
+  ) => {
     if (rows === 0) return;
-    if (pk) k.sgemmPacked(rows, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
+    if (W instanceof Uint16Array) k.gemmW16(true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
+    else if (pk) k.sgemmPacked(rows, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
     else if (rows === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
     else k.sgemm(false, true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
     if (bias) k.addBias(rows, outDim, y, bias);
+    if (lora && target) lora.forward(k, layer, target, rows, xin, y);
   };
-  k.embeddingForward(M, C, V, step.ids, P.embed, x);
+  embedRows(k, M, C, V, step.ids, P.embed, x);
   // Rows the queries, attention and MLP of a layer run on: every new row, or in the last layer (when
   // `lastRows`) only the logit rows, moved to the front.
   let Mq = M;
@@ -609,12 +669,12 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
     k.rmsnormForward(M, C, cfg.rmsNormEps, x, W.inputNorm, ws.ln, ws.rstd);
     // keys and values of every new token, into the cache
     if (W.kNorm) {
-      proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.kRaw, 0);
+      proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.kRaw, 0, l, "k");
       k.rmsnormForward(M * KVH, D, cfg.rmsNormEps, ws.kRaw, W.kNorm, ws.k, ws.headRstd);
     } else {
-      proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.k, 0);
+      proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.k, 0, l, "k");
     }
-    proj(M, KVD, C, ws.ln, W.v, W.vBias, ws.v, 0);
+    proj(M, KVD, C, ws.ln, W.v, W.vBias, ws.v, 0, l, "v");
     k.ropeForward(M, KVH, D, step.positions, cos, sin, ws.k);
     const kc = kv.kCache[l]!;
     const vc = kv.vCache[l]!;
@@ -659,10 +719,10 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
       if (R === 0) break;
     }
     if (W.qNorm) {
-      proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.att, 0); // att is scratch until attention runs
+      proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.att, 0, l, "q"); // att is scratch until attention runs
       k.rmsnormForward(Mq * H, D, cfg.rmsNormEps, ws.att, W.qNorm, ws.q, ws.headRstd);
     } else {
-      proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.q, 0);
+      proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.q, 0, l, "q");
     }
     k.ropeForward(Mq, H, D, qPositions, cos, sin, ws.q);
     for (const run of qRuns) {
@@ -673,12 +733,12 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
         qPinned && { start: qPinned.start.subarray(run.b0), count: qPinned.count.subarray(run.b0), positions: qPinned.positions },
       );
     }
-    proj(Mq, C, Q, ws.att, W.o, W.oBias, x, 1);
+    proj(Mq, C, Q, ws.att, W.o, W.oBias, x, 1, l, "o");
     k.rmsnormForward(Mq, C, cfg.rmsNormEps, x, W.postNorm, ws.ln, ws.rstd);
-    proj(Mq, F, C, ws.ln, W.gate, null, ws.gate, 0);
-    proj(Mq, F, C, ws.ln, W.up, null, ws.up, 0);
+    proj(Mq, F, C, ws.ln, W.gate, null, ws.gate, 0, l, "gate");
+    proj(Mq, F, C, ws.ln, W.up, null, ws.up, 0, l, "up");
     k.swigluForward(Mq * F, ws.gate, ws.up, ws.gate); // in place: gate becomes the activation
-    proj(Mq, C, F, ws.gate, W.down, null, x, 1);
+    proj(Mq, C, F, ws.gate, W.down, null, x, 1, l, "down");
   }
   if (R === 0) return;
   if (!lastRows) {
@@ -689,9 +749,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   }
   const h = lastRows ? x : ws.rows; // [R, C] the logit rows' hidden states
   k.rmsnormForward(R, C, cfg.rmsNormEps, h, P.finalNorm, ws.ln, ws.rstd);
-  if (pk) k.sgemmPacked(R, 1, ws.ln, C, pk.get(P.lmHead, V, C), 0, step.logits, V);
-  else if (R === 1) k.sgemv(false, V, C, 1, P.lmHead, C, ws.ln, 0, step.logits);
-  else k.sgemm(false, true, R, V, C, 1, ws.ln, C, P.lmHead, C, 0, step.logits, V);
+  proj(R, V, C, ws.ln, P.lmHead, null, step.logits, 0);
 }
 
 /** Sequences b0 .. b0+B-1, Tq new rows each, starting at row r0: one attention call. */

@@ -24,7 +24,7 @@ function matvec(w: Float32Array, from: number, rows: number, x: Float64Array): F
 }
 
 /** Means over random unit-variance inputs x: the same-token logit q.k / sqrt(D) of head h, and x.(W_o,h W_v,g x) / |x|^2. */
-function headProducts(layer: LayerParams, h: number): { logit: number; gain: number } {
+function headProducts(layer: LayerParams<Float32Array>, h: number): { logit: number; gain: number } {
   const g = Math.floor(h / (cfg.numHeads / cfg.numKvHeads));
   const rng = new Rng(11, "xoshiro128**");
   let logit = 0;
