@@ -5,14 +5,17 @@
  * template's full rendering, with the drift detector on and silent; tool results reach the template in
  * the family's role (Llama 3.1: ipython; Phi-3: user turns, its template having no tool format); the
  * parser chosen for the family reads back the calls the model wrote; a malformed call comes back with the
- * parse error the rollout records.
+ * parse error the rollout records; `rollout.toolFormat` picks another parser and refuses unknown ones.
  */
 import { describe, expect, it } from "vitest";
 import type { AssistantMessage, ChatMessage, ToolSpec } from "../../src/core/index.js";
 import { tokenCodec } from "../../src/model/vocab.js";
+import { validateConfig } from "../../src/pipeline/config.js";
+import { Rollout } from "../../src/rollout/agent-loop.js";
 import { IncrementalRenderer } from "../../src/rollout/renderer.js";
 import { toolParserFor } from "../../src/rollout/tool-parser.js";
 import { familyChats, type FamilyChat } from "../model/family-chat.js";
+import { tinyEngine } from "./helpers.js";
 
 const tools: ToolSpec[] = [
   { name: "lookup", description: "Find a record by key.", parameters: { type: "object", properties: { key: { type: "string" } }, required: ["key"] } },
@@ -124,5 +127,23 @@ describe.each(familyChats().map((f) => [f.name, f] as const))("family %s: tool c
     expect(parsed.errors).toHaveLength(1);
     expect(parsed.errors[0]).toMatch(/^call 0: not valid JSON \(/);
     expect(parsed.toolCalls).toEqual([{ id: "c0_0", name: "lookup", arguments: '{key: "a"}' }]);
+  });
+});
+
+describe("rollout.toolFormat", () => {
+  it("names the parser a rollout reads turns with, and an unknown format is refused with the choices", () => {
+    const phi = familyChats().find((f) => f.name === "phi3")!;
+    const codec = tokenCodec(phi.tokenizer);
+    const engine = tinyEngine(codec);
+    try {
+      expect(() => new Rollout(engine, codec, phi.template, { toolFormat: "mistral" })).toThrow('unknown tool format "mistral"; choose one of "hermes", "llama3-json", "phi3-hermes"');
+      expect(() => new Rollout(engine, codec, phi.template, { toolFormat: "llama3-json" })).not.toThrow();
+    } finally {
+      engine.dispose();
+    }
+    const base = { suites: [{ env: "sinkflex/arith-v0" }], model: { init: {} } };
+    expect(validateConfig({ ...base, rollout: { toolFormat: "phi3-hermes" } }).rollout.toolFormat).toBe("phi3-hermes");
+    expect(validateConfig(base).rollout.toolFormat).toBeUndefined();
+    expect(() => validateConfig({ ...base, rollout: { toolFormat: "mistral" } })).toThrow('rollout.toolFormat: must be one of "hermes", "llama3-json", "phi3-hermes"');
   });
 });
