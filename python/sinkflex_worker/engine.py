@@ -340,27 +340,55 @@ class TorchEngine:
 
     @torch.no_grad()
     def sample_batch(self, sessions: List[Session], params: List[dict], stops: List[Sequence[int]]) -> List[dict]:
-        """Samples from several sessions in one batched decode: each session's pending tokens are computed
-        first (one forward each), then one forward per step decodes every session still going. Each
-        session's keys are right-padded to the longest (padding columns masked), and each step appends
-        one column; a session that stops leaves the batch with its keys. A session's tokens depend only
-        on its own logits and generator (its seed's, else the worker's), as when sampled alone."""
+        """Samples from several sessions in one batched decode: one forward computes every session's
+        pending tokens (left-padded, so each session's last token is the call's last column), then one
+        forward per step decodes every session still going; a session that stops leaves the batch with
+        its keys. A session's tokens depend only on its own logits and generator (its seed's, else the
+        worker's), as when sampled alone.
+
+        Key columns of the batch's buffer: [0, C) each session's cached keys (right-padded to the most, C),
+        [C, C + P) the pending tokens (left-padded to the most, P), then one column per decoding step;
+        `col_idx` [A, capacity] is each column's index in its session, -1 for padding (never kept)."""
         reqs = [_SampleRequest.of(p, st, self.generator) for p, st in zip(params, stops)]
         results = [{"tokens": [], "logprobs": [], "finishReason": "length"} for _ in sessions]
         going = [i for i, r in enumerate(reqs) if r.max_tokens > 0]
-        for i in going:
-            self.next_logits(sessions[i])
         if not going:
             return results
-        lens = torch.tensor([len(sessions[i].tokens) for i in going])
-        start = int(lens.max())
-        cap = start + max(reqs[i].max_tokens for i in going)
-        col = torch.arange(cap)
-        # Each column's index in its session (padding columns: -1, never kept).
-        col_idx = torch.where(col[None] < lens[:, None], col[None], torch.where(col[None] >= start, lens[:, None] + col[None] - start, -1))
-        kv = KVBuffer([sessions[i].kv for i in going], start=start, capacity=cap)
-        logits = torch.stack([sessions[i].logits for i in going])  # [A, V]
-        rows = list(range(len(going)))  # the buffer rows still decoding, as indices into `going`
+        ss = [sessions[i] for i in going]
+        for s in ss:
+            if not s.tokens:
+                raise EngineError("the session is empty; append a prompt first")
+            fresh = s.logits_for == len(s.tokens) and s.logits is not None
+            if not fresh and s.cached >= len(s.tokens):  # the last token is cached but its logits are gone
+                s.keep_cached(len(s.tokens) - 1)
+        n = torch.tensor([s.cached if not (s.logits_for == len(s.tokens) and s.logits is not None) else len(s.tokens) for s in ss])
+        p = torch.tensor([len(s.tokens) for s in ss]) - n
+        C, P = int(n.max()), int(p.max())
+        cap = C + P + max(reqs[i].max_tokens for i in going)
+        col = torch.arange(cap)[None]
+        j = col - C
+        col_idx = torch.where(col < n[:, None], col, -1)
+        col_idx = torch.where((j >= 0) & (j < P) & (j >= P - p[:, None]), n[:, None] + j - (P - p[:, None]), col_idx)
+        col_idx = torch.where(j >= P, (n + p)[:, None] + j - P, col_idx)
+        kv = KVBuffer([s.kv for s in ss], start=C, capacity=cap)
+        if P > 0:  # the pending tokens of every session that has some, in one forward
+            ids = torch.zeros((len(ss), P), dtype=torch.long)
+            for b, s in enumerate(ss):
+                if int(p[b]):
+                    ids[b, P - int(p[b]):] = torch.tensor(s.tokens[int(n[b]):])
+            slot = torch.arange(P)[None]
+            q = n[:, None] + slot - (P - p[:, None])  # each pending token's index in its session (padding: below n)
+            real = slot >= P - p[:, None]
+            cidx = col_idx[:, : C + P]
+            keep = self._session_keep(q.clamp(min=0), cidx.clamp(min=0), cidx >= 0)
+            own = torch.arange(C + P)[None, None, :] == (C + slot)[:, :, None]  # a padding query keeps itself
+            keep = torch.where(real[:, :, None], keep, own)
+            last = self._run(ids, q.clamp(min=0), keep, kv, last=True)[:, -1].float().cpu()
+            for b, s in enumerate(ss):
+                if int(p[b]):
+                    s.logits, s.logits_for = last[b], len(s.tokens)
+        logits = torch.stack([s.logits for s in ss])  # [A, V]
+        rows = list(range(len(ss)))  # the buffer rows still decoding, as indices into ss
         fed = 0
         while True:
             done, ids = [], []
@@ -378,26 +406,25 @@ class TorchEngine:
                     done.append(r)
                 else:
                     ids.append(tok)
-            for r in done:  # the stopped sessions keep their keys: their cached columns and the fed ones
+            for r in done:  # a stopped session keeps the keys of its real columns
                 row = rows[r]
-                s = sessions[going[row]]
-                n = int(lens[row])
-                s.kv = kv.row(r, torch.cat([torch.arange(n), torch.arange(start, start + fed)]).to(self.device)) if kv.k else s.kv
-                s.cached = n + fed
+                s = ss[row]
+                if kv.k:
+                    cols = torch.nonzero(col_idx[row, : C + P + fed] >= 0).squeeze(-1)
+                    s.kv = kv.row(r, cols.to(self.device))
+                s.cached = int(n[row] + p[row]) + fed if kv.k else int(n[row])
             if len(done) == len(rows):
                 return results
             if done:
                 left = [r for r in range(len(rows)) if r not in set(done)]
                 kv.select(torch.tensor(left, device=self.device))
                 rows = [rows[r] for r in left]
-            A = len(rows)
             sel = torch.tensor(rows)
-            q = (lens[sel] + fed)[:, None]  # [A, 1] each new token's index in its session
-            cidx = col_idx[sel, : start + fed + 1]
+            q = ((n + p)[sel] + fed)[:, None]  # [A, 1] each new token's index in its session
+            cidx = col_idx[sel, : C + P + fed + 1]
             keep = self._session_keep(q, cidx.clamp(min=0), cidx >= 0)
             logits = self._run(torch.tensor(ids, dtype=torch.long)[:, None], q, keep, kv, last=True)[:, -1].float().cpu()
             fed += 1
-            assert logits.shape[0] == A
 
     # ---- scoring and training ---------------------------------------------------------------------------
 

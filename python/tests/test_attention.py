@@ -145,6 +145,7 @@ def test_batched_decoding_gives_each_session_what_it_gets_alone(sink_ckpt):
     params = [{"maxTokens": 12, "seed": 5}, {"maxTokens": 3, "seed": 6}, {"maxTokens": 16, "seed": 7, "topK": 8}]
     alone = [e.sample(Session(tokens=list(p)), dict(q), []) for p, q in zip(prompts, params)]
     sessions = [Session(tokens=list(p)) for p in prompts]
+    e.next_logits(sessions[1])  # one session with nothing pending, beside two with prompts of different lengths
     batched = e.sample_batch(sessions, [dict(q) for q in params], [[], [], []])
     for a, b, s in zip(alone, batched, sessions):
         assert a["tokens"] == b["tokens"]
