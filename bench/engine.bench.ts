@@ -15,8 +15,12 @@
  *
  * Peers run in Python subprocesses (bench/peers/worker.py, one per library). Without Python, numpy or
  * torch the row says "peer unavailable"; the benchmark never fails for that.
+ * --simd avx2 runs every contender on its AVX2 code on an AVX-512 CPU (to measure the AVX2 path without an
+ * AVX2-only machine): sinkflex's kernels (SINKFLEX_SIMD=avx2, no bf16 unit), numpy's OpenBLAS on its Haswell
+ * kernel (OPENBLAS_CORETYPE=Haswell) and PyTorch at CPU capability AVX2 (ATEN_CPU_CAPABILITY=avx2, MKL and
+ * oneDNN capped at AVX2). The default, --simd native, lets each pick its own code for the CPU.
  * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory] [--json FILE]
- *        [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
+ *        [--simd native|avx2] [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -34,8 +38,13 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 // ------------------------------------------------------------------------------------------ options
 
+/** Which SIMD code every contender runs: each its own best for the CPU, or all their AVX2 code. */
+type SimdMode = "native" | "avx2";
+const SIMD_MODES: readonly SimdMode[] = ["native", "avx2"];
+
 interface Options {
   quick: boolean;
+  simd: SimdMode;
   threads: number;
   only: Set<string>;
   json: string | null;
@@ -46,6 +55,7 @@ interface Options {
 function parseArgs(argv: string[]): Options {
   const o: Options = {
     quick: false,
+    simd: "native",
     threads: Number(process.env.SINKFLEX_THREADS) || Math.min(2, cpus().length),
     only: new Set(["gemm", "train", "decode", "memory"]),
     json: null,
@@ -64,6 +74,11 @@ function parseArgs(argv: string[]): Options {
     else if (a === "--only") o.only = new Set(next().split(","));
     else if (a === "--json") o.json = next();
     else if (a === "--python") o.python = next();
+    else if (a === "--simd") {
+      const v = next();
+      if (!SIMD_MODES.includes(v as SimdMode)) throw new Error(`--simd: unknown mode "${v}" (native: each contender's best code for this CPU; avx2: everyone's AVX2 code)`);
+      o.simd = v as SimdMode;
+    }
     else if (a === "--memory-child") o.memoryChild = true;
     else if (a === "--help" || a === "-h") {
       console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("*/")[0]);
@@ -81,11 +96,24 @@ function parseArgs(argv: string[]): Options {
 
 type PeerReply = Record<string, unknown> & { error?: string };
 
+/**
+ * What holds the peers to their AVX2 code (--simd avx2): OpenBLAS's Haswell kernel, PyTorch's AVX2 kernels,
+ * and MKL's and oneDNN's instruction sets (PyTorch's matrix products). Removed from the peers' environment
+ * otherwise, so each picks its own.
+ */
+const PEER_SIMD_ENV: Readonly<Record<string, string>> = {
+  OPENBLAS_CORETYPE: "Haswell",
+  ATEN_CPU_CAPABILITY: "avx2",
+  MKL_ENABLE_INSTRUCTIONS: "AVX2",
+  ONEDNN_MAX_CPU_ISA: "AVX2",
+};
+
 /** One Python worker process serving one library's measurements. */
 class Peer {
   private readonly lines: string[] = [];
   private waiter: ((line: string | null) => void) | null = null;
   private closed = false;
+  private lastId = 0;
   info: PeerReply = {};
 
   private constructor(readonly lib: string, private readonly child: ChildProcess) {
@@ -103,7 +131,7 @@ class Peer {
     });
   }
 
-  static async start(lib: "numpy" | "torch", python: string, threads: number): Promise<Peer | { unavailable: string }> {
+  static async start(lib: "numpy" | "torch", python: string, threads: number, simd: SimdMode): Promise<Peer | { unavailable: string }> {
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       SINKFLEX_BENCH_THREADS: String(threads),
@@ -111,9 +139,11 @@ class Peer {
       OMP_NUM_THREADS: String(threads),
       MKL_NUM_THREADS: String(threads),
     };
-    // A fair numpy: OpenBLAS picks its own kernel for this CPU and its own cache sizes.
-    delete env.OPENBLAS_CORETYPE;
+    for (const name of Object.keys(PEER_SIMD_ENV)) delete env[name];
+    // A fair numpy: OpenBLAS picks its own cache sizes, and its own kernel for this CPU unless every
+    // contender is held to AVX2.
     delete env.OPENBLAS_L2_SIZE;
+    if (simd === "avx2") Object.assign(env, PEER_SIMD_ENV);
     let child: ChildProcess;
     try {
       child = spawn(python, [join(here, "peers", "worker.py"), lib], { env, stdio: ["pipe", "pipe", "pipe"] });
@@ -137,27 +167,42 @@ class Peer {
     return peer;
   }
 
+  /**
+   * Sends one command and waits for its answer. Commands carry a number that the worker echoes: an answer
+   * that arrives after its command timed out is dropped, never taken for the next command's.
+   */
   async request(cmd: Record<string, unknown>, timeoutMs = 600_000): Promise<PeerReply> {
     if (this.closed) return { error: "peer process exited" };
-    this.child.stdin!.write(JSON.stringify(cmd) + "\n");
-    const line =
-      this.lines.shift() ??
-      (await new Promise<string | null>((resolve) => {
-        const timer = setTimeout(() => {
-          this.waiter = null;
-          resolve(null);
-        }, timeoutMs);
-        this.waiter = (l) => {
-          clearTimeout(timer);
-          resolve(l);
-        };
-      }));
-    if (line === null) return { error: this.closed ? "peer process exited" : `no answer within ${timeoutMs / 1000} s` };
-    try {
-      return JSON.parse(line) as PeerReply;
-    } catch {
-      return { error: `unreadable answer: ${line.slice(0, 200)}` };
+    const id = ++this.lastId;
+    this.child.stdin!.write(JSON.stringify({ ...cmd, id }) + "\n");
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const line = this.lines.shift() ?? (await this.nextLine(deadline - Date.now()));
+      if (line === null) return { error: this.closed ? "peer process exited" : `no answer within ${timeoutMs / 1000} s` };
+      let reply: PeerReply;
+      try {
+        reply = JSON.parse(line) as PeerReply;
+      } catch {
+        return { error: `unreadable answer: ${line.slice(0, 200)}` };
+      }
+      if (reply.id !== id) continue; // a late answer to a command that timed out
+      delete reply.id;
+      return reply;
     }
+  }
+
+  private nextLine(timeoutMs: number): Promise<string | null> {
+    if (this.closed || timeoutMs <= 0) return Promise.resolve(null);
+    return new Promise<string | null>((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiter = null;
+        resolve(null);
+      }, timeoutMs);
+      this.waiter = (l) => {
+        clearTimeout(timer);
+        resolve(l);
+      };
+    });
   }
 
   close(): void {
@@ -467,6 +512,8 @@ function commitOf(): string {
 async function main(): Promise<void> {
   const o = parseArgs(process.argv.slice(2));
   process.env.SINKFLEX_THREADS = String(o.threads);
+  // Before the addon loads (it reads SINKFLEX_SIMD once); the memory child inherits it.
+  if (o.simd === "avx2") process.env.SINKFLEX_SIMD = "avx2";
   if (o.memoryChild) {
     setNativeThreads(o.threads);
     return memoryChild(o);
@@ -474,11 +521,15 @@ async function main(): Promise<void> {
   const k = getKernels();
   if (k.name !== "native") console.log(`note: native kernels unavailable (${nativeLoadError()}); measuring the reference`);
   else setNativeThreads(o.threads);
+  if (o.simd === "avx2" && k.name === "native" && !k.describe().startsWith("native (avx2")) {
+    throw new Error(`--simd avx2: the native kernels run ${k.describe()}, not their AVX2 code (this CPU lacks AVX2 and FMA, or SINKFLEX_SIMD lowers it further); run without --simd`);
+  }
   const cpu = cpus()[0]?.model ?? "unknown CPU";
   const peak1 = k.name === "native" ? measurePeakGflops(o.quick ? 0.3 : 1, 1) : NaN;
   const peak = k.name === "native" ? measurePeakGflops(o.quick ? 0.3 : 1, o.threads) : NaN;
   const out: Record<string, unknown> = {
-    commit: commitOf(), date: new Date().toISOString(), quick: o.quick,
+    commit: commitOf(), date: new Date().toISOString(), quick: o.quick, simd: o.simd,
+    peerSimdEnv: o.simd === "avx2" ? PEER_SIMD_ENV : null,
     machine: {
       cpu, cores: cpus().length, threads: o.threads, kernels: k.describe(), peakGflops1Thread: peak1, peakGflops: peak,
       loadAverageAtStart: loadavg(),
@@ -486,6 +537,11 @@ async function main(): Promise<void> {
   };
   console.log(`sinkflex engine benchmark  commit ${out.commit as string}  ${out.date as string}${o.quick ? "  (--quick: small sizes)" : ""}`);
   console.log(`machine: ${cpu}, ${cpus().length} cores; ${o.threads} threads for every contender; kernels: ${k.describe()}`);
+  console.log(
+    o.simd === "avx2"
+      ? `simd: avx2 for every contender (sinkflex SINKFLEX_SIMD=avx2, no bf16 unit; peers ${Object.entries(PEER_SIMD_ENV).map(([n, v]) => `${n}=${v}`).join(" ")})`
+      : "simd: native (each contender picks its own code for this CPU)",
+  );
   console.log(`measured peak (FMA loop): ${fmt(peak1)} GFLOP/s on 1 thread, ${fmt(peak)} GFLOP/s on ${o.threads}`);
   // Other processes on the machine slow every contender alike; the load average says how busy it was.
   console.log(`load average at start: ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
@@ -495,7 +551,7 @@ async function main(): Promise<void> {
   for (const lib of ["numpy", "torch"] as const) {
     if (lib === "numpy" && !o.only.has("gemm")) continue;
     if (lib === "torch" && !needTorch) continue;
-    const p = await Peer.start(lib, o.python, o.threads);
+    const p = await Peer.start(lib, o.python, o.threads, o.simd);
     if (p instanceof Peer) {
       peers.set(lib, p);
       console.log(`peer ${lib}: ${JSON.stringify(p.info)}`);

@@ -7,7 +7,7 @@ in one run. Thread counts come from the environment the benchmark sets (OPENBLAS
 OMP_NUM_THREADS) and from the "threads" field. Each peer that cannot be imported answers
 {"error": "..."} and the benchmark prints "peer unavailable". Never run at sinkflex run time.
 
-Commands:
+Commands (each may carry an "id", echoed in its answer):
   {"op": "info"}
   {"op": "gemm", "M", "N", "K", "ta", "tb", "seconds"}   (C = op(A) @ op(B), float32)
   {"op": "train_step", "config": {HF Qwen2 config}, "batch", "seq", "steps"}   (torch only)
@@ -45,11 +45,31 @@ def _numpy_info(out):
                 for d in threadpool_info()
                 if d.get("user_api") == "blas"
             ]
-        except Exception as e:  # threadpoolctl missing: say so
-            out["blas"] = "threadpoolctl unavailable: %s" % e
+        except Exception as e:  # threadpoolctl missing: ask OpenBLAS itself
+            out["blas"] = _openblas_core() or "threadpoolctl unavailable: %s" % e
     except Exception as e:
         out["error"] = "numpy unavailable: %s" % e
     return out
+
+
+def _openblas_core():
+    """The kernel ("core") the loaded OpenBLAS chose, read from the library itself; None if not found."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({l.split()[-1] for l in f if "openblas" in l.lower() and ".so" in l})
+    except OSError:
+        return None
+    for path in paths:
+        lib = ctypes.CDLL(path)
+        for name in ("openblas_get_corename", "openblas_get_corename64_", "scipy_openblas_get_corename64_",
+                     "scipy_openblas_get_corename"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                return [{"internal_api": "openblas", "architecture": fn().decode(), "library": path.split("/")[-1]}]
+    return None
 
 
 def _torch_info(out):
@@ -182,6 +202,7 @@ def main():
         line = line.strip()
         if not line:
             continue
+        cmd = {}
         try:
             cmd = json.loads(line)
             if cmd["op"] not in ops:
@@ -189,6 +210,8 @@ def main():
             res = ops[cmd["op"]](cmd)
         except Exception as e:  # report, keep serving
             res = {"error": "%s: %s" % (type(e).__name__, e)}
+        # the command's number, so that the benchmark can tell a late answer from the one it waits for
+        res["id"] = cmd.get("id") if isinstance(cmd, dict) else None
         sys.stdout.write(json.dumps(res) + "\n")
         sys.stdout.flush()
 

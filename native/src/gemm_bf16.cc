@@ -70,8 +70,10 @@ static bool detectAmx() {
 }
 
 // The unit the CPU has; SINKFLEX_BF16_UNIT=avx512-bf16 chooses the dot-product kernel on an AMX CPU (to
-// compare the two), never a unit the CPU lacks.
+// compare the two), never a unit the CPU lacks. None where SINKFLEX_SIMD holds the kernels below AVX-512
+// (as on an AVX2-only CPU).
 static Bf16Unit detectBf16Unit() {
+  if (simdLevel() != Simd::Avx512) return Bf16Unit::None;
   const char* env = std::getenv("SINKFLEX_BF16_UNIT");
   const bool wantDot = env && !std::strcmp(env, "avx512-bf16");
   if (!wantDot && detectAmx()) return Bf16Unit::Amx;
