@@ -98,30 +98,30 @@ export function loadCheckpoint(dir: string, opts: { dtype?: WeightDtype } = {}):
     : convertWeights(readFp32(), opts.dtype ?? "fp32");
 
   function readFp32(): ModelWeights {
-  const data = new Float32Array(total);
-  // Tensors stored under the engine's own names are read straight into the buffer; fused ones are read
-  // whole and split by the family's mapping.
-  const read = readSafetensorsDir(dir, (name, shape) => {
-    const e = byName.get(name);
-    if (!e || !storedNames.has(name) || shape.length !== e.shape.length || shape.some((x, i) => x !== e.shape[i])) return undefined;
-    return data.subarray(e.offset, e.offset + e.size);
-  });
-  const storedMap: TensorMap = new Map();
-  for (const want of stored) {
-    const t = read.get(want.name);
-    if (!t) throw missing(want.name);
-    if (t.shape.length !== want.shape.length || t.shape.some((x, i) => x !== want.shape[i])) throw badShape(want.name, t.shape, want.shape);
-    storedMap.set(want.name, t);
-  }
-  const tensors = family.toEngine(config, storedMap);
-  for (const e of entries) {
-    const t = tensors.get(e.name);
-    if (!t || t.data.length !== e.size) {
-      throw new CheckpointError(`${dir}: the ${family.label} mapping gave no tensor of ${e.size} values for "${e.name}"; this is a bug in its family file`);
+    const data = new Float32Array(total);
+    // Tensors stored under the engine's own names are read straight into the buffer; fused ones are read
+    // whole and split by the family's mapping.
+    const read = readSafetensorsDir(dir, (name, shape) => {
+      const e = byName.get(name);
+      if (!e || !storedNames.has(name) || shape.length !== e.shape.length || shape.some((x, i) => x !== e.shape[i])) return undefined;
+      return data.subarray(e.offset, e.offset + e.size);
+    });
+    const storedMap: TensorMap = new Map();
+    for (const want of stored) {
+      const t = read.get(want.name);
+      if (!t) throw missing(want.name);
+      if (t.shape.length !== want.shape.length || t.shape.some((x, i) => x !== want.shape[i])) throw badShape(want.name, t.shape, want.shape);
+      storedMap.set(want.name, t);
     }
-    if (t.data.buffer !== data.buffer) data.set(t.data, e.offset);
-  }
-  return { cfg: config, entries, data };
+    const tensors = family.toEngine(config, storedMap);
+    for (const e of entries) {
+      const t = tensors.get(e.name);
+      if (!t || t.data.length !== e.size) {
+        throw new CheckpointError(`${dir}: the ${family.label} mapping gave no tensor of ${e.size} values for "${e.name}"; this is a bug in its family file`);
+      }
+      if (t.data.buffer !== data.buffer) data.set(t.data, e.offset);
+    }
+    return { cfg: config, entries, data };
   }
   const genPath = join(dir, "generation_config.json");
   const metaPath = join(dir, SINKFLEX_META_FILE);

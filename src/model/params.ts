@@ -209,18 +209,21 @@ export function initParams(
 }
 
 /**
- * `initParams` into bfloat16 bits (`data16`, the layout's total length), one tensor at a time through an
- * fp32 scratch of the largest tensor: the same values as initParams with the same seed, rounded to bf16.
+ * `initParams` into bfloat16 bits (`data16`, the layout's total length), a piece of a tensor at a time
+ * through a small fp32 scratch: the same values as initParams with the same seed, rounded to bf16.
  */
 export function initParamsBf16(
   entries: ParamEntry[], data16: Uint16Array, seed: number, std = 0.02, sinkInit = -10,
 ): void {
   const rng = new Rng(seed, "xoshiro128**");
-  const scratch = new Float32Array(entries.reduce((m, e) => Math.max(m, e.size), 0));
+  const scratch = new Float32Array(1 << 20);
   for (const e of entries) {
-    const v = scratch.subarray(0, e.size);
-    initEntry(e, v, rng, std, sinkInit);
-    roundToBf16(v, data16.subarray(e.offset, e.offset + e.size));
+    // the values are drawn in order, so pieces of a tensor draw what the whole tensor would
+    for (let i = 0; i < e.size; i += scratch.length) {
+      const v = scratch.subarray(0, Math.min(scratch.length, e.size - i));
+      initEntry(e, v, rng, std, sinkInit);
+      roundToBf16(v, data16.subarray(e.offset + i, e.offset + i + v.length));
+    }
   }
 }
 

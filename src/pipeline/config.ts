@@ -18,7 +18,7 @@ import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
 import { ATTENTION_INITS, TOOL_FORMATS } from "../model/index.js";
 import { LORA_TARGETS } from "../engine/index.js";
-import { ATTENTION_MODES } from "../model/index.js";
+import { ATTENTION_MODES, WEIGHT_DTYPES } from "../model/index.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/index.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/index.js";
 import { resolveModule } from "./user-modules.js";
@@ -184,6 +184,12 @@ const ModelSection = z
      */
     matmul: z.enum(MATMUL_PRECISIONS).default("fp32"),
     /**
+     * How the weights are held in memory: "fp32", or "bf16" (the weight matrices only as bf16, half the
+     * memory; products read bf16 and accumulate in fp32). bf16 weights are frozen: with "bf16", model.lora
+     * trains an fp32 adapter beside them, and the reference policy is held in bf16 too.
+     */
+    dtype: z.enum(WEIGHT_DTYPES).default("fp32"),
+    /**
      * Train a LoRA adapter (rank r on the listed projections, scaled alpha / r; alpha defaults to r) on the
      * frozen checkpoint instead of every weight; checkpoints are then PEFT adapter folders (docs/model.md).
      */
@@ -199,7 +205,11 @@ const ModelSection = z
   })
   .strict()
   .refine((m) => (m.checkpoint ? !m.init : !!m.init), { message: "set exactly one of model.checkpoint or model.init" })
-  .refine((m) => !m.lora || !!m.checkpoint, { message: "model.lora trains an adapter on a pretrained model: set model.checkpoint", path: ["lora"] });
+  .refine((m) => !m.lora || !!m.checkpoint, { message: "model.lora trains an adapter on a pretrained model: set model.checkpoint", path: ["lora"] })
+  .refine((m) => m.dtype !== "bf16" || !!m.lora, {
+    message: "model.dtype bf16 holds the weights frozen in bf16, so only a LoRA adapter can train: set model.lora, or use model.dtype fp32 to train every weight",
+    path: ["dtype"],
+  });
 
 /**
  * The policy's attention (docs/attention.md): "full", "sink-window" (K = `sinks` leading slots + a window),

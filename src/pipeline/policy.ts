@@ -21,7 +21,7 @@ import type { ChatMessage, ToolSpec } from "../gym/index.js";
 import { ChatTemplate, checkpointFamily } from "../model/index.js";
 import { parseHfConfig } from "../model/index.js";
 import { STABLE_TOOL_TEMPLATE } from "../model/index.js";
-import type { AttentionInit } from "../model/index.js";
+import type { AttentionInit, WeightDtype } from "../model/index.js";
 import { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "../model/index.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../model/index.js";
 
@@ -106,11 +106,11 @@ export function createPolicy(
  * sink-window mask it was trained with (see `loadEngine`): `attention` undefined takes the checkpoint's,
  * and settings that differ from the checkpoint's are an error naming both.
  */
-export function loadPolicy(dir: string, mask: SinkWindow | { attention?: SinkWindow; override?: boolean } = {}): Policy<EmbeddedEngine> {
+export function loadPolicy(dir: string, mask: SinkWindow | { attention?: SinkWindow; override?: boolean; dtype?: WeightDtype } = {}): Policy<EmbeddedEngine> {
   // A bare SinkWindow: settings that must agree with the checkpoint's; { override: true }: run with them anyway.
-  const { attention, override } = "window" in mask ? { attention: mask, override: false } : mask;
+  const { attention, override, dtype } = "window" in mask ? { attention: mask, override: false, dtype: undefined } : mask;
   const text = loadPolicyText(dir);
-  const engine = loadEngine(dir, { attention, overrideAttention: override, tokenizerDir: text.tokenizerDir });
+  const engine = loadEngine(dir, { attention, overrideAttention: override, tokenizerDir: text.tokenizerDir, dtype });
   return withEngine(text, engine);
 }
 
@@ -159,7 +159,7 @@ function torchOptions(engine: EngineConfig): { url?: string; device?: string; py
  * torch, the same text side and a worker that loads the folder (full attention only: a sink-window
  * mask is refused, by the config and by the worker).
  */
-export async function openPolicy(dir: string, engine: EngineConfig, mask: SinkWindow | { attention?: SinkWindow; override?: boolean } = {}): Promise<Policy> {
+export async function openPolicy(dir: string, engine: EngineConfig, mask: SinkWindow | { attention?: SinkWindow; override?: boolean; dtype?: WeightDtype } = {}): Promise<Policy> {
   if (engine.backend === "embedded") return loadPolicy(dir, mask);
   const attention = "window" in mask ? mask : mask.attention;
   if (attention && attention.window > 0) {

@@ -2,7 +2,8 @@
  * Weights held in bf16 (`dtype: "bf16"`): log-probs and decoding logits against the same model in fp32 on
  * each SIMD path (AVX512-BF16 dot products, AVX2 and portable widening), LoRA training on a bf16 base
  * against the same adapter merged into an fp32 base, the memory the weights take, bf16 checkpoints
- * (loaded without an fp32 step, saved as BF16), and the refusal to train bf16 weights.
+ * (loaded without an fp32 step, saved as BF16), the refusal to train bf16 weights, and model.dtype in a
+ * run config.
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -13,6 +14,7 @@ import { createRandomModel, EmbeddedEngine, loadEngine } from "../../src/engine/
 import { bf16Unit, loadNativeKernels, referenceKernels } from "../../src/kernels/index.js";
 import { convertWeights, createLoraAdapter, loadCheckpoint, randomWeights, weightBytes } from "../../src/model/index.js";
 import { readSafetensorsHeader } from "../../src/model/safetensors.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { BF16_TEST_CONFIG, compareBf16, type Bf16Comparison } from "./bf16-compare.js";
 import { expectSameValues, meanCrossEntropy, randomTokens } from "../engine/helpers.js";
 
@@ -152,5 +154,16 @@ describe("bf16 weights: checkpoints", () => {
     expect(ck.vectors!.get("model.layers.0.input_layernorm.weight")![0]).toBe(Math.fround(1.00123));
     const engine = loadEngine(dir, { kernels: referenceKernels, dtype: "bf16" });
     expect(engine.model.params.layers[0]!.inputNorm[0]).toBe(Math.fround(1.00123));
+  });
+});
+
+describe("bf16 weights: model.dtype in a run config", () => {
+  const suites = [{ env: "sinkflex/arith-v0" }];
+  it("defaults to fp32, takes bf16 with a LoRA adapter, and refuses bf16 where every weight would train", () => {
+    expect(validateConfig({ suites, model: { init: {} } }).model.dtype).toBe("fp32");
+    const lora = { rank: 4, targets: ["q", "v"] };
+    expect(validateConfig({ suites, model: { checkpoint: "ck", lora, dtype: "bf16" } }).model.dtype).toBe("bf16");
+    expect(() => validateConfig({ suites, model: { checkpoint: "ck", dtype: "bf16" } })).toThrow(/model\.dtype.*only a LoRA adapter can train: set model\.lora, or use model\.dtype fp32/);
+    expect(() => validateConfig({ suites, model: { checkpoint: "ck", lora, dtype: "fp16" } })).toThrow(/model\.dtype/);
   });
 });

@@ -10,10 +10,13 @@
 import { basename } from "node:path";
 import type { Command } from "commander";
 import type { EmbeddedEngine } from "../../engine/index.js";
+import type { WeightDtype } from "../../model/index.js";
 import { GatewayServer, type GatewayOptions } from "../../gateway/index.js";
-import { exposure, intAtLeast, loadServedCheckpoint } from "./served-checkpoint.js";
+import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype } from "./served-checkpoint.js";
 
 export interface OpenGatewayOptions extends Partial<Omit<GatewayOptions, "sampler" | "codec" | "template">> {
+  /** How the weights are held in memory (default fp32). */
+  dtype?: WeightDtype;
   port?: number;
   host?: string;
 }
@@ -23,7 +26,7 @@ export interface OpenGatewayOptions extends Partial<Omit<GatewayOptions, "sample
 export async function openGateway(checkpoint: string, opts: OpenGatewayOptions = {}): Promise<{ gateway: GatewayServer; url: string; engine: EmbeddedEngine; close: () => Promise<void> }> {
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
-  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens);
+  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype);
   const gateway = new GatewayServer({ sampler: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
   let url: string;
   try {
@@ -59,10 +62,11 @@ export function registerGatewayCommands(program: Command): void {
     .option("--max-tokens <n>", "largest max_tokens a call may ask for", intAtLeast("--max-tokens", 1), 4096)
     .option("--max-context <n>", "largest prompt + completion per call in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
     .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
+    .option("--dtype <dtype>", DTYPE_HELP, parseDtype, "fp32")
     .action(
       async (
         checkpoint: string,
-        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxSessions: number; maxCalls: number; maxTokens: number; maxContext?: number; maxBody?: number },
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxSessions: number; maxCalls: number; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype },
       ) => {
         const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
         const warning = exposure(o.host, apiKey, o.insecure);
@@ -77,6 +81,7 @@ export function registerGatewayCommands(program: Command): void {
           maxCallsPerSession: o.maxCalls,
           maxTokens: o.maxTokens,
           maxContextTokens: o.maxContext,
+          dtype: o.dtype,
           maxBodyBytes: o.maxBody,
         });
         console.log(`sinkflex gateway: ${checkpoint} at ${url} (POST ${url}/sessions opens a session and returns its baseURL). Ctrl-C stops.`);

@@ -10,10 +10,13 @@
 import { basename } from "node:path";
 import type { Command } from "commander";
 import type { EmbeddedEngine } from "../../engine/index.js";
+import type { WeightDtype } from "../../model/index.js";
 import { OpenAIServer, type ServeOptions } from "../../serve/index.js";
-import { exposure, intAtLeast, loadServedCheckpoint } from "./served-checkpoint.js";
+import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype } from "./served-checkpoint.js";
 
 export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" | "codec" | "template">> {
+  /** How the weights are held in memory (default fp32). */
+  dtype?: WeightDtype;
   port?: number;
   host?: string;
 }
@@ -26,7 +29,7 @@ export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" 
 export async function openServer(checkpoint: string, opts: OpenServerOptions = {}): Promise<{ server: OpenAIServer; url: string; engine: EmbeddedEngine; close: () => Promise<void> }> {
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
-  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens);
+  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype);
   const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
   let url: string;
   try {
@@ -60,10 +63,11 @@ export function registerServeCommands(program: Command): void {
     .option("--max-tokens <n>", "largest max_tokens a request may ask for", intAtLeast("--max-tokens", 1), 4096)
     .option("--max-context <n>", "largest prompt + completion in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
     .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
+    .option("--dtype <dtype>", DTYPE_HELP, parseDtype, "fp32")
     .action(
       async (
         checkpoint: string,
-        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number },
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype },
       ) => {
         const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
         const warning = exposure(o.host, apiKey, o.insecure);
@@ -76,6 +80,7 @@ export function registerServeCommands(program: Command): void {
           insecure: o.insecure,
           maxTokens: o.maxTokens,
           maxContextTokens: o.maxContext,
+          dtype: o.dtype,
           maxBodyBytes: o.maxBody,
         });
         console.log(`sinkflex serve: ${checkpoint} at ${url} (POST ${url}/chat/completions, ${url}/completions; GET ${url}/models). Ctrl-C stops.`);

@@ -9,7 +9,7 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
-import { ChatTemplate } from "../../model/index.js";
+import { ChatTemplate, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
 import { Tokenizer } from "../../model/index.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/index.js";
 import { checkExposure } from "../../serve/index.js";
@@ -33,14 +33,17 @@ export interface ServedCheckpoint {
   maxContextTokens: number;
 }
 
-/** Loads `checkpoint` for serving; the engine is disposed again if a check fails. */
-export function loadServedCheckpoint(checkpoint: string, maxContext?: number): ServedCheckpoint {
+/**
+ * Loads `checkpoint` for serving, its weights held as `dtype` (default fp32; bf16 halves their memory);
+ * the engine is disposed again if a check fails.
+ */
+export function loadServedCheckpoint(checkpoint: string, maxContext?: number, dtype?: WeightDtype): ServedCheckpoint {
   const dir = resolve(checkpoint);
   if (!existsSync(dir)) throw new UsageError(`no checkpoint folder at ${dir}; pass a folder with config.json, safetensors and tokenizer files`);
   if (!existsSync(resolve(dir, "tokenizer.json"))) {
     throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
   }
-  const engine = loadEngine(dir);
+  const engine = loadEngine(dir, { dtype });
   const positions = engine.config.maxPositionEmbeddings;
   const maxContextTokens = maxContext ?? positions;
   if (maxContextTokens > positions) {
@@ -61,6 +64,15 @@ export function loadServedCheckpoint(checkpoint: string, maxContext?: number): S
   engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
   return { dir, engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), maxContextTokens };
 }
+
+/** The commander parser of `--dtype`: fp32 or bf16. */
+export function parseDtype(v: string): WeightDtype {
+  if (!(WEIGHT_DTYPES as readonly string[]).includes(v)) throw new UsageError(`--dtype must be ${WEIGHT_DTYPES.join(" or ")}, got "${v}"`);
+  return v as WeightDtype;
+}
+
+/** The help of `--dtype`. */
+export const DTYPE_HELP = "how the weights are held in memory: fp32, or bf16 (the weight matrices as bf16: half the memory, products accumulate in fp32)";
 
 /** A commander parser for an integer option of at least `min`. */
 export function intAtLeast(name: string, min: number) {

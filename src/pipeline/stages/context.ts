@@ -8,7 +8,7 @@
  */
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { SinkWindow } from "../../model/index.js";
+import type { SinkWindow, WeightDtype } from "../../model/index.js";
 import type { TrainConfig } from "../config.js";
 import type { TimeBudget } from "../budget.js";
 import type { SuiteEval } from "../evaluate.js";
@@ -142,10 +142,11 @@ export function attentionOf(cfg: TrainConfig): SinkWindow | undefined {
   return cfg.attention.mode === "sink-window" ? { window: cfg.attention.window, sinks: cfg.attention.sinks } : undefined;
 }
 
-/** The mask a run loads its checkpoints with: the options' override, else the config's (see `attentionOf`). */
-export function loadMaskOf(ctx: Pick<RunContext, "cfg" | "options">): { attention?: SinkWindow; override: boolean } {
+/** The mask a run loads its checkpoints with (the options' override, else the config's: see `attentionOf`), and how their weights are held (model.dtype). */
+export function loadMaskOf(ctx: Pick<RunContext, "cfg" | "options">): { attention?: SinkWindow; override: boolean; dtype: WeightDtype } {
   const override = ctx.options.attentionOverride;
-  return override ? { attention: override, override: true } : { attention: attentionOf(ctx.cfg), override: false };
+  const dtype = ctx.cfg.model.dtype; // how the loaded weights are held (model.dtype)
+  return override ? { attention: override, override: true, dtype } : { attention: attentionOf(ctx.cfg), override: false, dtype };
 }
 
 /** A checkpoint's folder name: "sft-00040", "grpo-00003". */

@@ -110,7 +110,7 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
   // attention.mode profile / attention.sinkLogit: the policy's own sinks and sink logit (attention-profile.ts).
   setUpAttention(ctx, data, start, resumed?.dir ?? cfg.model.checkpoint);
   const { engine } = start.policy;
-  const params = engine instanceof EmbeddedEngine ? engine.weights.data.length : engine.parameters;
+  const params = engine instanceof EmbeddedEngine ? (engine.weights.data16 ?? engine.weights.data).length : engine.parameters;
   const runsOn = engine instanceof EmbeddedEngine
     ? `kernels ${engine.kernels.describe()}`
     : `torch worker pid ${engine.workerPid} (${engine.architecture}, torch ${engine.info.torch}, ${engine.info.device})`;
