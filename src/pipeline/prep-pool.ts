@@ -212,6 +212,7 @@ export function policyTextSpec(policy: Policy): PolicyTextSpec {
     tokenizerDir: policy.engine.tokenizerDir ?? qwen3TokenizerDir(),
     templateSource: policy.template.source,
     toolArguments: policy.template.toolArguments,
+    ...(policy.template.tools ? { toolFormat: policy.template.tools.format } : {}),
     vocab: policy.vocab ? policy.vocab.toJSON() : null,
     templateVars: policy.templateVars,
   };

@@ -11,6 +11,7 @@ import { registerBundledEnvs } from "../envs/index.js";
 import { ChatTemplate } from "../model/index.js";
 import { Tokenizer } from "../model/index.js";
 import { tokenCodec, TrimmedVocab, type TrimmedVocabJson } from "../model/index.js";
+import type { ToolFormat } from "../model/index.js";
 import type { PolicyText } from "./policy.js";
 import { conversationToExample, type Conversation } from "./sft-data.js";
 import { expertEpisodes, makeChatEnv, taskContentsRange, type SuitePlan } from "./tasks.js";
@@ -21,6 +22,8 @@ export interface PolicyTextSpec {
   tokenizerDir: string;
   templateSource: string;
   toolArguments: "raw" | "parsed";
+  /** The template's tool format (the checkpoint family's where the template declares none: Phi-3). */
+  toolFormat?: ToolFormat;
   vocab: TrimmedVocabJson | null;
   templateVars: Record<string, unknown>;
 }
@@ -48,7 +51,7 @@ export type PrepMessage =
 
 export function policyTextFromSpec(spec: PolicyTextSpec): PolicyText {
   const tokenizer = Tokenizer.fromDir(spec.tokenizerDir);
-  const template = new ChatTemplate(spec.templateSource, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, specialTokens: tokenizer.specialTokens }, spec.toolArguments);
+  const template = new ChatTemplate(spec.templateSource, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, specialTokens: tokenizer.specialTokens }, spec.toolArguments, spec.toolFormat);
   const vocab = spec.vocab ? TrimmedVocab.fromJSON(spec.vocab) : undefined;
   return { tokenizer, template, codec: tokenCodec(tokenizer, vocab), vocab, templateVars: spec.templateVars };
 }

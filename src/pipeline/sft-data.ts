@@ -27,7 +27,7 @@ function assistantText(policy: PolicyText, before: readonly ChatMessage[], assis
   prompt ??= policy.template.render(before, { ...opts, addGenerationPrompt: true });
   const full = policy.template.render([...before, assistant], { ...opts, addGenerationPrompt: false });
   if (!full.startsWith(prompt)) throw new Error("the chat template renders the conversation differently once an assistant turn is added");
-  const eos = policy.tokenizer.eosToken!;
+  const eos = policy.template.endOfTurn ?? policy.tokenizer.eosToken!;
   const rest = full.slice(prompt.length);
   const end = rest.indexOf(eos);
   if (end < 0) throw new Error(`the chat template did not close the assistant turn with ${eos}`);
@@ -85,7 +85,15 @@ function systemPromptLength(policy: PolicyText, conv: Conversation, tokens: numb
   if (!cache) systemPromptIds.set(policy, (cache = new Map()));
   let system = cache.get(key);
   if (!system) {
-    const text = policy.template.render(conv.messages.slice(0, n), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false });
+    const render = (count: number) => policy.template.render(conv.messages.slice(0, count), { tools: conv.tools, extra: policy.templateVars, addGenerationPrompt: false });
+    let text: string;
+    try {
+      text = render(n);
+    } catch (err) {
+      // Llama 3.1's template puts the tools into the first user turn and refuses a conversation without one.
+      if (conv.tools.length === 0 || conv.messages[n]?.role !== "user") throw err;
+      text = render(n + 1);
+    }
     cache.set(key, (system = policy.codec.encode(text)));
   }
   let k = 0;

@@ -5,12 +5,14 @@
  * template's full rendering, with the drift detector on and silent; tool results reach the template in
  * the family's role (Llama 3.1: ipython; Phi-3: user turns, its template having no tool format); the
  * parser chosen for the family reads back the calls the model wrote; a malformed call comes back with the
- * parse error the rollout records; `rollout.toolFormat` picks another parser and refuses unknown ones.
+ * parse error the rollout records; `rollout.toolFormat` picks another parser and refuses unknown ones;
+ * an SFT example of the episode trains on each assistant turn up to the family's end-of-turn token.
  */
 import { describe, expect, it } from "vitest";
 import type { AssistantMessage, ChatMessage, ToolSpec } from "../../src/core/index.js";
 import { tokenCodec } from "../../src/model/vocab.js";
 import { validateConfig } from "../../src/pipeline/config.js";
+import { conversationToExample } from "../../src/pipeline/sft-data.js";
 import { Rollout } from "../../src/rollout/agent-loop.js";
 import { IncrementalRenderer } from "../../src/rollout/renderer.js";
 import { toolParserFor } from "../../src/rollout/tool-parser.js";
@@ -145,5 +147,27 @@ describe("rollout.toolFormat", () => {
     expect(validateConfig({ ...base, rollout: { toolFormat: "phi3-hermes" } }).rollout.toolFormat).toBe("phi3-hermes");
     expect(validateConfig(base).rollout.toolFormat).toBeUndefined();
     expect(() => validateConfig({ ...base, rollout: { toolFormat: "mistral" } })).toThrow('rollout.toolFormat: must be one of "hermes", "llama3-json", "phi3-hermes"');
+  });
+});
+
+// Qwen3's template writes an empty <think> block into the last assistant turn and drops it from past
+// ones, so its SFT examples drift by design (docs/model.md); the other families' do not.
+describe.each(familyChats().filter((f) => f.name !== "qwen3").map((f) => [f.name, f] as const))("family %s: an SFT example of an episode with tool calls", (_name, f) => {
+  it("is the template's full rendering, the loss on each assistant turn up to the family's end-of-turn token, with no drift", () => {
+    const turns = episode(f);
+    const { messages } = play(f, turns);
+    const ex = conversationToExample({ tokenizer: f.tokenizer, template: f.template, codec: tokenCodec(f.tokenizer), vocab: undefined, templateVars: {} }, { messages, tools });
+    expect(ex.drifted).toBe(false);
+    // The conversation ends with the user's reply: the full rendering without the generation prompt.
+    const tokens = Array.from(ex.tokens);
+    expect(tokens).toEqual(f.tokenizer.encode(f.template.render(messages, { tools, addGenerationPrompt: true, trustedAssistant: true })).slice(0, tokens.length));
+    const trained: number[][] = [];
+    tokens.forEach((id, i) => {
+      if (ex.lossMask[i] !== 1) return;
+      if (i === 0 || ex.lossMask[i - 1] !== 1) trained.push([]);
+      trained[trained.length - 1]!.push(id);
+    });
+    expect(trained).toEqual(turns.map((t) => f.tokenizer.encode(f.writeTurn(t.content, t.calls))));
+    expect(ex.contextStart).toBeGreaterThan(1);
   });
 });
