@@ -1,14 +1,17 @@
 /**
  * sinkflex as a user's project gets it: the package packed with `npm pack` (its prepack builds dist/),
  * checked for what it ships, then installed into a copy of examples/inventory-project and run there
- * through its `sinkflex` bin: `envs check`, a tiny `train` (SFT, GRPO, evaluations), `eval`, `serve`, and
- * a plain `node` import of "sinkflex" (no tsx). The package carries no native build (npm skips its
- * install script until approved), so the run must say once that it uses the reference kernels.
+ * through the project's own package.json scripts, the commands its README lists: `typecheck`, `check`
+ * and `check:mcp` (envs check), `train:tiny` (SFT, GRPO, evaluations), `eval:tiny`, `serve:tiny` with
+ * `ask` (OpenAI-style requests to the trained checkpoint on loopback), and a plain `node` import of
+ * "sinkflex" (no tsx). Without the native build (npm may skip the install script until approved) the run must say
+ * once that it uses the reference kernels.
  *
  * The installed layout is made without npm by default: the tarball unpacked into node_modules/sinkflex and
  * the checkout's own dependencies linked beside it (what npm would install, from the same lockfile). The
- * real `npm install` of the tarball (from the npm cache, with the registry's package metadata) takes
- * minutes on a small machine and may need the network, so it runs only with SINKFLEX_PACKAGE_TEST=1.
+ * real `npm install` of the tarball (from the npm cache, with the registry's package metadata; it compiles
+ * the native kernels and better-sqlite3) takes minutes on a small machine and reads the registry, so it
+ * runs only with SINKFLEX_PACKAGE_TEST=1; .ci/run runs it as its own step.
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -39,17 +42,34 @@ function projectCopy(name: string): string {
   return dir;
 }
 
-/** The shared runs of the installed package: envs check (function tools and MCP), train, eval, serve. */
-async function exerciseInstalled(dir: string, sinkflex: (args: string[]) => Promise<{ code: number; out: string }>): Promise<void> {
+/** The example's package.json scripts, by name. */
+const SCRIPTS = (JSON.parse(readFileSync(join(EXAMPLE, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts;
+
+/** A `sinkflex ...` script of the example as the sinkflex command's arguments ("sinkflex train --config x" -> ["train", "--config", "x"]). */
+function sinkflexArgs(script: string): string[] {
+  const [command, ...args] = (SCRIPTS[script] ?? "").split(/\s+/);
+  if (command !== "sinkflex") throw new Error(`the example's script ${script} is not a sinkflex command: ${SCRIPTS[script]}`);
+  return args;
+}
+
+/** Runs one of the example's scripts in the installed project. */
+type RunScript = (script: string) => Promise<{ code: number; out: string }>;
+
+/**
+ * The README's commands in the installed project, in its order: envs check (function tools and MCP),
+ * the tiny train, its eval. `typecheck` and `serve:tiny` are run by the callers (tsc and a server).
+ */
+async function exerciseInstalled(dir: string, script: RunScript): Promise<void> {
   // npm may or may not have run the package's install script (the native build), by its own policy on scripts.
   const nativeBuilt = existsSync(join(dir, "node_modules/sinkflex/native/build/Release/sinkflex_native.node"));
-  const check = await sinkflex(["envs", "check", "acme/inventory-v0", "--import", "./inventory-env.ts"]);
+  const check = await script("check");
   expect(check.code, check.out).toBe(0);
   expect(check.out).toMatch(/InventoryEnv<acme\/inventory-v0>>>>: passed/);
-  const mcp = await sinkflex(["envs", "check", "acme/inventory-mcp-v0", "--import", "./inventory-mcp-env.ts"]);
+  const mcp = await script("check:mcp");
   expect(mcp.code, mcp.out).toBe(0);
+  expect(mcp.out).toMatch(/InventoryMcpEnv<acme\/inventory-mcp-v0>>>>: passed/);
 
-  const train = await sinkflex(["train", "--config", "configs/tiny.yaml", "--quiet", "--no-dashboard"]);
+  const train = await script("train:tiny");
   expect(train.code, train.out).toBe(0);
   expect(existsSync(join(dir, "runs/inventory-tiny/final/config.json")), train.out).toBe(true);
   expect(train.out).toMatch(/after RL:/);
@@ -57,9 +77,63 @@ async function exerciseInstalled(dir: string, sinkflex: (args: string[]) => Prom
   expect(train.out.match(/WARNING: the native kernels are not available/g) ?? [], train.out).toHaveLength(nativeBuilt ? 0 : 1);
   if (!nativeBuilt) expect(train.out).toMatch(/fix: npx sinkflex build-native/);
 
-  const evaluation = await sinkflex(["eval", "runs/inventory-tiny/final", "--config", "configs/tiny.yaml"]);
+  const evaluation = await script("eval:tiny");
   expect(evaluation.code, evaluation.out).toBe(0);
   expect(evaluation.out).toMatch(/inventory\s+\d+\.\d%/);
+}
+
+/**
+ * Starts `cmd args` (a `serve` of the tiny run's checkpoint with `--port 0`) in its own process group,
+ * waits for its address, lists the model and asks it one chat completion with the env's tools; then
+ * `ask(url)`, when given (the example's `npm run ask`, its OpenAI client).
+ */
+async function serveSmoke(dir: string, cmd: string, args: string[], ask?: (url: string) => Promise<{ code: number; out: string }>): Promise<void> {
+  const server = spawn(cmd, args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  try {
+    const url = await new Promise<string>((done, fail) => {
+      let text = "";
+      const timer = setTimeout(() => fail(new Error(`serve did not start: ${text}`)), 90_000);
+      const seen = (chunk: Buffer) => {
+        text += String(chunk);
+        const m = /at (http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(text);
+        if (m) {
+          clearTimeout(timer);
+          done(m[1]!);
+        }
+      };
+      server.stdout.on("data", seen);
+      server.stderr.on("data", seen);
+      server.on("exit", (code) => fail(new Error(`serve exited (${code}): ${text}`)));
+    });
+    const models = (await (await fetch(`${url}/models`)).json()) as { data: { id: string }[] };
+    expect(models.data.map((m) => m.id)).toEqual(["final"]);
+    const tool = (name: string, properties: object) => ({ type: "function", function: { name, description: name, parameters: { type: "object", properties } } });
+    const res = await fetch(`${url}/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "final",
+        max_tokens: 16,
+        messages: [{ role: "system", content: "You manage the inventory." }, { role: "user", content: "Reserve 2 widget, or as many as are in stock." }],
+        tools: [tool("get_stock", { item: { type: "string" } }), tool("reserve", { item: { type: "string" }, qty: { type: "integer" } })],
+      }),
+    });
+    const reply = (await res.json()) as { choices?: { message: { role: string }; finish_reason: string }[] };
+    expect(res.status, JSON.stringify(reply)).toBe(200);
+    expect(reply.choices?.[0]?.message.role).toBe("assistant");
+    if (ask) {
+      const asked = await ask(url);
+      expect(asked.code, asked.out).toBe(0);
+      expect(asked.out).toMatch(/^assistant: \{"role":"assistant"/m);
+    }
+  } finally {
+    // The group: `npm run` starts the server as a grandchild.
+    try {
+      process.kill(-server.pid!, "SIGTERM");
+    } catch {
+      // already gone
+    }
+  }
 }
 
 beforeAll(() => {
@@ -92,45 +166,35 @@ describe("the packed sinkflex package", () => {
       symlinkSync(join(ROOT, "node_modules", dep), join(dir, "node_modules", dep));
     }
     const bin = join(pkgDir, "bin/sinkflex.mjs");
-    await exerciseInstalled(dir, (args) => run(dir, process.execPath, [bin, ...args]));
+    await exerciseInstalled(dir, (script) => run(dir, process.execPath, [bin, ...sinkflexArgs(script)]));
 
     // A plain node import of the package: no tsx, no TypeScript.
     const imported = await run(dir, process.execPath, ["--input-type=module", "-e", "const m = await import('sinkflex'); console.log(typeof m.functionTool, typeof m.ToolEnv)"]);
     expect(imported.out.trim()).toBe("function function");
 
-    // serve: the trained checkpoint answers an OpenAI-style request.
-    const server = spawn(process.execPath, [bin, "serve", "runs/inventory-tiny/final", "--port", "0"], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
-    try {
-      const url = await new Promise<string>((done, fail) => {
-        let text = "";
-        const timer = setTimeout(() => fail(new Error(`serve did not start: ${text}`)), 60_000);
-        const seen = (chunk: Buffer) => {
-          text += String(chunk);
-          const m = /at (http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(text);
-          if (m) {
-            clearTimeout(timer);
-            done(m[1]!);
-          }
-        };
-        server.stdout.on("data", seen);
-        server.stderr.on("data", seen);
-      });
-      const models = (await (await fetch(`${url}/models`)).json()) as { data: { id: string }[] };
-      expect(models.data.map((m) => m.id)).toEqual(["final"]);
-    } finally {
-      server.kill();
-    }
+    await serveSmoke(dir, process.execPath, [bin, ...sinkflexArgs("serve:tiny"), "--port", "0"]);
   }, 420_000);
 
   const real = process.env.SINKFLEX_PACKAGE_TEST === "1";
   if (!real) console.warn("skipping the npm install of the packed sinkflex: it reads the registry's package metadata and takes minutes; SINKFLEX_PACKAGE_TEST=1 runs it");
-  it.runIf(real)("npm install of the tarball into the example project, then npx sinkflex envs check, train and eval", async () => {
+  it.runIf(real)("npm install of the tarball into the example project, then the README's commands: typecheck, check, check:mcp, train:tiny, eval:tiny, serve:tiny, ask", async () => {
+    // The README lists these scripts, in this order, as the path from install to a served checkpoint.
+    const readme = readFileSync(join(EXAMPLE, "README.md"), "utf8");
+    const listed = [...readme.matchAll(/^npm run ([\w:]+)/gm)].map((m) => m[1]!);
+    const smoke = ["typecheck", "check", "check:mcp", "train:tiny", "eval:tiny", "serve:tiny", "ask"];
+    expect(listed.filter((s) => smoke.includes(s))).toEqual(smoke);
+
     const dir = projectCopy("npm");
     const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { dependencies: Record<string, string> };
     pkg.dependencies.sinkflex = `file:${tarball}`;
     writeFileSync(join(dir, "package.json"), JSON.stringify(pkg, null, 2));
-    const install = await run(dir, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"], {}, 900_000);
+    const install = await run(dir, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund"], {}, 1_200_000);
     expect(install.code, install.out).toBe(0);
-    await exerciseInstalled(dir, (args) => run(dir, "npx", ["sinkflex", ...args]));
-  }, 1_200_000);
+
+    const npmRun: RunScript = (script) => run(dir, "npm", ["run", "-s", script]);
+    const typecheck = await npmRun("typecheck");
+    expect(typecheck.code, typecheck.out).toBe(0);
+    await exerciseInstalled(dir, npmRun);
+    await serveSmoke(dir, "npm", ["run", "-s", "serve:tiny", "--", "--port", "0"], (url) => run(dir, "npm", ["run", "-s", "ask", "--", url]));
+  }, 1_800_000);
 });
