@@ -1,7 +1,9 @@
 """FSDP2 under torchrun on CPU (gloo): a 2-process worker (rank 0 serves the socket, rank 1 follows) and a
 1-process worker, driven over the socket through the same three forward/backward/AdamW steps from one
-checkpoint, give the same losses, gradient norms, sampled tokens and saved parameters (a full Hugging Face
-folder gathered by rank 0). Bounded: each worker gets 240 s."""
+checkpoint (sink-window attention with sink logits), give the same losses, gradient norms, sampled tokens
+and saved parameters (a full Hugging Face folder gathered by rank 0, sink logits included); a run resumed
+from a checkpoint saved with the sharded AdamW state continues as the uninterrupted one. Bounded: each
+worker gets 240 s."""
 import os
 import signal
 import socket
@@ -28,6 +30,16 @@ def ckpt(tmp_path_factory):
                       num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
     d = str(tmp_path_factory.mktemp("tiny"))
     Qwen2ForCausalLM(cfg).save_pretrained(d, safe_serialization=True)
+    # Sink-window attention (window 4, sinks 1) and per-head sink logits, as the embedded engine saves them.
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(d, "model.safetensors")
+    w = load_file(path)
+    for l in range(2):
+        w[f"model.layers.{l}.self_attn.sinks"] = torch.tensor([-0.5, 0.0, 0.4, 0.9])
+    save_file(w, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "sinkflex_attention.json"), "w") as f:
+        f.write('{"format": "sinkflex-sink-window-v1", "window": 4, "sinks": 1}')
     return d
 
 
@@ -138,6 +150,7 @@ def test_two_fsdp_processes_train_as_one(ckpt, tmp_path):
     assert np.allclose(one[0][:3], two[0][:3], atol=1e-5), (one[0], two[0])
     assert np.allclose(one[1][:3], two[1][:3], rtol=1e-4), (one[1], two[1])
     assert os.path.isfile(tmp_path / "two-step1" / "sinkflex_optimizer.pt")
+    assert "model.layers.1.self_attn.sinks" in load_file(str(tmp_path / "two" / "model.safetensors"))
     _same_weights(str(tmp_path / "two"), str(tmp_path / "two-resumed"))
     _same_weights(str(tmp_path / "one"), str(tmp_path / "one-resumed"))
     assert one[0][2] < one[0][0]  # the steps trained
