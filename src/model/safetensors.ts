@@ -193,17 +193,21 @@ export type Bf16Destination = (name: string, shape: number[]) => Uint16Array | u
  */
 export function readSafetensorsBf16(path: string, into: Bf16Destination, names?: Iterable<string>): Map<string, number[]> {
   const out = new Map<string, number[]>();
-  forEachTensor(path, names, (name, shape, bytes, dtype, count) => {
-    const dest = into(name, shape);
-    if (!dest) return;
+  let dest: Uint16Array | undefined;
+  // A skipped tensor is not read; a BF16 one is read straight into its destination.
+  const readInto = (name: string, shape: number[], dtype: StDtype, count: number): Uint8Array | null | undefined => {
+    dest = into(name, shape);
+    if (!dest) return null;
     if (dest.length !== count) throw new SafetensorsError(`tensor "${name}": destination has ${dest.length} values, the file ${count}`);
-    if (dtype === "BF16") new Uint8Array(dest.buffer, dest.byteOffset, count * 2).set(bytes.subarray(0, count * 2));
-    else {
+    return dtype === "BF16" ? new Uint8Array(dest.buffer, dest.byteOffset, count * 2) : undefined;
+  };
+  forEachTensor(path, names, (name, shape, bytes, dtype, count) => {
+    if (dtype !== "BF16") {
       const f = decode(bytes, dtype, count);
-      for (let i = 0; i < count; i++) dest[i] = f32ToBf16(f[i]!);
+      for (let i = 0; i < count; i++) dest![i] = f32ToBf16(f[i]!);
     }
     out.set(name, shape);
-  });
+  }, readInto);
   return out;
 }
 
@@ -233,11 +237,14 @@ export function safetensorsFiles(dir: string): { path: string; names: string[] |
 
 /**
  * Calls `fn` with each tensor (or each of `names`) of a file, one at a time: its shape, bytes, dtype and
- * element count (checked against the shape and the byte range).
+ * element count (checked against the shape and the byte range). `readInto`, when given, says where each
+ * tensor's bytes go: an array of exactly their size, null to skip the tensor (fn is not called), or
+ * undefined for a new buffer.
  */
 function forEachTensor(
   path: string, names: Iterable<string> | undefined,
   fn: (name: string, shape: number[], bytes: Uint8Array, dtype: StDtype, count: number) => void,
+  readInto?: (name: string, shape: number[], dtype: StDtype, count: number) => Uint8Array | null | undefined,
 ): void {
   const { entries, dataStart } = readSafetensorsHeader(path);
   const want = names ? new Set(names) : undefined;
@@ -254,7 +261,9 @@ function forEachTensor(
       if (b1 - b0 !== count * BYTES[dtype]) {
         throw new SafetensorsError(`${path}: tensor "${name}" byte range ${b0}..${b1} does not match shape ${JSON.stringify(e.shape)} ${dtype}`);
       }
-      const buf = Buffer.alloc(b1 - b0);
+      const target = readInto?.(name, [...e.shape], dtype, count);
+      if (target === null) continue;
+      const buf = target ?? Buffer.alloc(b1 - b0);
       let got = 0;
       while (got < buf.length) {
         const r = readSync(fd, buf, got, buf.length - got, dataStart + b0 + got);
