@@ -1,4 +1,4 @@
-// The torch worker's own tests (python/tests: the engine, the socket server, FSDP2 across two gloo
+// The torch worker's own tests (python/tests: the engine, its attention, the socket server, FSDP2 across two gloo
 // processes) run by $SINKFLEX_TORCH_PYTHON (default python3) under pytest, so that `npm test` covers the
 // Python side. Skipped with a printed reason when that Python lacks torch, transformers or safetensors
 // (a failure when SINKFLEX_REQUIRE_TORCH=1), or pytest.
