@@ -17,7 +17,7 @@ import { Rollout } from "../../src/rollout/agent-loop.js";
 import { IncrementalRenderer } from "../../src/rollout/renderer.js";
 import { toolParserFor } from "../../src/rollout/tool-parser.js";
 import { familyChats, type FamilyChat } from "../model/family-chat.js";
-import { tinyEngine } from "./helpers.js";
+import { groupTask, tinyEngine } from "./helpers.js";
 
 const tools: ToolSpec[] = [
   { name: "lookup", description: "Find a record by key.", parameters: { type: "object", properties: { key: { type: "string" } }, required: ["key"] } },
@@ -169,5 +169,31 @@ describe.each(familyChats().filter((f) => f.name !== "qwen3").map((f) => [f.name
     });
     expect(trained).toEqual(turns.map((t) => f.tokenizer.encode(f.writeTurn(t.content, t.calls))));
     expect(ex.contextStart).toBeGreaterThan(1);
+  });
+});
+
+describe("the agent loop on a Phi-3 checkpoint's tokenizer and template", () => {
+  it("samples each turn until <|end|> (not the eos_token <|endoftext|>), closes cut turns with it, and frames the env's reply after it", async () => {
+    const phi = familyChats().find((f) => f.name === "phi3")!;
+    const codec = tokenCodec(phi.tokenizer);
+    const engine = tinyEngine(codec, 3);
+    const rollout = new Rollout(engine, codec, phi.template, { maxTokensPerTurn: 4, turnLimit: "close", maxTurns: 3, seed: 7, temperature: 1 });
+    try {
+      const [traj] = await rollout.runGroup(groupTask(0, 1, 5));
+      expect(traj!.error).toBeUndefined();
+      const end = phi.tokenizer.tokenToId("<|end|>")!;
+      const seg = traj!.segments[0]!;
+      expect(traj!.turns.length).toBeGreaterThanOrEqual(2);
+      for (const turn of traj!.turns.slice(0, -1)) {
+        // The token that ends the turn: sampled (mask 1) or given to close it (mask 0), always <|end|>.
+        const last = turn.finishReason === "stop" ? turn.sampleEnd - 1 : turn.sampleEnd;
+        expect(seg.tokens[last]).toBe(end);
+        // The env's reply follows as Phi-3's user turn (the newline after <|end|> stripped, as in a full encode).
+        expect(phi.tokenizer.decode(seg.tokens.slice(last, last + 2))).toBe("<|end|><|user|>");
+      }
+    } finally {
+      await rollout.close();
+      engine.dispose();
+    }
   });
 });
