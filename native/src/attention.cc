@@ -4,7 +4,8 @@
 // are gathered into dense buffers, and scores, probabilities and gradients are small GEMMs on the calling
 // thread. Work is split over (batch, kv head, query blocks) so no two tasks write the same output. With the
 // matmul precision at bf16, the training kernels hand over to attention_bf16.cc's fused ones where those
-// apply (AVX512-BF16, head sizes that are multiples of 32 up to 128).
+// apply (AVX512-BF16, head sizes that are multiples of 32 up to 128). Decoding (one new token) has AVX-512
+// and AVX2 kernels for head sizes up to 128 (AVX2: multiples of 8) and a portable one for the rest.
 // Not here: the mask's meaning is defined in src/kernels/kernels.ts; GEMM lives in gemm.cc.
 #include <algorithm>
 #include <climits>
@@ -416,8 +417,9 @@ __attribute__((target("avx512f"))) static inline void decodeValues512(int n, con
     }
 }
 
-// Fetches `bytes` from the start of the key rows [j0, j1) into L1 and of the value rows into L2.
-__attribute__((target("avx512f"))) static inline void prefetchRows(int j0, int j1, const float* kBase,
+// Fetches `bytes` from the start of the key rows [j0, j1) into L1 and of the value rows into L2 (prefetch
+// instructions only: the AVX-512 and the AVX2 decoding both use it).
+static inline void prefetchRows(int j0, int j1, const float* kBase,
                                                                   const float* vBase, const size_t* rowOff,
                                                                   int bytes) {
   for (int t = j0; t < j1; t++) {
@@ -481,7 +483,101 @@ using DecodeGroupFn = void (*)(int, int, int, float, const float*, const float*,
 static constexpr DecodeGroupFn kDecodeGroup512[8] = {decodeGroup512<1>, decodeGroup512<2>, decodeGroup512<3>,
                                                      decodeGroup512<4>, decodeGroup512<5>, decodeGroup512<6>,
                                                      decodeGroup512<7>, decodeGroup512<8>};
+
+// ------------------------------------------------------------------------ decoding with AVX2 + FMA
+#define SFX_DECODE_AVX2 1
+#define SFX_AVX2 __attribute__((target("avx2,fma")))
+
+// Lane t of the result is the sum of the 8 lanes of a[t].
+SFX_AVX2 static inline __m256 reduce8(const __m256* a) {
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// out[g] = sum_j s[g][j] * v_j over columns [0, 8 * CW) of the rows (vBase already at the columns' start)
+// for GB heads at once: GB x CW accumulators held in registers over one pass of the rows.
+template <int CW, int GB>
+SFX_AVX2 static inline void decodeValuesAvx2(int n, const float* s, int ldS, const float* vBase, const size_t* rowOff,
+                                             float* out, int D) {
+  __m256 o[GB][CW];
+  for (int g = 0; g < GB; g++)
+    for (int c = 0; c < CW; c++) o[g][c] = _mm256_setzero_ps();
+  for (int j = 0; j < n; j++) {
+    const float* vr = vBase + rowOff[j];
+    __m256 vv[CW];
+    for (int c = 0; c < CW; c++) vv[c] = _mm256_loadu_ps(vr + 8 * c);
+    for (int g = 0; g < GB; g++) {
+      const __m256 p = _mm256_broadcast_ss(s + static_cast<size_t>(g) * ldS + j);
+      for (int c = 0; c < CW; c++) o[g][c] = _mm256_fmadd_ps(p, vv[c], o[g][c]);
+    }
+  }
+  for (int g = 0; g < GB; g++)
+    for (int c = 0; c < CW; c++) _mm256_storeu_ps(out + static_cast<size_t>(g) * D + 8 * c, o[g][c]);
+}
+
+// The value pass for GB heads, in column groups of at most 4 chunks (GB x 4 accumulators).
+template <int DV, int GB>
+SFX_AVX2 static inline void decodeValueGroupsAvx2(int n, const float* s, int ldS, const float* vBase, const size_t* rowOff,
+                                                  float* out, int D) {
+  int c0 = 0;
+  for (; c0 + 4 <= DV; c0 += 4) decodeValuesAvx2<4, GB>(n, s, ldS, vBase + 8 * c0, rowOff, out + 8 * c0, D);
+  constexpr int rest = DV % 4;
+  if constexpr (rest > 0) decodeValuesAvx2<rest, GB>(n, s, ldS, vBase + 8 * c0, rowOff, out + 8 * c0, D);
+}
+
+// decodeGroup for D = 8 * DV with AVX2: scores of 8 rows at a time (eight independent dot products, reduced
+// together), then the value rows passed once per two heads; the first head's pass fetches the rows ahead
+// as decodeGroup512 does.
+template <int DV>
+SFX_AVX2 static void decodeGroupAvx2(int G, int D, int n, float scale, const float* q, const float* kBase,
+                                     const float* vBase, const size_t* rowOff, const float* sink, float* s, float* out,
+                                     int pfBytes) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int g = 0; g < G; g++) {
+    const float* qg = q + static_cast<size_t>(g) * D;
+    float* sg = s + static_cast<size_t>(g) * n;
+    if (g == 0) prefetchRows(0, std::min(n, 8), kBase, vBase, rowOff, pfBytes);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+      if (g == 0) prefetchRows(j + 8, std::min(n, j + 16), kBase, vBase, rowOff, pfBytes);
+      const float* kr[8];
+      for (int t = 0; t < 8; t++) kr[t] = kBase + rowOff[j + t];
+      __m256 acc[8];
+      const __m256 q0 = _mm256_loadu_ps(qg);
+      for (int t = 0; t < 8; t++) acc[t] = _mm256_mul_ps(q0, _mm256_loadu_ps(kr[t]));
+      for (int c = 1; c < DV; c++) {
+        const __m256 qc = _mm256_loadu_ps(qg + 8 * c);
+        for (int t = 0; t < 8; t++) acc[t] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kr[t] + 8 * c), acc[t]);
+      }
+      _mm256_storeu_ps(sg + j, _mm256_mul_ps(reduce8(acc), vscale));
+    }
+    for (; j < n; j++) {
+      const float* kr = kBase + rowOff[j];
+      __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(kr));
+      for (int c = 1; c < DV; c++) a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), _mm256_loadu_ps(kr + 8 * c), a);
+      const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+      const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      sg[j] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2))) * scale;
+    }
+  }
+  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
+  int g = 0;
+  for (; g + 2 <= G; g += 2)
+    decodeValueGroupsAvx2<DV, 2>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D, D);
+  for (; g < G; g++)
+    decodeValueGroupsAvx2<DV, 1>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D, D);
+}
+#undef SFX_AVX2
+
+// decodeGroupAvx2 by the number of 8-float chunks of a head (1 to 16: head sizes up to 128, multiples of 8).
+static constexpr DecodeGroupFn kDecodeGroupAvx2[16] = {
+    decodeGroupAvx2<1>,  decodeGroupAvx2<2>,  decodeGroupAvx2<3>,  decodeGroupAvx2<4>,  decodeGroupAvx2<5>,  decodeGroupAvx2<6>,
+    decodeGroupAvx2<7>,  decodeGroupAvx2<8>,  decodeGroupAvx2<9>,  decodeGroupAvx2<10>, decodeGroupAvx2<11>, decodeGroupAvx2<12>,
+    decodeGroupAvx2<13>, decodeGroupAvx2<14>, decodeGroupAvx2<15>, decodeGroupAvx2<16>};
 #endif
+
 
 // Scratch of one thread for cached attention: the gathered keys and values of one (sequence, kv head) and
 // the score rows.
@@ -540,10 +636,14 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         const float* vb = vCache + static_cast<size_t>(kvh) * D;
         const float* sink = hasSink ? sinkLogit + kvh * G : nullptr;
 #ifdef SFX_DECODE512
+        // the first kv head's pass fetches whole rows; later heads find their parts in cache
+        const int pf = !perSeq ? D * 4 : (kvh == 0 ? KVH * D * 4 : 0);
         if (simdLevel() == Simd::Avx512 && D <= 128) {
-          // the first kv head's pass fetches whole rows; later heads find their parts in cache
-          int pf = !perSeq ? D * 4 : (kvh == 0 ? KVH * D * 4 : 0);
           kDecodeGroup512[(D + 15) / 16 - 1](G, D, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
+          continue;
+        }
+        if (simdLevel() == Simd::Avx2 && D <= 128 && D % 8 == 0) {
+          kDecodeGroupAvx2[D / 8 - 1](G, D, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
           continue;
         }
 #endif

@@ -626,9 +626,33 @@ describe("SIMD levels and kernel selection", () => {
     const g = Float32Array.from({ length: 1000 }, r), u = Float32Array.from({ length: 1000 }, r), o = new Float32Array(1000);
     m.swigluForward(1000, g, u, o);
     for (let i = 0; i < 1000; i++) err = Math.max(err, Math.abs(o[i] - g[i] / (1 + Math.exp(-g[i])) * u[i]));
+    // decoding attention (one new token against a paged cache, a sink logit), head sizes with a whole number
+    // of SIMD chunks or not, an odd number of query heads per kv head
+    for (const [H, KVH, D] of [[6, 2, 64], [8, 2, 24], [4, 2, 40], [2, 1, 100]]) {
+      const B = 3, bs = 8, maxBlocks = 5, lens = Int32Array.from([37, 5, 20]), G = H / KVH, scale = 1 / Math.sqrt(D);
+      const kc = Float32Array.from({ length: B * maxBlocks * bs * KVH * D }, r), vc = Float32Array.from({ length: kc.length }, r);
+      const table = Int32Array.from({ length: B * maxBlocks }, (_, i) => (i * 7) % (B * maxBlocks));
+      const q = Float32Array.from({ length: B * H * D }, r), sink = Float32Array.from({ length: H }, r);
+      const o = new Float32Array(B * H * D);
+      m.attentionCached(B, 1, H, KVH, D, scale, bs, maxBlocks, 0, 0, q, kc, vc, table, lens, sink, o);
+      for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) {
+        const offs = [], sc = [];
+        for (let j = 0; j < lens[b]; j++) {
+          const off = ((table[b * maxBlocks + Math.floor(j / bs)] * bs + (j % bs)) * KVH + Math.floor(h / G)) * D;
+          let t = 0; for (let d = 0; d < D; d++) t += q[(b * H + h) * D + d] * kc[off + d];
+          offs.push(off); sc.push(t * scale);
+        }
+        const mx = Math.max(sink[h], ...sc);
+        const z = Math.exp(sink[h] - mx) + sc.reduce((a, x) => a + Math.exp(x - mx), 0);
+        for (let d = 0; d < D; d++) {
+          let t = 0; for (let j = 0; j < sc.length; j++) t += (Math.exp(sc[j] - mx) / z) * vc[offs[j] + d];
+          err = Math.max(err, Math.abs(t - o[(b * H + h) * D + d]));
+        }
+      }
+    }
     console.log(JSON.stringify({ simd: m.info().simd, err }));`;
   for (const level of ["portable", "avx2", "avx512"]) {
-    it(`SINKFLEX_SIMD=${level} computes the same results (packed B in chunks of depth too)`, () => {
+    it(`SINKFLEX_SIMD=${level} computes the same results (packed B in chunks of depth too, decoding attention)`, () => {
       const res = spawnSync(process.execPath, ["-e", script], {
         env: { ...process.env, SINKFLEX_SIMD: level, SINKFLEX_THREADS: "2", SFX_PACK_MB: "1" },
         encoding: "utf8",
