@@ -104,6 +104,8 @@ export interface Calibration {
   sftMsPerStep: number;
   /** One task's share of a GRPO step (its group's rollouts and update): a step costs batchTasks of them. */
   grpoMsPerTask: number;
+  /** How grpoMsPerTask was found, printed with the plan (e.g. from the expert episodes' length in tokens). */
+  grpoBasis?: string;
   /** One held-out task's evaluation, per suite (in the suites' order). */
   evalMsPerTask: number[];
   /** Reading one task's contents when the suites are planned, and playing one expert episode. */
@@ -238,7 +240,7 @@ export function planBudgetRun(budgetMs: number, cal: Calibration, r: PlanRecipe)
   };
   const halfWidths = plan.evalTasks.map(halfWidthPoints);
   const lines = [
-    `calibration (${sec(cal.elapsedMs)}): SFT ${(cal.sftMsPerStep / 1000).toFixed(2)}s a step; GRPO ${sec(grpoStepMs)} a step of ${r.grpo.batchTasks} tasks; ` +
+    `calibration (${sec(cal.elapsedMs)}): SFT ${(cal.sftMsPerStep / 1000).toFixed(2)}s a step; GRPO ${sec(grpoStepMs)} a step of ${r.grpo.batchTasks} tasks${cal.grpoBasis ? ` (${cal.grpoBasis})` : ""}; ` +
       `evaluation ${r.suites.map((s, i) => `${s.name} ${(1000 / (cal.evalMsPerTask[i] ?? 1)).toFixed(0)}`).join(", ")} tasks/s; expert episodes ${(cal.episodeMs).toFixed(0)}ms each`,
     plan.whole
       ? `plan: the recipe's counts fit ${sec(budgetMs)} (an estimated ${sec(need + cal.elapsedMs)} with the calibration)`

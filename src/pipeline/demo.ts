@@ -180,7 +180,9 @@ export async function calibrate(cfg: TrainConfig, options: Pick<DemoOptions, "sh
       runsDir: dir,
       suites: cfg.suites.map((s) => ({ ...s, options: typeof s.options.count === "number" ? { ...s.options, count: Math.min(s.options.count, CONTENTS) } : s.options, evalTasks: EVAL, sftEpisodes: EPISODES })),
       sft: { ...cfg.sft, warmupSteps: 0, checkpointEvery: 1_000_000, ...(cfg.sft.copyDrill ? { copyDrill: { ...cfg.sft.copyDrill, examples: 2 * cfg.sft.batchSize, untilLoss: undefined, lossSteps: undefined, maxExamples: undefined } } : {}) },
-      grpo: { ...cfg.grpo, steps: 2, batchTasks: 8, warmupSteps: 0 },
+      // Every group is trained, degenerate or not: a barely trained policy's groups are mostly all
+      // failures, and a step that skips them would measure rollouts without their update.
+      grpo: { ...cfg.grpo, steps: 2, batchTasks: 8, warmupSteps: 0, filterDegenerateGroups: false },
       eval: { ...cfg.eval, tasksPerSuite: EVAL },
       checkpointEvery: 1_000_000,
     },
@@ -188,14 +190,20 @@ export async function calibrate(cfg: TrainConfig, options: Pick<DemoOptions, "sh
   );
   const sftTimes: number[] = [];
   let grpoMs = Number.NaN;
+  let grpoTokens = 0;
+  let suites: { name: string; weight: number; lengths: number[] }[] = [];
   try {
     const r = await train(calCfg, {
       quiet: true,
       shouldStop: options.shouldStop,
+      onSftLengths: (s) => (suites = s),
       onMetrics: (m) => {
         if (m.stage === "sft") sftTimes.push(performance.now());
         const phase = m.phaseMs as { rollout?: number; train?: number } | undefined;
-        if (m.stage === "grpo" && phase) grpoMs = (phase.rollout ?? 0) + (phase.train ?? 0);
+        if (m.stage === "grpo" && phase) {
+          grpoMs = (phase.rollout ?? 0) + (phase.train ?? 0);
+          grpoTokens = (m.tokens as { trained?: number } | undefined)?.trained ?? 0;
+        }
       },
     });
     if (r.stopped) throw new Error("the demo was stopped during its calibration");
@@ -204,10 +212,38 @@ export async function calibrate(cfg: TrainConfig, options: Pick<DemoOptions, "sh
     // An expert episode taken as four task readings (a reset and a few steps against one).
     const unit = contentMsPerTask;
     const evalMsPerTask = Object.values(r.evalBefore ?? {}).map((e) => e.wallMs / Math.max(1, e.trials));
-    return { sftMsPerStep, grpoMsPerTask: (Number.isFinite(grpoMs) ? grpoMs : r.grpo.rolloutMs + r.grpo.trainMs) / calCfg.grpo.batchTasks, evalMsPerTask, contentMsPerTask: unit, episodeMs: 4 * unit, elapsedMs: performance.now() - start };
+    const measuredMs = Number.isFinite(grpoMs) ? grpoMs : r.grpo.rolloutMs + r.grpo.trainMs;
+    const grpo = grpoStepEstimate(measuredMs, grpoTokens, calCfg.grpo.batchTasks, cfg.grpo.groupSize, suites);
+    return { sftMsPerStep, ...grpo, evalMsPerTask, contentMsPerTask: unit, episodeMs: 4 * unit, elapsedMs: performance.now() - start };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * One GRPO task's time in the planned run. The calibration's GRPO step plays the calibration's own
+ * barely trained policy, whose episodes are not the length a policy after SFT plays (it stops early or
+ * rambles), so its time is taken per trained token and scaled to the length of the suites' expert
+ * episodes (the episodes SFT teaches), weighted by the suites' GRPO weights: a group of G episodes of
+ * that length. Without a token count or expert episodes, the step's time as measured.
+ */
+export function grpoStepEstimate(
+  stepMs: number,
+  stepTokens: number,
+  stepTasks: number,
+  groupSize: number,
+  suites: readonly { weight: number; lengths: readonly number[] }[],
+): { grpoMsPerTask: number; grpoBasis?: string } {
+  const measured = stepMs / stepTasks;
+  const withExpert = suites.filter((s) => s.lengths.length > 0 && s.weight > 0);
+  if (stepTokens <= 0 || withExpert.length === 0) return { grpoMsPerTask: measured };
+  const weights = withExpert.reduce((a, s) => a + s.weight, 0);
+  const episodeTokens = withExpert.reduce((a, s) => a + (s.weight / weights) * (s.lengths.reduce((x, y) => x + y, 0) / s.lengths.length), 0);
+  const msPerToken = stepMs / stepTokens;
+  return {
+    grpoMsPerTask: msPerToken * groupSize * episodeTokens,
+    grpoBasis: `${(1000 / msPerToken).toFixed(0)} trained tokens/s over episodes of ${episodeTokens.toFixed(0)} tokens, the expert's; the calibration's own episodes averaged ${(stepTokens / (stepTasks * groupSize)).toFixed(0)}`,
+  };
 }
 
 /** The recipe's counts as a planned run sees them (held-out and expert counts capped as the suites' plans cap them). */
