@@ -11,7 +11,9 @@
  *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with a
  *            bf16 unit, also the same step with bf16 products
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
- *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024 (child process)
+ *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024, and of sampling
+ *            from that shape with its weights held in fp32 and in bf16, side by side (a child process each;
+ *            `--only memory-sample` runs the sampling lines alone)
  *
  * Peers run in Python subprocesses (bench/peers/worker.py, one per library). Without Python, numpy or
  * torch the row says "peer unavailable"; the benchmark never fails for that.
@@ -19,7 +21,7 @@
  * AVX2-only machine): sinkflex's kernels (SINKFLEX_SIMD=avx2, no bf16 unit), numpy's OpenBLAS on its Haswell
  * kernel (OPENBLAS_CORETYPE=Haswell) and PyTorch at CPU capability AVX2 (ATEN_CPU_CAPABILITY=avx2, MKL and
  * oneDNN capped at AVX2). The default, --simd native, lets each pick its own code for the CPU.
- * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory] [--json FILE]
+ * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory,memory-sample] [--json FILE]
  *        [--simd native|avx2] [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -33,6 +35,7 @@ import type { TokenLoss } from "../src/engine/types.js";
 import { bf16Unit, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
 import type { Kernels } from "../src/kernels/kernels.js";
 import { parseHfConfig } from "../src/model/config.js";
+import { weightBytes, type WeightDtype } from "../src/model/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -87,7 +90,7 @@ function parseArgs(argv: string[]): Options {
   }
   if (!(o.threads >= 1)) throw new Error("--threads must be a positive integer");
   for (const s of o.only) {
-    if (!["gemm", "train", "decode", "memory"].includes(s)) throw new Error(`--only: unknown section "${s}" (gemm, train, decode, memory)`);
+    if (!["gemm", "train", "decode", "memory", "memory-sample"].includes(s)) throw new Error(`--only: unknown section "${s}" (gemm, train, decode, memory, memory-sample)`);
   }
   return o;
 }
@@ -458,8 +461,42 @@ async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, o
   out.decode = rows;
 }
 
+/** Which run a memory child makes (SFX_BENCH_MEMORY): the training step, or sampling in a dtype. */
+const MEMORY_RUNS = {
+  train: null,
+  "sample-fp32": { dtype: "fp32", label: "sample, fp32 weights" },
+  "sample-fp32-unpacked": { dtype: "fp32", label: "sample, fp32 weights, no packed copies", packWeights: false },
+  "sample-bf16": { dtype: "bf16", label: "sample, bf16 weights" },
+} as const satisfies Record<string, { dtype: WeightDtype; label: string; packWeights?: boolean } | null>;
+type MemoryRun = keyof typeof MEMORY_RUNS;
+
+/**
+ * In a child process: one session of the Qwen2.5-0.5B shape (random weights held in `dtype`) prefilling a
+ * 128-token prompt and sampling 32 tokens (8 with --quick); prints JSON with the peak RSS.
+ */
+function memorySampleChild(o: Options, run: Exclude<MemoryRun, "train">): void {
+  const k = getKernels();
+  const spec = MEMORY_RUNS[run];
+  const cfg = parseHfConfig(QWEN25_05B);
+  const t0 = performance.now();
+  const engine = createRandomModel(cfg, 1, { kernels: k, dtype: spec.dtype, ...("packWeights" in spec ? { packWeights: spec.packWeights } : {}) });
+  const tBuilt = performance.now();
+  const session = engine.sessionSync(randomTokens(128, cfg.vocabSize, 7));
+  const maxTokens = o.quick ? 8 : 32;
+  const tokens = engine.sampleBatchSync([session], [{ maxTokens, temperature: 1, seed: 1 }])[0]!.tokens.length;
+  const tDone = performance.now();
+  console.log(JSON.stringify({
+    run, params: parameterCount(QWEN25_05B), maxRssBytes: process.resourceUsage().maxRSS * 1024,
+    weightBytes: weightBytes(engine.weights), packedBytes: engine.model.packed?.bytes ?? 0, tokens,
+    buildSeconds: (tBuilt - t0) / 1000, sampleSeconds: (tDone - tBuilt) / 1000,
+  }));
+}
+
 /** In a child process: one training step of the Qwen2.5-0.5B shape at seq 1024; prints JSON. */
 async function memoryChild(o: Options): Promise<void> {
+  const run = (process.env.SFX_BENCH_MEMORY ?? "train") as MemoryRun;
+  if (!(run in MEMORY_RUNS)) throw new Error(`SFX_BENCH_MEMORY: unknown run "${run}" (${Object.keys(MEMORY_RUNS).join(", ")})`);
+  if (run !== "train") return memorySampleChild(o, run);
   const k = getKernels();
   const T = o.quick ? 256 : 1024;
   const cfg = parseHfConfig(QWEN25_05B);
@@ -477,17 +514,26 @@ async function memoryChild(o: Options): Promise<void> {
   }));
 }
 
-function memorySection(o: Options, out: Record<string, unknown>) {
+/** Runs one memory child; its JSON line, or { error }. */
+function runMemoryChild(o: Options, run: MemoryRun): any {
   const tsx = join(here, "..", "node_modules", "tsx", "dist", "cli.mjs");
   const args = [tsx, fileURLToPath(import.meta.url), "--memory-child", "--threads", String(o.threads), ...(o.quick ? ["--quick"] : [])];
-  const res = spawnSync(process.execPath, args, { encoding: "utf8", env: { ...process.env, SINKFLEX_THREADS: String(o.threads) }, maxBuffer: 1 << 20 });
+  const env = { ...process.env, SINKFLEX_THREADS: String(o.threads), SFX_BENCH_MEMORY: run };
+  const res = spawnSync(process.execPath, args, { encoding: "utf8", env, maxBuffer: 1 << 20 });
   const line = res.stdout.trim().split("\n").pop() ?? "";
-  let m: any = null;
   try {
-    m = JSON.parse(line);
+    return JSON.parse(line);
   } catch {
-    console.log(`\nmemory: the child process failed (status ${res.status}): ${res.stderr.trim().slice(-500)}`);
-    out.memory = { error: res.stderr.trim().slice(-500) };
+    return { error: `the child process failed (status ${res.status}): ${res.stderr.trim().slice(-500)}` };
+  }
+}
+
+function memorySection(o: Options, out: Record<string, unknown>) {
+  sampleMemorySection(o, out);
+  const m = runMemoryChild(o, "train");
+  if (m.error) {
+    console.log(`\nmemory: ${m.error}`);
+    out.memory = { error: m.error };
     return;
   }
   const gib = m.maxRssBytes / 2 ** 30;
@@ -497,6 +543,23 @@ function memorySection(o: Options, out: Record<string, unknown>) {
     [["sinkflex", fmt(gib, 2), "16", gib <= 16 ? "yes" : "NO", fmt(m.stepSeconds, 1)]],
   );
   out.memory = { ...m, peakGiB: gib, fits16GiB: gib <= 16 };
+}
+
+/** Peak RSS of sampling the Qwen2.5-0.5B shape with its weights in fp32 (with and without packed copies) and in bf16. */
+function sampleMemorySection(o: Options, out: Record<string, unknown>) {
+  const runs = ["sample-fp32", "sample-fp32-unpacked", "sample-bf16"] as const;
+  const results = runs.map((run) => runMemoryChild(o, run));
+  const gib = (b: number) => b / 2 ** 30;
+  const rows = results.map((m, i) => m.error
+    ? [MEMORY_RUNS[runs[i]!].label, "failed", "-", "-", "-"]
+    : [MEMORY_RUNS[runs[i]!].label, fmt(gib(m.maxRssBytes), 2), fmt(gib(m.weightBytes), 2), fmt(gib(m.packedBytes), 2), fmt(m.tokens / m.sampleSeconds, 1)]);
+  printTable(
+    `Peak memory, sampling a Qwen2.5-0.5B shape (random weights): a 128-token prompt, then ${o.quick ? 8 : 32} tokens`,
+    ["", "peak RSS (GiB)", "weights (GiB)", "packed copies (GiB)", "tokens/s (with prefill)"],
+    rows,
+  );
+  for (const m of results) if (m.error) console.log(`memory: ${m.error}`);
+  out.memorySample = Object.fromEntries(results.map((m, i) => [runs[i]!, m.error ? m : { ...m, peakGiB: gib(m.maxRssBytes) }]));
 }
 
 // ------------------------------------------------------------------------------------------ main
@@ -566,6 +629,7 @@ async function main(): Promise<void> {
     for (const p of peers.values()) p.close();
   }
   if (o.only.has("memory")) memorySection(o, out);
+  else if (o.only.has("memory-sample")) sampleMemorySection(o, out);
   (out.machine as Record<string, unknown>).loadAverageAtEnd = loadavg();
   console.log(`\nload average at end: ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
   if (o.json) {
