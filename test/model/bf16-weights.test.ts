@@ -59,6 +59,19 @@ describe.skipIf(!native)("bf16 weights: log-probs against fp32", () => {
   }
 });
 
+describe.skipIf(!native)("bf16 weights: batched decoding", () => {
+  it("a session samples the same tokens and log-probs alone as beside others (its rows do not depend on the batch)", () => {
+    const e = createRandomModel(BF16_TEST_CONFIG, 7, { kernels: native!, std: 0.08, dtype: "bf16" });
+    const V = BF16_TEST_CONFIG.vocabSize;
+    const params = { maxTokens: 12, temperature: 1, seed: 5 };
+    const alone = e.sampleBatchSync([e.sessionSync(randomTokens(1, 30, V))], [params])[0]!;
+    const others = [randomTokens(2, 45, V), randomTokens(3, 7, V), randomTokens(4, 60, V)].map((t) => e.sessionSync(t));
+    const together = e.sampleBatchSync([e.sessionSync(randomTokens(1, 30, V)), ...others], [params, ...others.map((_, i) => ({ ...params, seed: 10 + i }))])[0]!;
+    expect(together.tokens).toEqual(alone.tokens);
+    expect(Array.from(together.logprobs)).toEqual(Array.from(alone.logprobs));
+  });
+});
+
 describe("bf16 weights: memory", () => {
   it("the weights take half the bytes, with no fp32 copy of the matrices", () => {
     const fp32 = randomWeights(BF16_TEST_CONFIG, 7);
