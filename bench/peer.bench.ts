@@ -3,23 +3,27 @@
  * --config`, the pipeline's GRPO stage) and with Hugging Face TRL's GRPOTrainer (bench/peers/trl_grpo.py),
  * alternating, on the same threads. It is not a benchmark of either library's SFT or of its defaults.
  *
- *   policy   one Hugging Face checkpoint folder: a tiny model SFT'd by sinkflex on the arith suite
- *            (calculate, then submit_answer), made first (or --checkpoint DIR); TRL loads it through
- *            transformers and encodes with the checkpoint's trimmed vocabulary as sinkflex does
- *   tasks    the steps' training tasks (sinkflex's `stepTasks`) and the held-out tasks (`planSuites`),
- *            the same on both sides; TRL reaches the env through `sinkflex envs serve` on 127.0.0.1, so
- *            the verifier is the same code
+ *   policy   one Hugging Face checkpoint folder (--checkpoint DIR: one that already solves some arith
+ *            tasks, e.g. the demo's post-SFT checkpoint, so that success can rise), or else a tiny model
+ *            SFT'd here on the arith suite; TRL loads it through transformers and encodes with the
+ *            checkpoint's trimmed vocabulary as sinkflex does. Both sides run it with full attention: a
+ *            checkpoint trained with a sink window is copied with full attention, and sinkflex evaluates
+ *            it under both masks first, to show the held-out answers do not change
+ *   tasks    the steps' training tasks (sinkflex's `stepTasks`) and the held-out tasks (`planSuites`,
+ *            --eval-tasks, greedy), the same on both sides; TRL reaches the env through `sinkflex envs
+ *            serve` on 127.0.0.1, so the verifier is the same code
  *   figures  wall time per GRPO step (rollout and update), tokens processed per step, peak resident
- *            memory, held-out success before and after; ratios sinkflex / TRL
+ *            memory, held-out success before and after with 95% intervals; ratios sinkflex / TRL; the
+ *            load average at each run's start and end
  *
  * Without Python, trl or its dependencies the TRL column says "peer unavailable"; the benchmark goes on.
- * Usage: npm run bench:peer -- [--json FILE] [--checkpoint DIR] [--steps N] [--rounds N] [--threads N]
+ * Usage: npm run bench:peer -- [--json FILE] [--checkpoint DIR] [--steps N] [--rounds N] [--eval-tasks N] [--threads N]
  *        [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)  [--keep] (keep the work folder)
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import { cpus, tmpdir } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { registerBundledEnvs } from "../src/envs/index.js";
@@ -31,20 +35,24 @@ const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "..");
 const cli = join(root, "bin", "sinkflex.mjs");
 const ENV_ID = "sinkflex/arith-v0";
-const ENV_OPTIONS = { count: 300 };
+// The demo's arith task set: with its seed and suite position, the held-out tasks here are among the demo's
+// own held-out ones, so a demo checkpoint never saw them in SFT.
+const ENV_OPTIONS = { count: 12000 };
 
 interface Options {
   json: string | null;
   checkpoint: string | null;
   steps: number;
   rounds: number;
+  evalTasks: number;
+  trlEvalTasks: number;
   threads: number;
   python: string;
   keep: boolean;
 }
 
 function parseArgs(argv: string[]): Options {
-  const o: Options = { json: null, checkpoint: null, steps: 2, rounds: 2, threads: 2, python: process.env.SINKFLEX_BENCH_PYTHON || "python3", keep: false };
+  const o: Options = { json: null, checkpoint: null, steps: 3, rounds: 2, evalTasks: 256, trlEvalTasks: 32, threads: 2, python: process.env.SINKFLEX_BENCH_PYTHON || "python3", keep: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const next = () => {
@@ -56,6 +64,8 @@ function parseArgs(argv: string[]): Options {
     else if (a === "--checkpoint") o.checkpoint = resolve(next());
     else if (a === "--steps") o.steps = Number(next());
     else if (a === "--rounds") o.rounds = Number(next());
+    else if (a === "--eval-tasks") o.evalTasks = Number(next());
+    else if (a === "--trl-eval-tasks") o.trlEvalTasks = Number(next());
     else if (a === "--threads") o.threads = Number(next());
     else if (a === "--python") o.python = next();
     else if (a === "--keep") o.keep = true;
@@ -64,8 +74,8 @@ function parseArgs(argv: string[]): Options {
       process.exit(0);
     } else throw new Error(`unknown option ${a}; see --help`);
   }
-  for (const k of ["steps", "rounds", "threads"] as const) {
-    if (!Number.isInteger(o[k]) || o[k] < 1) throw new Error(`--${k} must be a positive integer, got ${o[k]}`);
+  for (const [k, flag] of [["steps", "steps"], ["rounds", "rounds"], ["evalTasks", "eval-tasks"], ["trlEvalTasks", "trl-eval-tasks"], ["threads", "threads"]] as const) {
+    if (!Number.isInteger(o[k]) || o[k] < 1) throw new Error(`--${flag} must be a positive integer, got ${o[k]}`);
   }
   if (o.checkpoint && !existsSync(join(o.checkpoint, "config.json"))) throw new Error(`--checkpoint ${o.checkpoint} is not a checkpoint folder (no config.json): give a folder sinkflex wrote, e.g. <run>/final`);
   return o;
@@ -73,7 +83,11 @@ function parseArgs(argv: string[]): Options {
 
 // ----------------------------------------------------------------------------------------- recipes
 
-/** The GRPO hyperparameters both sides run with (each side's own name for them in the table). */
+/**
+ * The GRPO hyperparameters both sides run with (each side's own name for them in the table). Sized for a
+ * shared 2-core CPU, where a TRL step takes minutes: 4 tasks x 4 samples a step. (At lr 1e-3 with 8
+ * samples, two steps took the demo checkpoint's held-out success from 66% to 27% on the sinkflex side.)
+ */
 const GRPO = {
   batchTasks: 4,
   groupSize: 4,
@@ -88,9 +102,7 @@ const GRPO = {
   maxGradNorm: 1,
   weightDecay: 0,
 };
-const EVAL_TASKS = 32;
-
-function sftConfig(runsDir: string) {
+function sftConfig(runsDir: string, evalTasks: number) {
   return {
     name: "peer-sft",
     seed: 0,
@@ -100,22 +112,22 @@ function sftConfig(runsDir: string) {
     attention: { mode: "full" },
     sft: { expertEpisodes: 1000, epochs: 2, batchSize: 8, lr: 3e-3 },
     grpo: { enabled: false, maxTurns: GRPO.maxTurns, maxTokensPerTurn: GRPO.maxTokensPerTurn, maxContextTokens: 2048 },
-    eval: { tasksPerSuite: EVAL_TASKS, samples: 1, temperature: 0 },
+    eval: { tasksPerSuite: evalTasks, samples: 1, temperature: 0 },
   };
 }
 
-function grpoConfig(runsDir: string, name: string, checkpoint: string, steps: number) {
+function grpoConfig(runsDir: string, name: string, checkpoint: string, steps: number, evalTasks: number, attention: { mode: "full" } | { mode: "sink-window"; sinks: number; window: number } = { mode: "full" }) {
   return validateConfig({
     name,
     seed: 0,
     runsDir,
     suites: [{ env: ENV_ID, options: ENV_OPTIONS }],
     model: { checkpoint, matmul: "fp32" },
-    attention: { mode: "full" },
+    attention,
     sft: { enabled: false },
     // tisCap 0 and no degenerate-group filter: TRL has neither without vLLM, so both run the plain loss.
     grpo: { ...GRPO, steps, maxContextTokens: 2048, concurrency: 16, tisCap: 0, filterDegenerateGroups: false, aggregation: "token", estimator: "grpo" },
-    eval: { tasksPerSuite: EVAL_TASKS, samples: 1, temperature: 0 },
+    eval: { tasksPerSuite: evalTasks, samples: 1, temperature: 0 },
     checkpointEvery: 1000,
   });
 }
@@ -166,9 +178,18 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** `sinkflex envs serve` on 127.0.0.1 until stopped. */
-async function serveEnv(port: number, threads: number) {
-  const child = spawn(process.execPath, [cli, "envs", "serve", ENV_ID, "--port", String(port)], { env: threadEnv(threads), cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+/** The TRL side's held-out sessions wait through its whole training (many minutes on a busy CPU). */
+const IDLE_MS = 4 * 3600 * 1000;
+
+/**
+ * `sinkflex envs serve` on 127.0.0.1 until stopped: the suite's options fixed by the server (a client may
+ * not ask for 12,000 tasks), and room for every held-out episode's session at once.
+ */
+async function serveEnv(port: number, threads: number, work: string, sessions: number) {
+  const optionsFile = join(work, "env-options.json");
+  writeFileSync(optionsFile, JSON.stringify(ENV_OPTIONS));
+  const args = [cli, "envs", "serve", ENV_ID, "--port", String(port), "--options-file", optionsFile, "--max-sessions", String(sessions), "--idle-timeout", String(IDLE_MS)];
+  const child = spawn(process.execPath, args, { env: threadEnv(threads), cwd: root, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stdout.on("data", (d) => (log += String(d)));
   child.stderr.on("data", (d) => (log += String(d)));
@@ -196,7 +217,11 @@ interface SideRun {
   peakRssKiB: number | null;
   evalBefore: { successes: number; trials: number } | null;
   evalAfter: { successes: number; trials: number } | null;
+  /** Held-out success after, scored by sinkflex's evaluator (`sinkflex eval`) on the side's final weights. */
+  evalAfterCommon: { successes: number; trials: number } | null;
   wallS: number;
+  /** The 1-minute load average when the run started and when it ended. */
+  load: [number, number];
   extra?: Record<string, unknown>;
 }
 
@@ -204,7 +229,8 @@ async function runSinkflex(o: Options, work: string, round: number, checkpoint: 
   const runs = join(work, "runs");
   const name = `sinkflex-grpo-${round}`;
   const file = join(work, `${name}.json`);
-  writeFileSync(file, JSON.stringify(grpoConfig(runs, name, checkpoint, o.steps)));
+  writeFileSync(file, JSON.stringify(grpoConfig(runs, name, checkpoint, o.steps, o.evalTasks)));
+  const load0 = loadavg()[0]!;
   const res = await run(process.execPath, [cli, "train", "--config", file, "--no-dashboard", "--quiet"], threadEnv(o.threads), work);
   if (res.code !== 0) throw new Error(`sinkflex train failed (exit ${res.code}): ${res.stderr.trim().slice(-800)}`);
   const dir = join(runs, name);
@@ -218,7 +244,9 @@ async function runSinkflex(o: Options, work: string, round: number, checkpoint: 
     peakRssKiB: res.peakRssKiB,
     evalBefore: ev["before-rl"]?.arith ?? null,
     evalAfter: ev["after-rl"]?.arith ?? null,
+    evalAfterCommon: ev["after-rl"]?.arith ?? null,
     wallS: res.wallS,
+    load: [load0, loadavg()[0]!],
     extra: { runDir: dir, rewardMean: steps.map((m) => m.rewardMean), rolloutTokens: steps.map((m) => m.tokens.prefill + m.tokens.sampled), trainTokens: steps.map((m) => m.tokens.trained) },
   };
 }
@@ -240,6 +268,7 @@ async function runTrl(o: Options, work: string, round: number, checkpoint: strin
   const planFile = join(work, `trl-plan-${round}.json`);
   const outFile = join(work, `trl-out-${round}.json`);
   writeFileSync(planFile, JSON.stringify({ ...plan, checkpoint, envUrl, workDir: join(work, `trl-${round}`), threads: o.threads }));
+  const load0 = loadavg()[0]!;
   const res = await run(o.python, [join(here, "peers", "trl_grpo.py"), planFile, outFile], threadEnv(o.threads), work);
   if (res.code !== 0 || !existsSync(outFile)) {
     if (res.code === -1) return { unavailable: `cannot start ${o.python}: ${res.stderr.trim().slice(-300)}` };
@@ -248,6 +277,8 @@ async function runTrl(o: Options, work: string, round: number, checkpoint: strin
   const out = JSON.parse(readFileSync(outFile, "utf8"));
   if (out.unavailable) return { unavailable: out.unavailable };
   const steps = out.steps as { stepS: number; rolloutS: number; updateS: number; rolloutTokens: number; trainTokens: number }[];
+  const load1 = loadavg()[0]!;
+  const common = out.finalDir ? await sinkflexEval(o, work, `trl-final-${round}`, out.finalDir as string, { mode: "full" }) : null;
   return {
     stepS: steps.map((s) => s.stepS),
     rolloutS: steps.map((s) => s.rolloutS),
@@ -256,9 +287,51 @@ async function runTrl(o: Options, work: string, round: number, checkpoint: strin
     peakRssKiB: res.peakRssKiB ?? out.peakRssKiB,
     evalBefore: out.evalBefore,
     evalAfter: out.evalAfter,
+    evalAfterCommon: common,
     wallS: res.wallS,
+    load: [load0, load1],
     extra: { versions: out.versions, tokenCheck: out.tokenCheck, loadS: out.loadS, threads: out.threads, log: out.log, drifted: out.drifted, rolloutTokens: steps.map((s) => s.rolloutTokens), trainTokens: steps.map((s) => s.trainTokens) },
   };
+}
+
+// ----------------------------------------------------------------------------------------- attention
+
+interface MaskCheck {
+  /** The checkpoint's own mask (sinkflex_attention.json). */
+  mask: { window: number; sinks: number };
+  /** Held-out success and sampled tokens under that mask and under full attention (greedy, sinkflex). */
+  own: { successes: number; trials: number; tokens: number };
+  full: { successes: number; trials: number; tokens: number };
+}
+
+/** sinkflex's evaluator (`sinkflex eval --config`) on the held-out tasks of the plan, greedy. */
+async function sinkflexEval(o: Options, work: string, name: string, dir: string, attention: Parameters<typeof grpoConfig>[5]) {
+  const cfgFile = join(work, `${name}.json`);
+  const out = join(work, `${name}-eval.json`);
+  writeFileSync(cfgFile, JSON.stringify(grpoConfig(join(work, "runs"), name, dir, 1, o.evalTasks, attention)));
+  const res = await run(process.execPath, [cli, "eval", "--config", cfgFile, dir, "--json", out], threadEnv(o.threads), work);
+  if (res.code !== 0) throw new Error(`sinkflex eval of ${dir} failed (exit ${res.code}): ${res.stderr.trim().slice(-800)}`);
+  const a = JSON.parse(readFileSync(out, "utf8")).suites.arith as { successes: number; trials: number; tokens: number };
+  return { successes: a.successes, trials: a.trials, tokens: a.tokens };
+}
+
+/**
+ * The checkpoint both sides train: the given one where it has full attention, else a copy of it with full
+ * attention (TRL's model has no sink window), after sinkflex evaluates the held-out tasks under both masks.
+ */
+async function fullAttentionPolicy(o: Options, work: string, checkpoint: string): Promise<{ checkpoint: string; check: MaskCheck | null }> {
+  const file = join(checkpoint, "sinkflex_attention.json");
+  const mask = existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as { window: number; sinks: number }) : { window: 0, sinks: 0 };
+  if (!(mask.window > 0)) return { checkpoint, check: null };
+  const full = join(work, "policy-full-attention");
+  cpSync(checkpoint, full, { recursive: true });
+  writeFileSync(join(full, "sinkflex_attention.json"), JSON.stringify({ format: "sinkflex-sink-window-v1", window: 0, sinks: 0 }));
+  const evaluate = (name: string, dir: string, attention: Parameters<typeof grpoConfig>[5]) => sinkflexEval(o, work, name, dir, attention);
+  console.log(`the checkpoint has a sink window (${mask.window}, ${mask.sinks} sinks): both sides run a copy with full attention; held-out success under both masks ...`);
+  const own = await evaluate("mask-own", checkpoint, { mode: "sink-window", sinks: mask.sinks, window: mask.window });
+  const fullRes = await evaluate("mask-full", full, { mode: "full" });
+  console.log(`  own mask ${own.successes}/${own.trials} (${own.tokens} tokens), full attention ${fullRes.successes}/${fullRes.trials} (${fullRes.tokens} tokens)`);
+  return { checkpoint: full, check: { mask: { window: mask.window, sinks: mask.sinks }, own, full: fullRes } };
 }
 
 // ----------------------------------------------------------------------------------------- report
@@ -268,6 +341,17 @@ const median = (xs: number[]) => {
   return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 const fmt = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+
+/** The 95% Wilson score interval of k successes in n trials. */
+function wilson(k: number, n: number): [number, number] {
+  if (n === 0) return [NaN, NaN];
+  const z = 1.96;
+  const p = k / n;
+  const d = 1 + (z * z) / n;
+  const c = (p + (z * z) / (2 * n)) / d;
+  const h = (z * Math.sqrt((p * (1 - p)) / n + (z * z) / (4 * n * n))) / d;
+  return [Math.max(0, c - h), Math.min(1, c + h)];
+}
 
 function printTable(header: string[], rows: string[][]): void {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
@@ -301,53 +385,88 @@ async function main(): Promise<void> {
     let sftS: number | null = null;
     if (!checkpoint) {
       const file = join(work, "sft.json");
-      writeFileSync(file, JSON.stringify(sftConfig(join(work, "runs"))));
+      writeFileSync(file, JSON.stringify(sftConfig(join(work, "runs"), o.evalTasks)));
       console.log("making the policy: sinkflex SFT on arith ...");
       const res = await run(process.execPath, [cli, "train", "--config", file, "--no-dashboard", "--quiet"], threadEnv(o.threads), work);
       if (res.code !== 0) throw new Error(`the SFT run failed (exit ${res.code}): ${res.stderr.trim().slice(-800)}`);
       checkpoint = join(work, "runs", "peer-sft", "final");
       sftS = res.wallS;
     }
+    const policy = await fullAttentionPolicy(o, work, checkpoint);
+    checkpoint = policy.checkpoint;
 
     // 2. The plan: each step's tasks and the held-out tasks, from sinkflex's own planning.
     registerBundledEnvs();
-    const cfg = grpoConfig(join(work, "runs"), "plan", checkpoint, o.steps);
+    const cfg = grpoConfig(join(work, "runs"), "plan", checkpoint, o.steps, o.evalTasks);
     const plans = await planSuites(cfg);
     const plan0 = plans[0]!;
     const evalSeed = cfg.seed + 1_000_003; // evalOptionsOf(cfg).seed: each held-out task resets with seed + taskIndex
     const plan = {
       seed: cfg.seed,
-      envOptions: plan0.options,
-      evalEnvOptions: plan0.evalOptions,
+      // The server fixes the suite's options (plan0.options; no separate eval set): sessions ask for none.
+      envOptions: {},
+      evalEnvOptions: {},
       steps: Array.from({ length: o.steps }, (_, s) => stepTasks(cfg, plans, s + 1).map((t) => ({ taskIndex: t.taskIndex, seed: t.seed }))),
-      evalTasks: plan0.evalTasks.map((taskIndex) => ({ taskIndex, seed: evalSeed + taskIndex })),
+      evalTasks: plan0.evalTasks.map((taskIndex) => ({ taskIndex, seed: evalSeed + taskIndex })).slice(0, o.trlEvalTasks),
       evalTemperature: cfg.eval.temperature,
       hparams: GRPO,
     };
-    server = await serveEnv(await freePort(), o.threads);
+    server = await serveEnv(await freePort(), o.threads, work, plan.evalTasks.length + GRPO.batchTasks * GRPO.groupSize + 16);
 
-    // 3. Alternating rounds: sinkflex, then TRL, each from the same checkpoint.
+    // 3. Alternating rounds: sinkflex, then TRL, each from the same checkpoint. The JSON is written after
+    // every run, so a benchmark stopped part way keeps what it measured.
     const sink: SideRun[] = [];
     const trl: SideRun[] = [];
     let unavailable: string | null = null;
+    const results = async () => ({
+      commit: await gitCommit(),
+      date: new Date().toISOString(),
+      cpu: cpuInfo(),
+      threads: o.threads,
+      node: process.version,
+      env: ENV_ID,
+      envOptions: ENV_OPTIONS,
+      steps: o.steps,
+      rounds: o.rounds,
+      hparams: GRPO,
+      evalTasks: plan0.evalTasks.length,
+      trlOwnEvalTasks: plan.evalTasks.length,
+      checkpoint: o.checkpoint ?? "made by this run (sinkflex SFT)",
+      maskCheck: policy.check,
+      sftS,
+      totalS: (performance.now() - t0) / 1000,
+      sinkflex: sink,
+      trl: unavailable ? { unavailable } : trl,
+    });
+    const save = async (extra: Record<string, unknown> = {}) => {
+      if (o.json) writeFileSync(o.json, JSON.stringify({ ...(await results()), ...extra }, null, 1));
+    };
     for (let r = 0; r < o.rounds; r++) {
-      console.log(`round ${r + 1}/${o.rounds}: sinkflex GRPO, ${o.steps} steps ...`);
+      console.log(`round ${r + 1}/${o.rounds}: sinkflex GRPO, ${o.steps} steps ... (load ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
       const s = await runSinkflex(o, work, r, checkpoint);
       sink.push(s);
+      await save();
       if (unavailable) continue;
-      console.log(`round ${r + 1}/${o.rounds}: TRL GRPOTrainer, ${o.steps} steps ...`);
+      console.log(`round ${r + 1}/${o.rounds}: TRL GRPOTrainer, ${o.steps} steps ... (load ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
       const t = await runTrl(o, work, r, checkpoint, server.url, { ...plan, tokenCheck: tokenSamples(s.extra!.runDir as string) });
       if ("unavailable" in t) {
         unavailable = t.unavailable;
         console.log(`TRL: peer unavailable (${unavailable})`);
       } else trl.push(t);
+      await save();
     }
 
     // 4. The table: medians over every step of every round (the first step of a run included).
+    const heldOut = plan0.evalTasks.length;
     const all = (runs: SideRun[], k: "stepS" | "rolloutS" | "updateS" | "tokens") => median(runs.flatMap((x) => x[k]));
     const rss = (runs: SideRun[]) => Math.max(...runs.map((x) => x.peakRssKiB ?? NaN)) / 1024 / 1024;
-    const rate = (e: { successes: number; trials: number } | null) => (e ? `${e.successes}/${e.trials}` : "-");
-    const rates = (runs: SideRun[], k: "evalBefore" | "evalAfter") => runs.map((x) => rate(x[k])).join(", ");
+    const rate = (e: { successes: number; trials: number } | null) => {
+      if (!e) return "-";
+      const [lo, hi] = wilson(e.successes, e.trials);
+      return `${e.successes}/${e.trials} (${fmt((100 * e.successes) / e.trials, 1)}%, ${fmt(100 * lo, 0)}-${fmt(100 * hi, 0)})`;
+    };
+    const rates = (runs: SideRun[], k: "evalBefore" | "evalAfter" | "evalAfterCommon") => runs.map((x) => rate(x[k])).join("; ");
+    const loads = (runs: SideRun[]) => runs.map((x) => `${fmt(x.load[0], 1)}-${fmt(x.load[1], 1)}`).join("; ");
     const figures = [
       { name: "wall time per step (s)", s: all(sink, "stepS"), t: all(trl, "stepS") },
       { name: "  rollout (s)", s: all(sink, "rolloutS"), t: all(trl, "rolloutS") },
@@ -361,33 +480,22 @@ async function main(): Promise<void> {
       ["", "sinkflex", "TRL GRPOTrainer", "sinkflex / TRL"],
       [
         ...figures.map((f) => [f.name, fmt(f.s, f.name.startsWith("tokens") ? 0 : 2), peer(f.t, f.name.startsWith("tokens") ? 0 : 2), unavailable ? "-" : fmt(f.s / f.t, 2)]),
-        ["held-out success before", rates(sink, "evalBefore"), unavailable ? "peer unavailable" : rates(trl, "evalBefore"), "-"],
-        ["held-out success after", rates(sink, "evalAfter"), unavailable ? "peer unavailable" : rates(trl, "evalAfter"), "-"],
+        [`held-out success before (${heldOut} tasks)`, rates(sink, "evalBefore"), unavailable ? "peer unavailable" : "the same checkpoint", "-"],
+        [`held-out success after (${heldOut} tasks)`, rates(sink, "evalAfterCommon"), unavailable ? "peer unavailable" : rates(trl, "evalAfterCommon"), "-"],
+        [`TRL's own loop, first ${plan.evalTasks.length} tasks: before`, "-", unavailable ? "peer unavailable" : rates(trl, "evalBefore"), "-"],
+        [`TRL's own loop, first ${plan.evalTasks.length} tasks: after`, "-", unavailable ? "peer unavailable" : rates(trl, "evalAfter"), "-"],
+        ["load average (start-end)", loads(sink), unavailable ? "-" : loads(trl), "-"],
       ],
     );
+    console.log("(success: per round, greedy, with 95% Wilson intervals in points; sinkflex's evaluator (`sinkflex eval`) on each side's final weights, and TRL's own rollout loop on the first held-out tasks as a check that both loops play the policy alike)");
+    if (policy.check) {
+      const c = policy.check;
+      console.log(`mask check: the checkpoint's own mask (window ${c.mask.window}, ${c.mask.sinks} sinks) ${c.own.successes}/${c.own.trials}, ${c.own.tokens} tokens; full attention ${c.full.successes}/${c.full.trials}, ${c.full.tokens} tokens`);
+    }
     const tc = trl[0]?.extra?.tokenCheck as { checked: number; equal: number } | undefined;
     if (tc) console.log(`\nsame token ids: ${tc.equal} of ${tc.checked} sinkflex trajectories re-rendered and encoded by the TRL side match sinkflex's ids`);
-    const out = {
-      commit: await gitCommit(),
-      date: new Date().toISOString(),
-      cpu: cpuInfo(),
-      threads: o.threads,
-      node: process.version,
-      env: ENV_ID,
-      envOptions: ENV_OPTIONS,
-      steps: o.steps,
-      rounds: o.rounds,
-      hparams: GRPO,
-      evalTasks: plan.evalTasks.length,
-      checkpoint: o.checkpoint ?? "made by this run (sinkflex SFT)",
-      sftS,
-      totalS: (performance.now() - t0) / 1000,
-      figures: figures.map((f) => ({ ...f, ratio: unavailable ? null : f.s / f.t })),
-      sinkflex: sink,
-      trl: unavailable ? { unavailable } : trl,
-    };
-    if (o.json) writeFileSync(o.json, JSON.stringify(out, null, 1));
-    console.log(`\ntotal ${fmt(out.totalS, 0)} s${o.keep ? `; work folder ${work}` : ""}`);
+    await save({ figures: figures.map((f) => ({ ...f, ratio: unavailable ? null : f.s / f.t })) });
+    console.log(`\ntotal ${fmt((performance.now() - t0) / 1000, 0)} s${o.keep ? `; work folder ${work}` : ""}`);
   } finally {
     server?.stop();
     if (!o.keep) rmSync(work, { recursive: true, force: true });

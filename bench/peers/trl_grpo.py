@@ -21,6 +21,7 @@ import re
 import resource
 import sys
 import time
+import urllib.error
 import urllib.request
 
 
@@ -61,7 +62,8 @@ def main() -> None:
         "tokenCheck": token_check(plan.get("tokenCheck", []), codec, template, env),
     }
 
-    # Held-out success before RL: greedy or sampled as the plan says, the same tasks and seeds as sinkflex's.
+    # Held-out success before RL with this loop: greedy or sampled as the plan says, on the first of sinkflex's
+    # held-out tasks and seeds (sinkflex's evaluator scores the final weights on all of them: `finalDir`).
     out["evalBefore"] = evaluator.evaluate(plan["evalTasks"], plan["evalTemperature"])
 
     # The plan's tasks in order: step s trains on steps[s] (batchTasks tasks, each repeated groupSize times).
@@ -146,11 +148,25 @@ def main() -> None:
     out["steps"] = timing.report(steps_done, hp)
     out["log"] = [h for h in trainer.state.log_history if "loss" in h]
     out["evalAfter"] = evaluator.evaluate(plan["evalTasks"], plan["evalTemperature"])
+    out["finalDir"] = save_policy(model, ckpt, os.path.join(plan["workDir"], "final"))
     out["peakRssKiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out["drifted"] = runner.drifted
     env.close()
     eval_env.close()
     json.dump(out, open(out_path, "w"), indent=1)
+
+
+def save_policy(model, ckpt, out_dir):
+    """The trained policy as a checkpoint folder sinkflex loads: transformers' weights and config, the
+    starting checkpoint's tokenizer, trimmed vocabulary and attention files beside them (so sinkflex's
+    evaluator can score TRL's policy on the same held-out tasks)."""
+    import shutil
+
+    model.save_pretrained(out_dir, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "sinkflex-vocab.json", "sinkflex_attention.json"):
+        if os.path.exists(os.path.join(ckpt, name)):
+            shutil.copy(os.path.join(ckpt, name), os.path.join(out_dir, name))
+    return out_dir
 
 
 class StepTiming:
@@ -326,6 +342,17 @@ class RemoteEnv:
     def reset(self, sid, task_index, seed):
         return self._post(f"/sessions/{sid}/reset", {"seed": seed, "options": {"taskIndex": task_index}})
 
+    def open_and_reset(self, task_index, seed):
+        """A pooled session and its reset; a pooled session the server closed meanwhile (idle) is replaced."""
+        sid = self.session()
+        try:
+            return sid, self.reset(sid, task_index, seed)
+        except urllib.error.HTTPError as err:
+            if err.code != 404:
+                raise
+            sid = self._post("/sessions", {"options": self.options})["sessionId"]
+            return sid, self.reset(sid, task_index, seed)
+
     def step(self, sid, content, calls):
         return self._post(f"/sessions/{sid}/step", {"action": {"content": content, "toolCalls": calls}})
 
@@ -351,8 +378,7 @@ class EpisodeRunner:
         torch = self.torch
         eps = []
         for t in tasks:
-            sid = self.env.session()
-            r = self.env.reset(sid, t["taskIndex"], t["seed"])
+            sid, r = self.env.open_and_reset(t["taskIndex"], t["seed"])
             obs = r["observation"]
             text = self.template.render(obs["messages"], obs.get("tools"))
             ids = self.codec.encode(text)
@@ -449,8 +475,8 @@ def token_check(samples, codec, template, env):
     for s in samples:
         msgs = s["messages"]
         if s["taskIndex"] not in tools:  # the task's tool specs, as the env offers them
-            sid = env.session()
-            tools[s["taskIndex"]] = env.reset(sid, s["taskIndex"], 0)["observation"].get("tools")
+            sid, r = env.open_and_reset(s["taskIndex"], 0)
+            tools[s["taskIndex"]] = r["observation"].get("tools")
             env.release(sid)
         # The recorded ids end with the last sampled turn: render up to and including it.
         text = template.render(msgs, tools[s["taskIndex"]], add_generation_prompt=False)
