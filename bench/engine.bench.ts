@@ -9,11 +9,14 @@
  *            speed-up over fp32
  *   train    one training step (forward + backward + AdamW) of a ~20M-parameter Qwen2-shaped model,
  *            batch 8 x sequence 512: tokens/s vs PyTorch eager (transformers' Qwen2ForCausalLM); with a
- *            bf16 unit, also the same step with bf16 products
+ *            bf16 unit, also the same step with bf16 products; and the same step training a LoRA adapter
+ *            (rank 16 on every projection) on an fp32 base and on a bf16 base, as step time vs the full step
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
  *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024, and of sampling
  *            from that shape with its weights held in fp32 and in bf16, side by side (a child process each;
- *            `--only memory-sample` runs the sampling lines alone)
+ *            `--only memory-sample` runs the sampling lines alone); and of a LoRA training step of that shape
+ *            (rank 16 on every projection) at sequence 4096 on an fp32 base and on a bf16 base (target under
+ *            6 GiB; `--only memory-lora` runs those lines alone)
  *
  * Peers run in Python subprocesses (bench/peers/worker.py, one per library). Without Python, numpy or
  * torch the row says "peer unavailable"; the benchmark never fails for that.
@@ -21,7 +24,7 @@
  * AVX2-only machine): sinkflex's kernels (SINKFLEX_SIMD=avx2, no bf16 unit), numpy's OpenBLAS on its Haswell
  * kernel (OPENBLAS_CORETYPE=Haswell) and PyTorch at CPU capability AVX2 (ATEN_CPU_CAPABILITY=avx2, MKL and
  * oneDNN capped at AVX2). The default, --simd native, lets each pick its own code for the CPU.
- * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory,memory-sample] [--json FILE]
+ * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory,memory-sample,memory-lora] [--json FILE]
  *        [--simd native|avx2] [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -35,7 +38,7 @@ import type { TokenLoss } from "../src/engine/types.js";
 import { bf16Unit, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
 import type { Kernels } from "../src/kernels/kernels.js";
 import { parseHfConfig } from "../src/model/config.js";
-import { weightBytes, type WeightDtype } from "../src/model/index.js";
+import { createLoraAdapter, LORA_TARGETS, type LoraConfig, loraParamCount, weightBytes, type WeightDtype } from "../src/model/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -90,7 +93,7 @@ function parseArgs(argv: string[]): Options {
   }
   if (!(o.threads >= 1)) throw new Error("--threads must be a positive integer");
   for (const s of o.only) {
-    if (!["gemm", "train", "decode", "memory", "memory-sample"].includes(s)) throw new Error(`--only: unknown section "${s}" (gemm, train, decode, memory, memory-sample)`);
+    if (!["gemm", "train", "decode", "memory", "memory-sample", "memory-lora"].includes(s)) throw new Error(`--only: unknown section "${s}" (gemm, train, decode, memory, memory-sample, memory-lora)`);
   }
   return o;
 }
@@ -384,29 +387,36 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   const steps = o.quick ? 1 : 2;
   const cfg = parseHfConfig(SMALL_QWEN2);
   const seqs = Array.from({ length: B }, (_, b) => randomTokens(T, cfg.vocabSize, 100 + b));
-  const stepTimes = () => {
-    const engine = createRandomModel(cfg, 1, { kernels: k });
+  // Each contender is an engine and its step, warmed up (workspaces, optimizer state); a full step trains
+  // every weight, a LoRA step a BENCH_LORA adapter on a base held in `dtype`.
+  const contender = (lora: { dtype: WeightDtype } | null = null) => {
+    const engine = createRandomModel(cfg, 1, { kernels: k, ...(lora ? { dtype: lora.dtype } : {}) });
+    if (lora) engine.enableLora(createLoraAdapter(cfg, BENCH_LORA, 1));
     const step = () => {
+      const t0 = performance.now();
       engine.forwardBackwardSync(seqs, meanNll);
       engine.optimStepSync({ lr: 1e-4, weightDecay: 0 });
+      return (performance.now() - t0) / 1000;
     };
-    step(); // warm-up: workspaces, optimizer state
-    const times: number[] = [];
-    for (let i = 0; i < steps; i++) {
-      const t0 = performance.now();
-      step();
-      times.push((performance.now() - t0) / 1000);
-    }
-    engine.dispose();
-    return times;
+    step();
+    return { engine, step, times: [] as number[] };
   };
-  const times = stepTimes();
+  // Steps of each contender in alternating rounds, so a burst of other load hits every one alike.
+  const stepTimes = (...lora: ({ dtype: WeightDtype } | null)[]) => {
+    const cs = lora.map((l) => contender(l));
+    for (let i = 0; i < steps; i++) for (const c of cs) c.times.push(c.step());
+    for (const c of cs) c.engine.dispose();
+    return cs.map((c) => c.times);
+  };
+  const [times, loraTimes, loraBf16Times] = stepTimes(null, { dtype: "fp32" }, { dtype: "bf16" }) as [number[], number[], number[]];
   const ours = (B * T) / Math.min(...times);
+  const lora = (B * T) / Math.min(...loraTimes);
+  const loraBf16 = (B * T) / Math.min(...loraBf16Times);
   let bf16: number | null = null;
   const unit = bf16Unit();
   if (unit !== "none") {
     setMatmulPrecision("bf16");
-    bf16 = (B * T) / Math.min(...stepTimes());
+    bf16 = (B * T) / Math.min(...stepTimes(null)[0]!);
     setMatmulPrecision("fp32");
   }
   let torch: PeerReply | null = null;
@@ -420,9 +430,18 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
     [
       ["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"],
       ...(bf16 === null ? [] : [[`tokens/s, bf16 products on ${unit} (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
+      [`tokens/s, LoRA r${BENCH_LORA.rank} on every projection, fp32 base (step time ${fmt(ours / lora, 2)}x full)`, fmt(lora, 0), "-", "-"],
+      [`tokens/s, LoRA r${BENCH_LORA.rank} on every projection, bf16 base (step time ${fmt(ours / loraBf16, 2)}x full)`, fmt(loraBf16, 0), "-", "-"],
     ],
   );
-  out.train = { batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null };
+  out.train = {
+    batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null,
+    lora: {
+      config: BENCH_LORA, params: loraParamCount(cfg, BENCH_LORA),
+      fp32Base: { tokensPerS: lora, stepS: loraTimes, stepTimeVsFull: ours / lora },
+      bf16Base: { tokensPerS: loraBf16, stepS: loraBf16Times, stepTimeVsFull: ours / loraBf16 },
+    },
+  };
 }
 
 async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, out: Record<string, unknown>) {
@@ -492,11 +511,47 @@ function memorySampleChild(o: Options, run: Exclude<MemoryRun, "train">): void {
   }));
 }
 
+/** The LoRA adapter of the memory and train sections: rank 16 on every projection (q/k/v/o/gate/up/down). */
+const BENCH_LORA: LoraConfig = { rank: 16, alpha: 32, targets: [...LORA_TARGETS] };
+
+/** The LoRA training steps the memory section measures, each in its own child (SFX_BENCH_MEMORY). */
+const LORA_MEMORY_RUNS = {
+  "lora-fp32": { dtype: "fp32", label: "LoRA step, fp32 base" },
+  "lora-bf16": { dtype: "bf16", label: "LoRA step, bf16 base" },
+} as const satisfies Record<string, { dtype: WeightDtype; label: string }>;
+type LoraMemoryRun = keyof typeof LORA_MEMORY_RUNS;
+
+/**
+ * In a child process: one LoRA training step (forward + backward + AdamW on the adapter) of the
+ * Qwen2.5-0.5B shape (random weights held in `dtype`) at batch 1 x seq 4096 (512 with --quick); prints JSON
+ * with the peak RSS.
+ */
+function loraMemoryChild(o: Options, run: LoraMemoryRun): void {
+  const k = getKernels();
+  const spec = LORA_MEMORY_RUNS[run];
+  const T = o.quick ? 512 : 4096;
+  const cfg = parseHfConfig(QWEN25_05B);
+  const t0 = performance.now();
+  const engine = createRandomModel(cfg, 1, { kernels: k, dtype: spec.dtype });
+  engine.enableLora(createLoraAdapter(cfg, BENCH_LORA, 1));
+  const seq = randomTokens(T, cfg.vocabSize, 7);
+  const tBuilt = performance.now();
+  engine.forwardBackwardSync([seq], meanNll);
+  engine.optimStepSync({ lr: 1e-4, weightDecay: 0 });
+  const tStep = performance.now();
+  console.log(JSON.stringify({
+    run, dtype: spec.dtype, seq: T, params: parameterCount(QWEN25_05B), lora: BENCH_LORA, loraParams: loraParamCount(cfg, BENCH_LORA),
+    maxRssBytes: process.resourceUsage().maxRSS * 1024, weightBytes: weightBytes(engine.weights), packedBytes: engine.model.packed?.bytes ?? 0,
+    buildSeconds: (tBuilt - t0) / 1000, stepSeconds: (tStep - tBuilt) / 1000,
+  }));
+}
+
 /** In a child process: one training step of the Qwen2.5-0.5B shape at seq 1024; prints JSON. */
 async function memoryChild(o: Options): Promise<void> {
-  const run = (process.env.SFX_BENCH_MEMORY ?? "train") as MemoryRun;
-  if (!(run in MEMORY_RUNS)) throw new Error(`SFX_BENCH_MEMORY: unknown run "${run}" (${Object.keys(MEMORY_RUNS).join(", ")})`);
-  if (run !== "train") return memorySampleChild(o, run);
+  const run = (process.env.SFX_BENCH_MEMORY ?? "train") as MemoryRun | LoraMemoryRun;
+  if (run in LORA_MEMORY_RUNS) return loraMemoryChild(o, run as LoraMemoryRun);
+  if (!(run in MEMORY_RUNS)) throw new Error(`SFX_BENCH_MEMORY: unknown run "${run}" (${[...Object.keys(MEMORY_RUNS), ...Object.keys(LORA_MEMORY_RUNS)].join(", ")})`);
+  if (run !== "train") return memorySampleChild(o, run as Exclude<MemoryRun, "train">);
   const k = getKernels();
   const T = o.quick ? 256 : 1024;
   const cfg = parseHfConfig(QWEN25_05B);
@@ -515,7 +570,7 @@ async function memoryChild(o: Options): Promise<void> {
 }
 
 /** Runs one memory child; its JSON line, or { error }. */
-function runMemoryChild(o: Options, run: MemoryRun): any {
+function runMemoryChild(o: Options, run: MemoryRun | LoraMemoryRun): any {
   const tsx = join(here, "..", "node_modules", "tsx", "dist", "cli.mjs");
   const args = [tsx, fileURLToPath(import.meta.url), "--memory-child", "--threads", String(o.threads), ...(o.quick ? ["--quick"] : [])];
   const env = { ...process.env, SINKFLEX_THREADS: String(o.threads), SFX_BENCH_MEMORY: run };
@@ -543,6 +598,26 @@ function memorySection(o: Options, out: Record<string, unknown>) {
     [["sinkflex", fmt(gib, 2), "16", gib <= 16 ? "yes" : "NO", fmt(m.stepSeconds, 1)]],
   );
   out.memory = { ...m, peakGiB: gib, fits16GiB: gib <= 16 };
+  loraMemorySection(o, out);
+}
+
+/** Peak RSS of a LoRA training step of the Qwen2.5-0.5B shape at seq 4096, on an fp32 base and on a bf16 base. */
+function loraMemorySection(o: Options, out: Record<string, unknown>) {
+  const runs = Object.keys(LORA_MEMORY_RUNS) as LoraMemoryRun[];
+  const limitGiB = 6;
+  const results = runs.map((run) => runMemoryChild(o, run));
+  const gib = (b: number) => b / 2 ** 30;
+  const T = o.quick ? 512 : 4096;
+  printTable(
+    `Peak memory, one LoRA training step (rank ${BENCH_LORA.rank}, alpha ${BENCH_LORA.alpha}, ${BENCH_LORA.targets.join("/")}; forward + backward + AdamW on the adapter) of a Qwen2.5-0.5B shape (random weights), batch 1 x seq ${T}`,
+    ["", "peak RSS (GiB)", "target (GiB)", "fits", "weights (GiB)", "packed copies (GiB)", "adapter params", "step (s)"],
+    results.map((m, i) => m.error
+      ? [LORA_MEMORY_RUNS[runs[i]!].label, "failed", String(limitGiB), "-", "-", "-", "-", "-"]
+      : [LORA_MEMORY_RUNS[runs[i]!].label, fmt(gib(m.maxRssBytes), 2), String(limitGiB), gib(m.maxRssBytes) < limitGiB ? "yes" : "NO",
+        fmt(gib(m.weightBytes), 2), fmt(gib(m.packedBytes), 2), String(m.loraParams), fmt(m.stepSeconds, 1)]),
+  );
+  for (const m of results) if (m.error) console.log(`memory: ${m.error}`);
+  out.memoryLora = Object.fromEntries(results.map((m, i) => [runs[i]!, m.error ? m : { ...m, peakGiB: gib(m.maxRssBytes), targetGiB: limitGiB, fits: gib(m.maxRssBytes) < limitGiB }]));
 }
 
 /** Peak RSS of sampling the Qwen2.5-0.5B shape with its weights in fp32 (with and without packed copies) and in bf16. */
@@ -630,6 +705,7 @@ async function main(): Promise<void> {
   }
   if (o.only.has("memory")) memorySection(o, out);
   else if (o.only.has("memory-sample")) sampleMemorySection(o, out);
+  if (!o.only.has("memory") && o.only.has("memory-lora")) loraMemorySection(o, out);
   (out.machine as Record<string, unknown>).loadAverageAtEnd = loadavg();
   console.log(`\nload average at end: ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
   if (o.json) {
