@@ -17,7 +17,8 @@
  *            load average at each run's start and end
  *
  * Without Python, trl or its dependencies the TRL column says "peer unavailable"; the benchmark goes on.
- * Usage: npm run bench:peer -- [--json FILE] [--checkpoint DIR] [--steps N] [--rounds N] [--eval-tasks N] [--threads N]
+ * Usage: npm run bench:peer -- [--json FILE] [--checkpoint DIR] [--steps N] [--rounds N] [--eval-tasks N]
+ *        [--trl-eval-tasks N] [--threads N]
  *        [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)  [--keep] (keep the work folder)
  */
 import { spawn } from "node:child_process";
