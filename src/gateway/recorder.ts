@@ -109,6 +109,19 @@ function decode(codec: TokenCodec, ids: number[]): string {
   return ids.length === 0 ? "" : codec.decode(ids);
 }
 
+/**
+ * The ids of `text` that follows `held`: after the end-of-turn token that ends a sampled turn, encoded
+ * as a full encode sees it (a token with rstrip, as Phi-3's `<|end|>`, eats the newline after it, and a
+ * tokenizer that prefixes a space to its input does not do so mid-text), as the rollout's renderer does.
+ */
+function encodeAfter(codec: TokenCodec, endOfTurn: string | undefined, held: string, text: string): number[] {
+  if (!endOfTurn || !held.endsWith(endOfTurn)) return codec.encode(text);
+  const ids = codec.encode(endOfTurn + text);
+  const end = codec.tokenId(endOfTurn);
+  if (ids[0] !== end) throw new Error(`the end-of-turn token ${JSON.stringify(endOfTurn)} does not encode to its own id; the tokenizer and the chat template disagree`);
+  return ids.slice(1);
+}
+
 function firstDifference(a: string, b: string): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) if (a.charCodeAt(i) !== b.charCodeAt(i)) return i;
@@ -166,7 +179,7 @@ export class SessionRecorder {
       for (const other of this.branches) if (other !== b) other.session.close();
       this.branches = [];
       join = "extend";
-      prefill = codec.encode(full.slice(b.text.length));
+      prefill = encodeAfter(codec, this.deps.template.endOfTurn, b.text, full.slice(b.text.length));
       session = b.session;
       await session.append(prefill);
     } else {

@@ -23,7 +23,7 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { mixSeedParts } from "../core/index.js";
-import { BatchDecoder, toolParserForTemplate, trajectoryToJSON, type PolicySampler, type ToolCallParser } from "../rollout/index.js";
+import { BatchDecoder, toolParserFor, trajectoryToJSON, type PolicySampler, type ToolCallParser } from "../rollout/index.js";
 import type { ChatTemplate } from "../model/index.js";
 import type { TokenCodec } from "../model/index.js";
 import {
@@ -55,6 +55,12 @@ export interface GatewayOptions {
   maxTokens?: number;
   /** Largest `n`. Default 8. */
   maxChoices?: number;
+  /**
+   * The tool-call format replies are read in ("hermes", "llama3-json", "phi3-hermes"), as the rollout's
+   * `rollout.toolFormat`. Default: the template's (its own text's, else the checkpoint family's).
+   */
+  toolFormat?: string;
+  /** A parser of your own; overrides toolFormat. */
   parser?: ToolCallParser;
   templateVars?: Record<string, unknown>;
   /**
@@ -127,6 +133,8 @@ export class GatewayServer {
   private server: Server | undefined;
   private readonly decoder: BatchDecoder;
   private readonly parser: ToolCallParser;
+  /** The id that ends a sampled turn: the template's end-of-turn token (Phi-3's `<|end|>`, else the eos_token), as in the rollout. */
+  private readonly endOfTurn: number;
   private readonly sessions = new Map<string, GatewaySession>();
   private readonly created = now();
   private origin = "";
@@ -138,7 +146,10 @@ export class GatewayServer {
       throw new RangeError(`maxContextTokens must be a positive integer (at most the model's positions), got ${options.maxContextTokens}`);
     }
     this.decoder = options.decoder ?? new BatchDecoder(options.sampler);
-    this.parser = options.parser ?? toolParserForTemplate(options.template.source);
+    this.parser = options.parser ?? toolParserFor(options.template, options.toolFormat);
+    const end = options.template.endOfTurn;
+    if (!end) throw new Error(`the tokenizer (${options.codec.tokenizer.source}) has no eos_token and the chat template's tool format names no end-of-turn token; the gateway needs the token that ends an assistant turn`);
+    this.endOfTurn = options.codec.tokenId(end);
   }
 
   /** The gateway's origin, http://HOST:PORT ("" before `listen`). */
@@ -351,14 +362,12 @@ export class GatewayServer {
     const cap = o.maxTokens ?? 4096;
     const key = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
     const maxTokens = num(body, key, Math.min(cap, 256), 1, cap, true);
-    const eos = o.codec.tokenizer.eosToken;
-    if (!eos) throw new ApiError(500, "the model's tokenizer has no eos_token; the gateway needs the end-of-turn token", "server_error");
     const seed = body.seed === undefined || body.seed === null ? undefined : num(body, "seed", 0, 0, 2 ** 53, true);
     const n = num(body, "n", 1, 1, o.maxChoices ?? 8, true);
     const req: CallRequest = {
       messages,
       tools,
-      params: { temperature: num(body, "temperature", o.defaults?.temperature ?? 1, 0, 2), topP: num(body, "top_p", o.defaults?.topP ?? 1, 1e-9, 1), seed, maxTokens, stopTokens: [o.codec.tokenId(eos)] },
+      params: { temperature: num(body, "temperature", o.defaults?.temperature ?? 1, 0, 2), topP: num(body, "top_p", o.defaults?.topP ?? 1, 1e-9, 1), seed, maxTokens, stopTokens: [this.endOfTurn] },
       n,
       stop: stop as string[],
       model: body.model as string | undefined,

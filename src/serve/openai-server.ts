@@ -21,7 +21,7 @@ import type { Engine, EngineSession, SampleParams } from "../engine/index.js";
 import type { ChatTemplate } from "../model/index.js";
 import type { TokenCodec } from "../model/index.js";
 import { BatchDecoder, type PolicySampler as Sampler } from "../rollout/index.js";
-import { toolParserForTemplate, type ToolCallParser } from "../rollout/index.js";
+import { toolParserFor, type ToolCallParser } from "../rollout/index.js";
 import {
   ApiError, bearerAuthorized, ClientGone, endStream, maxBytesPerToken, now, num, readBody, sendError, sendJson, startStream, templateKwargs,
   toChatMessages, toToolSpecs, usage, writeEvent, type Json,
@@ -45,6 +45,12 @@ export interface ServeOptions {
   maxTokens?: number;
   /** Largest `n`. Default 16. */
   maxChoices?: number;
+  /**
+   * The tool-call format replies are read in ("hermes", "llama3-json", "phi3-hermes"), as the rollout's
+   * `rollout.toolFormat`. Default: the template's (its own text's, else the checkpoint family's).
+   */
+  toolFormat?: string;
+  /** A parser of your own; overrides toolFormat. */
   parser?: ToolCallParser;
   templateVars?: Record<string, unknown>;
   /**
@@ -83,10 +89,32 @@ export function checkExposure(host: string, apiKey: string | undefined, insecure
 }
 
 
+/**
+ * The ids that end a reply: the template's end-of-turn token (the tool format's, e.g. Phi-3's `<|end|>`,
+ * as the rollout stops at) and the tokenizer's eos_token where it is another token (Phi-3's
+ * `<|endoftext|>` also ends a reply); none when neither is set.
+ */
+export function endTokens(codec: TokenCodec, template: ChatTemplate): number[] {
+  const names = [template.endOfTurn, codec.tokenizer.eosToken].filter((t): t is string => t !== undefined && t !== "");
+  return [...new Set(names.map((t) => codec.tokenId(t)))];
+}
+
+/**
+ * Where a tool call starts in a streamed reply of the llama3-json format, whose call is the whole reply
+ * (one JSON object, maybe after `<|python_tag|>`): 0 while the reply so far may be one, else -1.
+ */
+function wholeReplyCallAt(text: string): number {
+  const t = text.trimStart();
+  if (t === "" || t.startsWith("{") || t.startsWith("<|python_tag|>") || "<|python_tag|>".startsWith(t)) return 0;
+  return -1;
+}
+
 export class OpenAIServer {
   private server: Server | undefined;
   private readonly decoder: BatchDecoder;
   private readonly parser: ToolCallParser;
+  /** The ids that end a reply unless `ignore_eos`: the template's end-of-turn token and the eos_token. */
+  private readonly endTokens: number[];
   private readonly created = Math.floor(Date.now() / 1000);
   private counter = 0;
   private active = 0;
@@ -97,7 +125,8 @@ export class OpenAIServer {
       throw new RangeError(`maxContextTokens must be a positive integer (at most the model's positions), got ${options.maxContextTokens}`);
     }
     this.decoder = new BatchDecoder(options.sampler);
-    this.parser = options.parser ?? toolParserForTemplate(options.template.source);
+    this.parser = options.parser ?? toolParserFor(options.template, options.toolFormat);
+    this.endTokens = endTokens(options.codec, options.template);
   }
 
   /** Choices being decoded right now (each holds an engine session); 0 when the server is idle. */
@@ -194,8 +223,7 @@ export class OpenAIServer {
     if (stopIds !== undefined && (!Array.isArray(stopIds) || !stopIds.every((x) => Number.isInteger(x) && x >= 0 && x < o.codec.size))) {
       throw new ApiError(400, `stop_token_ids must be token ids in [0, ${o.codec.size - 1}]`, "invalid_request_error", "stop_token_ids");
     }
-    const eos = o.codec.tokenizer.eosToken ? o.codec.tokenId(o.codec.tokenizer.eosToken) : undefined;
-    const stopTokens = [...new Set([...(eos !== undefined && !body.ignore_eos ? [eos] : []), ...((stopIds as number[] | undefined) ?? [])])];
+    const stopTokens = [...new Set([...(body.ignore_eos ? [] : this.endTokens), ...((stopIds as number[] | undefined) ?? [])])];
     const seed = body.seed === undefined || body.seed === null ? undefined : num(body, "seed", 0, 0, 2 ** 53, true);
     const topK = num(body, "top_k", 0, -1, 1e9, true);
     return {
@@ -397,6 +425,11 @@ export class OpenAIServer {
         return { token: s, logprob: lps[k]!, bytes: [...Buffer.from(s, "utf8")], top_logprobs: [] };
       });
     const visible = (tokens: number[]) => (tokens.length && eos.includes(tokens[tokens.length - 1]!) ? tokens.slice(0, -1) : tokens);
+    // The text of a reply without its end token (the tokenizer refuses to decode no ids: a lone end token is "").
+    const visibleText = (tokens: number[]) => {
+      const ids = visible(tokens);
+      return ids.length ? o.codec.decode(ids) : "";
+    };
     const toMessage = (calls: ToolCall[], content: string) => ({
       role: "assistant",
       content: content === "" && calls.length > 0 ? null : content,
@@ -409,12 +442,12 @@ export class OpenAIServer {
       for (let i = 0; i < n; i++) writeEvent(res, { ...base, choices: [{ index: i, delta: { role: "assistant", content: "" }, finish_reason: null }] });
       const results = await this.generate(promptIds, params, n, signal, (i, tokens, lps) => {
         const h = held[i]!;
-        h.text += o.codec.decode(visible(tokens));
+        h.text += visibleText(tokens);
         // Stream plain text; hold back anything that may be the start of a tool call.
-        const callAt = h.text.indexOf("<tool_call>");
-        if (callAt >= 0) h.inCall = true;
+        const callAt = this.parser.name === "llama3" ? wholeReplyCallAt(h.text) : h.text.indexOf("<tool_call>");
+        h.inCall = callAt >= 0;
         let safe = callAt >= 0 ? callAt : h.text.length;
-        for (let k = Math.min("<tool_call>".length - 1, safe); k > 0; k--) {
+        for (let k = Math.min("<tool_call>".length - 1, safe); k > 0 && this.parser.name !== "llama3"; k--) {
           if ("<tool_call>".startsWith(h.text.slice(safe - k, safe))) {
             safe -= k;
             break;
@@ -428,7 +461,8 @@ export class OpenAIServer {
       results.forEach((r, i) => {
         const h = held[i]!;
         const parsed = this.parser.parse(h.text, `call_${this.counter}_${i}_`);
-        const rest = h.inCall ? "" : h.text.slice(h.sent);
+        // Held-back text that did not parse as a call is sent as text.
+        const rest = h.inCall && parsed.toolCalls.length > 0 ? "" : h.text.slice(h.sent);
         const delta: Json = {};
         if (rest) delta.content = rest;
         if (parsed.toolCalls.length) delta.tool_calls = parsed.toolCalls.map((c, k) => ({ index: k, id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
@@ -444,7 +478,7 @@ export class OpenAIServer {
       created: now(),
       model: o.modelName,
       choices: results.map((r, i) => {
-        const parsed = this.parser.parse(o.codec.decode(visible(r.tokens)), `call_${this.counter}_${i}_`);
+        const parsed = this.parser.parse(visibleText(r.tokens), `call_${this.counter}_${i}_`);
         return {
           index: i,
           message: toMessage(parsed.toolCalls, parsed.content),

@@ -1,7 +1,8 @@
 /**
  * What `sinkflex serve` and `sinkflex gateway` share before they listen: the exposure check (a key or
  * `--insecure` beyond loopback), a checkpoint folder loaded into the embedded engine with its tokenizer,
- * chat template and trimmed vocabulary, the context limit checked against the model's positions, and
+ * chat template (with the checkpoint family's tool format where the template's text declares none) and
+ * trimmed vocabulary, the context limit checked against the model's positions, and
  * the integer option parser. Each failure is a usage error that says what to pass instead.
  *
  * This file loads; it serves nothing (src/serve, src/gateway do).
@@ -9,7 +10,7 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
-import { ChatTemplate, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
+import { ChatTemplate, checkpointFamily, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
 import { Tokenizer } from "../../model/index.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/index.js";
 import { checkExposure } from "../../serve/index.js";
@@ -62,7 +63,9 @@ export function loadServedCheckpoint(checkpoint: string, maxContext?: number, dt
     );
   }
   engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
-  return { dir, engine, codec, template: ChatTemplate.fromTokenizer(tokenizer), maxContextTokens };
+  // The family's tool format where the template's text declares none (Phi-3), as the pipeline's policy.
+  const template = ChatTemplate.fromTokenizer(tokenizer, "auto", checkpointFamily(dir)?.toolFormat);
+  return { dir, engine, codec, template, maxContextTokens };
 }
 
 /** The commander parser of `--dtype`: fp32 or bf16. */
