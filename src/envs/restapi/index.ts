@@ -8,7 +8,7 @@ import { registerSuite, replayWithExpert, type ReplayOptions, type ReplayReport,
 import { createRestApiEnv, RESTAPI_ENV_ID, type RestApiEnvOptions } from "./env.js";
 import { RestApiExpert, wrongAnswer } from "./expert.js";
 import { FAULT_KINDS } from "./server.js";
-import type { RestTask } from "./tasks.js";
+import { restTaskKinds, type RestTask } from "./tasks.js";
 
 export { createRestApiEnv, RESTAPI_ENV_ID, RESTAPI_SYSTEM_PROMPT, RestApiEnv, type RestApiEnvOptions, type RestApiState, type RestFaultOptions } from "./env.js";
 export { RestApiExpert, valueAt } from "./expert.js";
@@ -41,12 +41,14 @@ const CLIENT_OPTIONS: ClientOptionRules = {
   session: {
     seed: SEED_RULE,
     taskSeed: SEED_RULE,
-    count: { type: "integer", min: 1, max: 1_000 },
+    // The demo's recipe asks for 12,000 tasks; at 20,000 a session's task set takes under 0.5 s and a few MB.
+    count: { type: "integer", min: 1, max: 20_000 },
     levels: { type: "list", item: { type: "enum", values: [1, 2, 3, 4] }, maxItems: 4 },
     taskFaults: { type: "list", item: { type: "enum", values: FAULT_KINDS }, maxItems: 8 },
     requestTimeoutMs: { type: "integer", min: 100, max: 10_000 },
     tools: { type: "enum", values: ["all", "used"] },
     wideValues: { type: "boolean" },
+    kinds: { type: "list", item: { type: "enum", values: [...new Set(Object.values(restTaskKinds()).flat())] }, maxItems: 64 },
   },
   reset: TASK_INDEX_RESET_OPTIONS,
 };
