@@ -27,6 +27,10 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define SFX_X86 1
+// Plain loops compiled once per instruction set and picked at load time (on other CPUs, once).
+#define SFX_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#else
+#define SFX_CLONES
 #endif
 
 namespace sfx {
@@ -624,8 +628,8 @@ static void gemmRectPacked(const GemmArgs& g, const KernelInfo& kern, int m0, in
   const int mcMax = std::max(MR, (kMC / MR) * MR);
   const int ncMax = std::max(NR, (kNC / NR) * NR);
   const int Npad = padN(g.N, NR);
+  const bool prefetch = kern.pf && m1 - m0 >= kern.pfMinRows;  // (no prefetching kernel off x86)
 #ifdef SFX_X86
-  const bool prefetch = kern.pf && m1 - m0 >= kern.pfMinRows;
   if (prefetch && m1 - m0 <= kFewRows) {
     // few rows: the rectangle's first strip of B starts on its way from memory while A is packed
     const char* first = reinterpret_cast<const char*>(Bpk + static_cast<size_t>(n0) * std::min(kcMax, p1 - p0));
@@ -856,7 +860,7 @@ void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, cons
 
 // ------------------------------------------------------------------------------------------ gemv
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvRows(
+SFX_CLONES static void gemvRows(
     int i0, int i1, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
   for (int i = i0; i < i1; i++) {
     const float* a = A + static_cast<size_t>(i) * lda;
@@ -867,7 +871,7 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gem
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default"))) static void gemvCols(
+SFX_CLONES static void gemvCols(
     int M, int j0, int j1, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
   float* acc = y + j0;
   int n = j1 - j0;
