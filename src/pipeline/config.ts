@@ -489,14 +489,14 @@ export const TrainConfigSchema = z
       }
     } else {
       if (cfg.model.lora) ctx.addIssue({ code: "custom", path: ["model", "lora"], message: 'LoRA trains on the embedded engine only: drop model.lora, or use engine.backend "embedded"' });
-      // The torch worker runs plain causal attention over one document per sequence.
-      if (cfg.attention.mode !== "full" || cfg.attention.sinkLogit) {
-        ctx.addIssue({ code: "custom", path: ["attention", "mode"], message: 'the torch engine runs full causal attention without a sink logit: use mode "full" (sinkLogit false) with engine.backend "torch", or the embedded engine' });
+      // The torch worker runs the embedded engine's mask (sink window, packed documents, pinned positions,
+      // sink logits it was saved with); what it cannot do is set attention up: the sinks' profile and the
+      // sink logit's initialization measure the policy on the embedded engine (stages/attention-profile.ts).
+      if (cfg.attention.mode === "profile") {
+        ctx.addIssue({ code: "custom", path: ["attention", "mode"], message: 'attention.mode "profile" measures the policy on the embedded engine: use mode "sink-window" (or "full") with engine.backend "torch", or the embedded engine' });
       }
-      for (const stage of ["sft", "grpo"] as const) {
-        if (cfg[stage].packPrefixes) {
-          ctx.addIssue({ code: "custom", path: [stage, "packPrefixes"], message: 'packed prefixes need per-document attention, which the torch engine lacks: set it false with engine.backend "torch"' });
-        }
+      if (cfg.attention.sinkLogit) {
+        ctx.addIssue({ code: "custom", path: ["attention", "sinkLogit"], message: 'the sink logit is initialized on the embedded engine, so a run on engine.backend "torch" cannot add it: set it false, or train it on the embedded engine (the torch worker runs checkpoints saved with sink logits)' });
       }
       if (cfg.engine.url && (cfg.engine.python || cfg.engine.device || cfg.engine.threads)) {
         ctx.addIssue({ code: "custom", path: ["engine", "url"], message: "python, device and threads choose how a worker is started; with url the worker is already running: drop them" });

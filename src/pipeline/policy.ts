@@ -156,17 +156,27 @@ function torchOptions(engine: EngineConfig): { url?: string; device?: string; py
 
 /**
  * A policy from a checkpoint folder on the configured backend: `loadPolicy` for the embedded engine; for
- * torch, the same text side and a worker that loads the folder (full attention only: a sink-window
- * mask is refused, by the config and by the worker).
+ * torch, the same text side and a worker that loads the folder. The worker runs the mask saved with the
+ * folder (sinkflex_attention.json, and the sink logits in its weights), as the embedded engine does; a run
+ * that asks for other settings (or overrides them) is refused, naming both, since the worker cannot run a
+ * checkpoint with a mask other than its own.
  */
 export async function openPolicy(dir: string, engine: EngineConfig, mask: SinkWindow | { attention?: SinkWindow; override?: boolean; dtype?: WeightDtype } = {}): Promise<Policy> {
   if (engine.backend === "embedded") return loadPolicy(dir, mask);
   const attention = "window" in mask ? mask : mask.attention;
-  if (attention && attention.window > 0) {
-    throw new Error(`the torch engine runs full causal attention, and this run asks for a sink window (window ${attention.window}, sinks ${attention.sinks}): use the embedded engine`);
-  }
   const text = loadPolicyText(dir);
   const torch = await openTorchEngine({ model: resolve(dir), tokenizerDir: text.tokenizerDir, ...torchOptions(engine) });
+  const runs = torch.attention;
+  const asked = attention ?? { window: 0, sinks: 0 };
+  // Full attention asked for (no mask) matches a folder saved with any full-attention settings.
+  const same = asked.window === 0 ? runs.window === 0 : asked.window === runs.window && asked.sinks === runs.sinks;
+  if (attention && !same) {
+    torch.dispose();
+    const describe = (w: SinkWindow) => (w.window === 0 ? "full attention" : `window ${w.window}, sinks ${w.sinks}`);
+    throw new Error(
+      `${dir} was saved with ${describe(runs)} (its sinkflex_attention.json; full attention without one), and this run asks for ${describe(asked)}; the torch worker runs a checkpoint's own mask: set attention to the checkpoint's, or load and save it with the new mask on the embedded engine first`,
+    );
+  }
   return withEngine(text, torch);
 }
 
