@@ -6,7 +6,7 @@
  * the checkpoint folder layout (see checkpoint.ts). Writes here are plain; atomicity is the caller's.
  */
 import { closeSync, existsSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 
 export type StDtype = "F32" | "BF16" | "F16";
 
@@ -324,33 +324,19 @@ export const INDEX_FILE = "model.safetensors.index.json";
 
 /** Reads all weights of a folder: `model.safetensors`, or the shards listed in `model.safetensors.index.json`. */
 export function readSafetensorsDir(dir: string, into?: TensorDestination): TensorMap {
-  const indexPath = join(dir, INDEX_FILE);
-  if (existsSync(indexPath)) {
-    const index = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: Record<string, string> };
-    if (!index.weight_map) throw new SafetensorsError(`${indexPath}: no "weight_map"; the index is malformed`);
-    const byFile = new Map<string, string[]>();
-    for (const [name, file] of Object.entries(index.weight_map)) {
-      if (!byFile.has(file)) byFile.set(file, []);
-      byFile.get(file)!.push(name);
+  const files = safetensorsFiles(dir);
+  const only = files[0]!;
+  if (only.names === null) return readSafetensors(only.path, undefined, into);
+  const out: TensorMap = new Map();
+  for (const { path, names } of files) {
+    const part = readSafetensors(path, names!, into);
+    for (const n of names!) {
+      const t = part.get(n);
+      if (!t) throw new SafetensorsError(`${join(dir, INDEX_FILE)} maps "${n}" to ${basename(path)}, but that shard does not hold it`);
+      out.set(n, t);
     }
-    const out: TensorMap = new Map();
-    for (const [file, names] of byFile) {
-      const p = join(dir, file);
-      if (!existsSync(p)) throw new SafetensorsError(`${indexPath} lists shard ${file}, which is missing from ${dir}`);
-      const part = readSafetensors(p, names, into);
-      for (const n of names) {
-        const t = part.get(n);
-        if (!t) throw new SafetensorsError(`${indexPath} maps "${n}" to ${file}, but that shard does not hold it`);
-        out.set(n, t);
-      }
-    }
-    return out;
   }
-  const single = join(dir, SINGLE_FILE);
-  if (!existsSync(single)) {
-    throw new SafetensorsError(`${dir}: neither ${SINGLE_FILE} nor ${INDEX_FILE} found; is this a Hugging Face checkpoint folder?`);
-  }
-  return readSafetensors(single, undefined, into);
+  return out;
 }
 
 /**

@@ -13,20 +13,11 @@ import { createRandomModel, EmbeddedEngine, loadEngine } from "../../src/engine/
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import type { SequenceMasks } from "../../src/engine/types.js";
 import { meanCrossEntropy, randomTokens, tinyConfig } from "./helpers.js";
-import { testDevice, torchUnavailable } from "./torch-helpers.js";
+import { maxDiff, testDevice, torchUnavailable } from "./torch-helpers.js";
 
 const TOL = 1e-4;
 const ATTENTION = { window: 6, sinks: 2 };
 const missing = torchUnavailable();
-
-function maxDiff(a: Float32Array[], b: Float32Array[]): number {
-  let d = 0;
-  a.forEach((x, i) => {
-    expect(x.length).toBe(b[i]!.length);
-    for (let t = 0; t < x.length; t++) d = Math.max(d, Math.abs(x[t]! - b[i]![t]!));
-  });
-  return d;
-}
 
 /** A tiny checkpoint with the sink window, and with sink logits (per layer, head h: 0.4 h - 0.6) when asked. */
 function sinkCheckpoint(sinkLogit: boolean): string {

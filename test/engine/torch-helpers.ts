@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { expect } from "vitest";
 import { createRandomModel } from "../../src/engine/embedded.js";
 import { defaultPython } from "../../src/engine/torch/index.js";
 import { tinyConfig } from "./helpers.js";
@@ -37,4 +38,14 @@ export function tinyCheckpoint(): string {
   const dir = join(mkdtempSync(join(tmpdir(), "sinkflex-torch-ckpt-")), "tiny");
   createRandomModel(tinyConfig(), 21, { std: 0.15 }).saveSync(dir);
   return dir;
+}
+
+/** The largest absolute difference between two lists of log-prob arrays of the same lengths. */
+export function maxDiff(a: Float32Array[], b: Float32Array[]): number {
+  let d = 0;
+  a.forEach((x, i) => {
+    expect(x.length).toBe(b[i]!.length);
+    for (let t = 0; t < x.length; t++) d = Math.max(d, Math.abs(x[t]! - b[i]![t]!));
+  });
+  return d;
 }

@@ -6,21 +6,12 @@ import { describe, expect, it, vi } from "vitest";
 import { loadEngine } from "../../src/engine/embedded.js";
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import { meanCrossEntropy, randomTokens } from "./helpers.js";
-import { tinyCheckpoint, testDevice, torchUnavailable } from "./torch-helpers.js";
+import { maxDiff, testDevice, tinyCheckpoint, torchUnavailable } from "./torch-helpers.js";
 
 // Each test starts a worker (importing torch): about 70 s measured on the 2-core machine under load 30.
 vi.setConfig({ testTimeout: 240_000 });
 const TOL = 1e-4;
 const missing = torchUnavailable();
-
-function maxDiff(a: Float32Array[], b: Float32Array[]): number {
-  let d = 0;
-  a.forEach((x, i) => {
-    expect(x.length).toBe(b[i]!.length);
-    for (let t = 0; t < x.length; t++) d = Math.max(d, Math.abs(x[t]! - b[i]![t]!));
-  });
-  return d;
-}
 
 (missing ? describe.skip : describe)(`torch engine parity and failures${missing ? ` (${missing})` : ""}`, () => {
   it("embedded and torch log-probs agree within 1e-4 on one checkpoint, before and after an AdamW step", async () => {
