@@ -7,7 +7,7 @@
 import type { ChatMessage, ToolSpec } from "../../src/core/index.js";
 import type { EmbeddedEngine } from "../../src/engine/index.js";
 import { qwen3TokenizerDir } from "../../src/model/tokenizer.js";
-import { stockCodec, SYSTEM, template, tinyEngine } from "../rollout/helpers.js";
+import { recite, stockCodec, SYSTEM, template, tinyEngine } from "../rollout/helpers.js";
 
 export const QUESTION = "How many red chairs are left?";
 export const TOOL_RESULT = '{"item":"red chair","count":9}';
@@ -38,12 +38,6 @@ export async function trainedOn(texts: string[], steps = 150): Promise<EmbeddedE
   const engine = tinyEngine(codec, 7);
   engine.tokenizerDir = qwen3TokenizerDir();
   const ids = texts.map((t) => codec.encode(t));
-  for (let s = 0; s < steps; s++) {
-    await engine.forwardBackward(ids, (lps) => {
-      const dLogprobs = lps.map((lp) => new Float32Array(lp.length).fill(-1 / lp.length));
-      return { loss: -lps.reduce((sum, lp) => sum + lp.reduce((a, b) => a + b, 0) / lp.length, 0), dLogprobs };
-    });
-    await engine.optimStep({ lr: 1e-2, weightDecay: 0 });
-  }
+  await recite(engine, ids, steps);
   return engine;
 }

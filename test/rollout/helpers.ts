@@ -90,3 +90,14 @@ export function tinyEngine(codec: TokenCodec, seed = 1, positions = 8192): Embed
   });
   return createRandomModel(cfg, seed, { std: 0.5 });
 }
+
+/** Trains `engine` on the token sequences (mean log-prob of each, lr 1e-2) for `steps` steps, until it recites them. */
+export async function recite(engine: EmbeddedEngine, ids: number[][], steps: number): Promise<void> {
+  for (let s = 0; s < steps; s++) {
+    await engine.forwardBackward(ids, (lps) => {
+      const dLogprobs = lps.map((lp) => new Float32Array(lp.length).fill(-1 / lp.length));
+      return { loss: -lps.reduce((sum, lp) => sum + lp.reduce((a, b) => a + b, 0) / lp.length, 0), dLogprobs };
+    });
+    await engine.optimStep({ lr: 1e-2, weightDecay: 0 });
+  }
+}

@@ -25,6 +25,7 @@ import { parseHfConfig } from "../../src/model/config.js";
 import { llamaFamily, phi3Family, type ModelFamily } from "../../src/model/families/index.js";
 import { Tokenizer } from "../../src/model/tokenizer.js";
 import { tokenCodec, TrimmedVocab } from "../../src/model/vocab.js";
+import { recite } from "../rollout/helpers.js";
 
 export const SYSTEM = "You are a warehouse agent.";
 export const QUESTION = "How many red chairs are left?";
@@ -123,13 +124,7 @@ export async function familyCheckpoint(f: FamilyCase, steps = 150): Promise<stri
   try {
     engine.tokenizerDir = f.tokenizerDir;
     const ids = texts.map((t) => codec.encode(t));
-    for (let s = 0; s < steps; s++) {
-      await engine.forwardBackward(ids, (lps) => {
-        const dLogprobs = lps.map((lp) => new Float32Array(lp.length).fill(-1 / lp.length));
-        return { loss: -lps.reduce((sum, lp) => sum + lp.reduce((a, b) => a + b, 0) / lp.length, 0), dLogprobs };
-      });
-      await engine.optimStep({ lr: 1e-2, weightDecay: 0 });
-    }
+    await recite(engine, ids, steps);
     const dir = mkdtempSync(join(tmpdir(), `sinkflex-${f.name}-`));
     await engine.save(dir);
     vocab.save(dir);
