@@ -173,7 +173,18 @@ export class TrimmedVocab {
           break;
         }
       }
-      if (!found) throw new Error(`cannot spell token ${JSON.stringify(text)} with the trimmed vocabulary: its byte tokens are missing`);
+      if (found) continue;
+      // A sentencepiece vocabulary (Llama 2, Phi-3) spells what it lacks with <0xXX> byte tokens; its
+      // word-start symbol "▁" is a space.
+      const ch = String.fromCodePoint(text.codePointAt(i)!);
+      const bytes = ch === "\u2581" ? [0x20] : [...Buffer.from(ch, "utf8")];
+      const smalls = bytes.map((b) => {
+        const id = tokenizer.tokenToId(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
+        return id === undefined ? undefined : this.toSmallMap.get(id);
+      });
+      if (smalls.some((x) => x === undefined)) throw new Error(`cannot spell token ${JSON.stringify(text)} with the trimmed vocabulary: its byte tokens are missing`);
+      pieces.push(...(smalls as number[]));
+      i += ch.length;
     }
     this.spellings.set(fullId, pieces);
     return pieces;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ChatTemplate } from "../../src/model/chat-template.js";
-import { loadQwen3Tokenizer } from "../../src/model/tokenizer.js";
+import { loadQwen3Tokenizer, Tokenizer } from "../../src/model/tokenizer.js";
 import { byteTokenIds, tokenCodec, TrimmedVocab } from "../../src/model/vocab.js";
 
 describe("TrimmedVocab", () => {
@@ -88,6 +88,21 @@ describe("Tokenizer.encode on chat text", () => {
       expect(tokenizer.encode(text)).toEqual(expected);
       expect(tokenizer.encode(text)).toEqual(expected); // the remembered pieces
       expect(tokenizer.encode(`no special token at the start ${text}`)).toEqual(whole(`no special token at the start ${text}`));
+    }
+  });
+});
+
+describe("TrimmedVocab on a sentencepiece tokenizer (Phi-3)", () => {
+  it("spells a word outside the trimmed set with <0xXX> byte tokens (the word-start symbol as a space) and decodes it back", () => {
+    const tokenizer = Tokenizer.fromDir(join(import.meta.dirname, "fixtures", "families", "phi3"));
+    const vocab = TrimmedVocab.build(tokenizer, [tokenizer.encode("<|user|>\nreserve four crates<|end|>")]);
+    const codec = tokenCodec(tokenizer, vocab);
+    for (const text of ["hi there", "naïve café ✓", "reserve hi"]) {
+      const full = tokenizer.encode(text);
+      expect(full.some((id) => !vocab.has(id)), text).toBe(true);
+      const small = vocab.toSmall(full, tokenizer);
+      expect(small.every((id) => id < vocab.size)).toBe(true);
+      expect(codec.decode(codec.encode(text))).toBe(tokenizer.decode(full));
     }
   });
 });
