@@ -12,8 +12,9 @@
  * `EnvInfrastructureError` (its message starts with `INFRA_FAILURE_PREFIX`): an infrastructure
  * failure, to be counted and left out of training, never scored as the policy's.
  *
- * A health check (GET /health every `healthIntervalMs`) takes a server that does not answer out of
- * the rotation and brings it back when it answers again. `stats()` counts episodes, retries, failures
+ * A health check (GET /health every `healthIntervalMs`) takes a server out of the rotation when it
+ * has not answered `healthFailures` checks in a row (a loaded machine can miss one; a server that dies
+ * is taken out at once by its sessions' failures) and brings it back when it answers again. `stats()` counts episodes, retries, failures
  * and the peak of sessions held. This file is the client-side pool only; servers are server.ts's.
  */
 import { EnvContractError, type Env, type EnvMetadata, type ResetArgs, type ResetResult, type StepResult } from "../env.js";
@@ -60,6 +61,8 @@ export interface EnvPoolOptions {
   acquireTimeoutMs?: number;
   /** Health check period. Default 1,000 ms. */
   healthIntervalMs?: number;
+  /** Health checks missed in a row that take a server out. Default 3. */
+  healthFailures?: number;
   /** Hears of servers going down or up, episodes moved and episodes lost (for a run's log). */
   onEvent?: (event: PoolEvent) => void;
 }
@@ -100,6 +103,8 @@ interface Server {
   /** Not offered new sessions before this time (after a 429). */
   coolUntil: number;
   checking: boolean;
+  /** Health checks missed in a row. */
+  missed: number;
 }
 
 const INFRA_CODES = new Set(["network", "closed", "timeout", "session_expired", "not_found", "shutting_down"]);
@@ -111,7 +116,10 @@ function isServerFault(err: unknown): boolean {
 }
 
 function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+  if (!(err instanceof Error)) return String(err);
+  // fetch's own message ("fetch failed") keeps the reason in its cause (ECONNREFUSED, a reset socket).
+  const cause = err.cause instanceof Error ? err.cause.message : undefined;
+  return cause ? `${err.message} (${cause})` : err.message;
 }
 
 export class EnvPool {
@@ -129,7 +137,7 @@ export class EnvPool {
     readonly options: EnvPoolOptions,
     readonly spec: SessionInfo,
   ) {
-    this.servers = options.urls.map((url) => ({ url: url.replace(/\/+$/, ""), active: 0, up: true, coolUntil: 0, checking: false }));
+    this.servers = options.urls.map((url) => ({ url: url.replace(/\/+$/, ""), active: 0, up: true, coolUntil: 0, checking: false, missed: 0 }));
     this.perServer = options.sessionsPerServer ?? 16;
     this.settings = {
       sessionsPerServer: this.perServer,
@@ -139,6 +147,7 @@ export class EnvPool {
       maxRetries: options.maxRetries ?? 3,
       acquireTimeoutMs: options.acquireTimeoutMs ?? 120_000,
       healthIntervalMs: options.healthIntervalMs ?? 1_000,
+      healthFailures: options.healthFailures ?? 3,
     };
     this.observationSpace = spaceFromJSON(spec.observationSpace);
     this.actionSpace = spaceFromJSON(spec.actionSpace);
@@ -163,7 +172,7 @@ export class EnvPool {
       if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new RangeError(`EnvPool: ${url} must be an http:// or https:// URL (the pool adds /ws itself)`);
     }
     if (new Set(options.urls).size !== options.urls.length) throw new RangeError(`EnvPool: urls lists a server twice: ${options.urls.join(", ")}`);
-    for (const [k, min] of [["sessionsPerServer", 1], ["stepTimeoutMs", 1], ["episodeTimeoutMs", 1], ["maxRetries", 0], ["acquireTimeoutMs", 1], ["healthIntervalMs", 10]] as const) {
+    for (const [k, min] of [["sessionsPerServer", 1], ["stepTimeoutMs", 1], ["episodeTimeoutMs", 1], ["maxRetries", 0], ["acquireTimeoutMs", 1], ["healthIntervalMs", 10], ["healthFailures", 1]] as const) {
       const v = options[k];
       if (v !== undefined && (!Number.isInteger(v) || v < min)) throw new RangeError(`EnvPool: ${k} must be an integer >= ${min}, got ${v}`);
     }
@@ -332,6 +341,11 @@ export class EnvPool {
     });
   }
 
+  private missedHealth(s: Server, reason: string): void {
+    s.missed++;
+    if (s.missed >= this.settings.healthFailures) this.markDown(s, `${reason} (${s.missed} checks in a row)`);
+  }
+
   private async checkHealth(): Promise<void> {
     await Promise.all(
       this.servers.map(async (s) => {
@@ -344,14 +358,15 @@ export class EnvPool {
           });
           const body = (await res.json().catch(() => ({}))) as { status?: string };
           if (res.ok && body.status === "healthy") {
+            s.missed = 0;
             if (!s.up) {
               s.up = true;
               this.emit({ kind: "server_up", url: s.url });
               this.wake();
             }
-          } else this.markDown(s, `GET /health answered ${res.status} ${body.status ?? ""}`.trim());
+          } else this.missedHealth(s, `GET /health answered ${res.status} ${body.status ?? ""}`.trim());
         } catch (err) {
-          this.markDown(s, `GET /health failed: ${describe(err)}`);
+          this.missedHealth(s, `GET /health failed: ${describe(err)}`);
         } finally {
           s.checking = false;
         }

@@ -77,10 +77,18 @@ function holdAfter(steps: number, count: number): { afterStep: (k: number) => Pr
   return { afterStep, reached, release };
 }
 
-/** A TCP proxy on 127.0.0.1 in front of `port` whose connections `cut()` drops (the server stays up). */
-async function cuttableProxy(port: number): Promise<{ url: string; cut: () => void }> {
+/**
+ * A TCP proxy on 127.0.0.1 in front of `port` whose connections `cut()` drops (the server stays up);
+ * while `refusing(true)`, it closes every new connection at once.
+ */
+async function cuttableProxy(port: number): Promise<{ url: string; cut: () => void; refusing: (on: boolean) => void }> {
   const sockets = new Set<Socket>();
+  let refuse = false;
   const proxy = createServer((client) => {
+    if (refuse) {
+      client.destroy();
+      return;
+    }
     const upstream = connect(port, "127.0.0.1");
     client.pipe(upstream).pipe(client);
     sockets.add(client);
@@ -94,7 +102,14 @@ async function cuttableProxy(port: number): Promise<{ url: string; cut: () => vo
   });
   await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
   cleanups.push(() => new Promise<void>((r) => proxy.close(() => r())));
-  return { url: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`, cut: () => [...sockets].forEach((s) => s.destroy()) };
+  return {
+    url: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
+    cut: () => [...sockets].forEach((s) => s.destroy()),
+    refusing: (on) => {
+      refuse = on;
+      if (on) [...sockets].forEach((s) => s.destroy());
+    },
+  };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -281,6 +296,29 @@ describe("EnvPool under faults (real `sinkflex envs serve` processes)", () => {
     expect(pool.serverStates()[0]!.up).toBe(false);
     a.proc.kill("SIGCONT");
   }, 180_000);
+
+  it("a missed health check leaves a server in the rotation; healthFailures missed in a row take it out, naming the cause", async () => {
+    const server = await serveEnv(SLOW_ENV_ID, { maxSessions: 4 });
+    cleanups.push(() => server.close());
+    const { url: proxyUrl, refusing } = await cuttableProxy(server.port);
+    const events: { kind: string; reason?: string }[] = [];
+    const pool = await openPool({ urls: [proxyUrl], healthIntervalMs: 100, healthFailures: 5, onEvent: (e) => events.push(e) });
+    // One interval and a half of refused connections: at most two checks missed of the five it takes.
+    refusing(true);
+    await sleep(150);
+    refusing(false);
+    await sleep(600);
+    expect(events.filter((e) => e.kind === "server_down")).toEqual([]);
+    expect(pool.serverStates()[0]!.up).toBe(true);
+    // Refused for good: out after five in a row, with fetch's cause in the reason.
+    refusing(true);
+    for (let i = 0; i < 200 && pool.serverStates()[0]!.up; i++) await sleep(50);
+    const down = events.find((e) => e.kind === "server_down");
+    expect(down?.reason).toMatch(/^GET \/health failed: fetch failed \(.+\) \(5 checks in a row\)$/);
+    refusing(false);
+    for (let i = 0; i < 200 && !pool.serverStates()[0]!.up; i++) await sleep(50);
+    expect(pool.serverStates()[0]!.up).toBe(true);
+  }, 60_000);
 
   it("a WebSocket dropped mid-episode (server still up) moves the episode; an episode with nowhere to go is an infrastructure failure, counted", async () => {
     const server = await serveEnv(SLOW_ENV_ID, { maxSessions: 16 });
