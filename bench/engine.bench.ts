@@ -12,6 +12,10 @@
  *            bf16 unit, also the same step with bf16 products; and the same step training a LoRA adapter
  *            (rank 16 on every projection) on an fp32 base and on a bf16 base, as step time vs the full step
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
+ *   decode-05b  the same decoding on a Qwen2.5-0.5B shape, one checkpoint of random weights for all:
+ *            sinkflex with the weights in fp32 and in bf16 vs llama.cpp (node-llama-cpp, an F16 GGUF
+ *            written by bench/peers/gguf_qwen2.py; node-llama-cpp is no dependency: see bench/README.md)
+ *            vs Hugging Face generate in fp32
  *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024, and of sampling
  *            from that shape with its weights held in fp32 and in bf16, side by side (a child process each;
  *            `--only memory-sample` runs the sampling lines alone); and of a LoRA training step of that shape
@@ -24,16 +28,16 @@
  * AVX2-only machine): sinkflex's kernels (SINKFLEX_SIMD=avx2, no bf16 unit), numpy's OpenBLAS on its Haswell
  * kernel (OPENBLAS_CORETYPE=Haswell) and PyTorch at CPU capability AVX2 (ATEN_CPU_CAPABILITY=avx2, MKL and
  * oneDNN capped at AVX2). The default, --simd native, lets each pick its own code for the CPU.
- * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,memory,memory-sample,memory-lora] [--json FILE]
+ * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,decode-05b,memory,memory-sample,memory-lora] [--json FILE]
  *        [--simd native|avx2] [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
-import { cpus, loadavg } from "node:os";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { createRandomModel } from "../src/engine/embedded.js";
+import { createRandomModel, type EmbeddedEngine, loadEngine } from "../src/engine/embedded.js";
 import type { TokenLoss } from "../src/engine/types.js";
 import { bf16Unit, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
 import type { Kernels } from "../src/kernels/kernels.js";
@@ -58,12 +62,14 @@ interface Options {
   memoryChild: boolean;
 }
 
+const SECTIONS = ["gemm", "train", "decode", "decode-05b", "memory", "memory-sample", "memory-lora"];
+
 function parseArgs(argv: string[]): Options {
   const o: Options = {
     quick: false,
     simd: "native",
     threads: Number(process.env.SINKFLEX_THREADS) || Math.min(2, cpus().length),
-    only: new Set(["gemm", "train", "decode", "memory"]),
+    only: new Set(["gemm", "train", "decode", "decode-05b", "memory"]),
     json: null,
     python: process.env.SINKFLEX_BENCH_PYTHON || "python3",
     memoryChild: false,
@@ -93,7 +99,7 @@ function parseArgs(argv: string[]): Options {
   }
   if (!(o.threads >= 1)) throw new Error("--threads must be a positive integer");
   for (const s of o.only) {
-    if (!["gemm", "train", "decode", "memory", "memory-sample", "memory-lora"].includes(s)) throw new Error(`--only: unknown section "${s}" (gemm, train, decode, memory, memory-sample, memory-lora)`);
+    if (!SECTIONS.includes(s)) throw new Error(`--only: unknown section "${s}" (${SECTIONS.join(", ")})`);
   }
   return o;
 }
@@ -480,6 +486,83 @@ async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, o
   out.decode = rows;
 }
 
+/** Greedy decoding of `batch` prompts on `engine`, after a warm-up of the same batch (8 prompt tokens, 2 new); new tokens/s. */
+async function sinkflexDecode(engine: EmbeddedEngine, batch: number, prompt: number, newTokens: number): Promise<{ tokensPerS: number; seconds: number }> {
+  const V = engine.config.vocabSize;
+  const prompts = Array.from({ length: batch }, (_, b) => randomTokens(prompt, V, 500 + b));
+  const warm = await Promise.all(prompts.map((p) => engine.session(p.slice(0, 8))));
+  await engine.sampleBatch(warm, warm.map(() => ({ temperature: 0, maxTokens: 2 })));
+  for (const w of warm) w.close();
+  const t0 = performance.now();
+  const sessions = [];
+  for (const p of prompts) sessions.push(await engine.session(p));
+  const res = await engine.sampleBatch(sessions, sessions.map(() => ({ temperature: 0, maxTokens: newTokens })));
+  const seconds = (performance.now() - t0) / 1000;
+  for (const s of sessions) s.close();
+  return { tokensPerS: res.reduce((a, r) => a + r.tokens.length, 0) / seconds, seconds };
+}
+
+/** llama.cpp through node-llama-cpp (bench/peers/llama_cpp.mjs) decoding `gguf`; its JSON answer, or { error }. */
+function llamaCppDecode(gguf: string, threads: number, batch: number, prompt: number, newTokens: number, vocab: number): PeerReply {
+  const cmd = JSON.stringify({ gguf, batch, prompt, new_tokens: newTokens, threads, vocab });
+  const res = spawnSync(process.execPath, [join(here, "peers", "llama_cpp.mjs"), cmd], { encoding: "utf8", maxBuffer: 1 << 20, timeout: 1_800_000 });
+  try {
+    return JSON.parse(res.stdout.trim().split("\n").pop() ?? "") as PeerReply;
+  } catch {
+    return { error: `llama_cpp.mjs failed (status ${res.status}${res.signal ? `, ${res.signal}` : ""}): ${res.stderr.trim().slice(-300)}` };
+  }
+}
+
+/**
+ * Greedy decoding of the Qwen2.5-0.5B shape, one checkpoint of random weights for every contender:
+ * sinkflex with the weights in fp32 and in bf16, llama.cpp on an F16 GGUF written from the checkpoint
+ * (bench/peers/gguf_qwen2.py), and Hugging Face generate (fp32), at batch 1 and 32.
+ */
+async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>, out: Record<string, unknown>) {
+  const prompt = o.quick ? 32 : 128;
+  const newTokens = o.quick ? 16 : 64;
+  const dir = mkdtempSync(join(tmpdir(), "sinkflex-bench-05b-"));
+  try {
+    const ckpt = join(dir, "ckpt");
+    const gguf = join(dir, "model-f16.gguf");
+    {
+      const engine = createRandomModel(parseHfConfig(QWEN25_05B), 1, { kernels: k });
+      engine.saveSync(ckpt);
+      engine.dispose();
+    }
+    const conv = spawnSync(o.python, [join(here, "peers", "gguf_qwen2.py"), ckpt, gguf], { encoding: "utf8", maxBuffer: 1 << 20 });
+    const ggufError = conv.status === 0 ? null : `gguf_qwen2.py failed (status ${conv.status}): ${(conv.stderr || conv.stdout).trim().split("\n").pop()}`;
+    const rows: Record<string, unknown>[] = [];
+    for (const batch of [1, 32]) {
+      const row: Record<string, any> = { batch, prompt, newTokens };
+      for (const dtype of ["fp32", "bf16"] as const) {
+        const engine = loadEngine(ckpt, { kernels: k, dtype });
+        row[dtype] = await sinkflexDecode(engine, batch, prompt, newTokens);
+        engine.dispose();
+      }
+      row.llamaCpp = ggufError ? { error: ggufError } : llamaCppDecode(gguf, o.threads, batch, prompt, newTokens, QWEN25_05B.vocab_size);
+      const peer = peers.get("torch");
+      row.hf = peer ? await peer.request({ op: "decode", checkpoint: ckpt, batch, prompt, new_tokens: newTokens }, 1_800_000) : { error: "torch peer not started" };
+      rows.push(row);
+    }
+    const tps = (r: any) => (r && !r.error ? (r.tokens_per_s as number) : null);
+    const cell = (r: any) => (tps(r) === null ? `peer unavailable${r?.error ? ` (${String(r.error).slice(0, 120)})` : ""}` : fmt(tps(r), 1));
+    const best = (r: any) => Math.max(r.fp32.tokensPerS, r.bf16.tokensPerS);
+    printTable(
+      `KV-cache greedy decoding, Qwen2.5-0.5B shape (one checkpoint of random weights), prompt ${prompt} + ${newTokens} new tokens per sequence, prefill included, new tokens/s`,
+      ["batch", "sinkflex fp32", "sinkflex bf16", "llama.cpp F16", "HF generate fp32", "best sinkflex / llama.cpp", "best sinkflex / HF"],
+      rows.map((r: any) => [
+        String(r.batch), fmt(r.fp32.tokensPerS, 1), fmt(r.bf16.tokensPerS, 1), cell(r.llamaCpp), cell(r.hf),
+        tps(r.llamaCpp) ? fmt(best(r) / tps(r.llamaCpp)!, 2) : "-", tps(r.hf) ? fmt(best(r) / tps(r.hf)!, 2) : "-",
+      ]),
+    );
+    console.log("targets: batch 1 >= llama.cpp F16; batch 32 >= 2x HF generate");
+    out.decode05b = rows.map((r: any) => ({ ...r, ratioVsLlamaCpp: tps(r.llamaCpp) ? best(r) / tps(r.llamaCpp)! : null, ratioVsHf: tps(r.hf) ? best(r) / tps(r.hf)! : null }));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** Which run a memory child makes (SFX_BENCH_MEMORY): the training step, or sampling in a dtype. */
 const MEMORY_RUNS = {
   train: null,
@@ -685,7 +768,7 @@ async function main(): Promise<void> {
   console.log(`load average at start: ${loadavg().map((x) => x.toFixed(1)).join(" ")}`);
 
   const peers = new Map<string, Peer>();
-  const needTorch = o.only.has("gemm") || o.only.has("train") || o.only.has("decode");
+  const needTorch = o.only.has("gemm") || o.only.has("train") || o.only.has("decode") || o.only.has("decode-05b");
   for (const lib of ["numpy", "torch"] as const) {
     if (lib === "numpy" && !o.only.has("gemm")) continue;
     if (lib === "torch" && !needTorch) continue;
@@ -700,6 +783,7 @@ async function main(): Promise<void> {
     if (o.only.has("gemm")) await gemmSection(o, k, peak, new Map([...peers]), out);
     if (o.only.has("train")) await trainSection(o, k, peers, out);
     if (o.only.has("decode")) await decodeSection(o, k, peers, out);
+    if (o.only.has("decode-05b")) await decode05bSection(o, k, peers, out);
   } finally {
     for (const p of peers.values()) p.close();
   }

@@ -12,6 +12,8 @@ Commands (each may carry an "id", echoed in its answer):
   {"op": "gemm", "M", "N", "K", "ta", "tb", "seconds"}   (C = op(A) @ op(B), float32)
   {"op": "train_step", "config": {HF Qwen2 config}, "batch", "seq", "steps"}   (torch only)
   {"op": "decode", "config": {...}, "batch", "prompt", "new_tokens"}             (torch only)
+  {"op": "decode", "checkpoint": DIR, "batch", "prompt", "new_tokens"}   (a saved Qwen2 checkpoint, fp32;
+                                                                           the prompts engine.bench.ts decodes)
 """
 import json
 import os
@@ -171,13 +173,37 @@ def train_step(cmd):
             "params": sum(p.numel() for p in model.parameters())}
 
 
+def _qwen2_checkpoint(path):
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.set_num_threads(_threads())
+    model = Qwen2ForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="sdpa")
+    return torch, model
+
+
+def _lcg_tokens(n, V, seed):
+    """bench/engine.bench.ts's randomTokens: the prompts sinkflex decodes, so every contender gets the same."""
+    s, out = seed & 0xFFFFFFFF, []
+    for _ in range(n):
+        s = (s * 1664525 + 1013904223) & 0xFFFFFFFF
+        out.append(s % V)
+    return out
+
+
 def decode(cmd):
-    torch, model = _qwen2(cmd["config"])
+    if cmd.get("checkpoint"):
+        torch, model = _qwen2_checkpoint(cmd["checkpoint"])
+    else:
+        torch, model = _qwen2(cmd["config"])
     model.eval()
     B, P, new = cmd["batch"], cmd["prompt"], cmd["new_tokens"]
-    V = cmd["config"]["vocab_size"]
-    g = torch.Generator().manual_seed(2)
-    ids = torch.randint(0, V, (B, P), generator=g)
+    V = model.config.vocab_size
+    if cmd.get("checkpoint"):
+        ids = torch.tensor([_lcg_tokens(P, V, 500 + b) for b in range(B)])
+    else:
+        g = torch.Generator().manual_seed(2)
+        ids = torch.randint(0, V, (B, P), generator=g)
     mask = torch.ones_like(ids)
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0,
               eos_token_id=None)
