@@ -456,23 +456,14 @@ async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, o
   const newTokens = o.quick ? 16 : 64;
   const rows: Record<string, unknown>[] = [];
   for (const batch of [1, 32]) {
+    // the warm-up is the peer's: 8 prompt tokens, 2 new, at the same batch
     const engine = createRandomModel(cfg, 1, { kernels: k });
-    const prompts = Array.from({ length: batch }, (_, b) => randomTokens(prompt, cfg.vocabSize, 500 + b));
-    // warm-up on a short run of the same batch (as the peer's: 8 prompt tokens, 2 new)
-    const warm = await Promise.all(prompts.map((p) => engine.session(p.slice(0, 8))));
-    await engine.sampleBatch(warm, warm.map(() => ({ temperature: 0, maxTokens: 2 })));
-    for (const w of warm) w.close();
-    const t0 = performance.now();
-    const sessions = [];
-    for (const p of prompts) sessions.push(await engine.session(p));
-    const res = await engine.sampleBatch(sessions, sessions.map(() => ({ temperature: 0, maxTokens: newTokens })));
-    const secs = (performance.now() - t0) / 1000;
-    const produced = res.reduce((a, r) => a + r.tokens.length, 0);
+    const ours = await sinkflexDecode(engine, batch, prompt, newTokens);
     engine.dispose();
     const peer = peers.get("torch");
     const hf = peer ? await peer.request({ op: "decode", config: SMALL_QWEN2, batch, prompt, new_tokens: newTokens }) : null;
     const theirs = hf && !hf.error ? (hf.tokens_per_s as number) : null;
-    rows.push({ batch, prompt, newTokens, sinkflexTokensPerS: produced / secs, sinkflexSeconds: secs, hf, ratio: theirs ? produced / secs / theirs : null });
+    rows.push({ batch, prompt, newTokens, sinkflexTokensPerS: ours.tokensPerS, sinkflexSeconds: ours.seconds, hf, ratio: theirs ? ours.tokensPerS / theirs : null });
   }
   printTable(
     `KV-cache greedy decoding (prompt ${prompt} + ${newTokens} new tokens per sequence, prefill included), new tokens/s`,
