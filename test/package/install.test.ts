@@ -1,8 +1,8 @@
 /**
  * sinkflex as a user's project gets it: the package packed with `npm pack` (its prepack builds dist/),
  * checked for what it ships, then installed into a copy of examples/inventory-project and run there
- * through the project's own package.json scripts, the commands its README lists: `typecheck`, `check`
- * and `check:mcp` (envs check), `train:tiny` (SFT, GRPO, evaluations), `eval:tiny`, `serve:tiny` with
+ * through the project's own package.json scripts, the commands its README lists: `typecheck`, `check`,
+ * `check:mcp` and `check:openapi` (envs check), `train:tiny` (SFT, GRPO, evaluations), `eval:tiny`, `serve:tiny` with
  * `ask` (OpenAI-style requests to the trained checkpoint on loopback), and a plain `node` import of
  * "sinkflex" (no tsx). Without the native build (npm may skip the install script until approved) the run must say
  * once that it uses the reference kernels.
@@ -57,7 +57,7 @@ function sinkflexArgs(script: string): string[] {
 type RunScript = (script: string) => Promise<{ code: number; out: string }>;
 
 /**
- * The README's commands in the installed project, in its order: envs check (function tools and MCP),
+ * The README's commands in the installed project, in its order: envs check (function tools, MCP, OpenAPI),
  * the tiny train, its eval. `typecheck` and `serve:tiny` are run by the callers (tsc and a server).
  */
 async function exerciseInstalled(dir: string, script: RunScript): Promise<void> {
@@ -69,6 +69,9 @@ async function exerciseInstalled(dir: string, script: RunScript): Promise<void> 
   const mcp = await script("check:mcp");
   expect(mcp.code, mcp.out).toBe(0);
   expect(mcp.out).toMatch(/InventoryMcpEnv<acme\/inventory-mcp-v0>>>>: passed/);
+  const openapi = await script("check:openapi");
+  expect(openapi.code, openapi.out).toBe(0);
+  expect(openapi.out).toMatch(/InventoryOpenApiEnv<acme\/inventory-openapi-v0>>>>: passed/);
 
   const train = await script("train:tiny");
   expect(train.code, train.out).toBe(0);
@@ -178,11 +181,11 @@ describe("the packed sinkflex package", () => {
 
   const real = process.env.SINKFLEX_PACKAGE_TEST === "1";
   if (!real) console.warn("skipping the npm install of the packed sinkflex: it reads the registry's package metadata and takes minutes; SINKFLEX_PACKAGE_TEST=1 runs it");
-  it.runIf(real)("npm install of the tarball into the example project, then the README's commands: typecheck, check, check:mcp, train:tiny, eval:tiny, serve:tiny, ask", async () => {
+  it.runIf(real)("npm install of the tarball into the example project, then the README's commands: typecheck, check, check:mcp, check:openapi, train:tiny, eval:tiny, serve:tiny, ask", async () => {
     // The README lists these scripts, in this order, as the path from install to a served checkpoint.
     const readme = readFileSync(join(EXAMPLE, "README.md"), "utf8");
     const listed = [...readme.matchAll(/^npm run ([\w:]+)/gm)].map((m) => m[1]!);
-    const smoke = ["typecheck", "check", "check:mcp", "train:tiny", "eval:tiny", "serve:tiny", "ask"];
+    const smoke = ["typecheck", "check", "check:mcp", "check:openapi", "train:tiny", "eval:tiny", "serve:tiny", "ask"];
     expect(listed.filter((s) => smoke.includes(s))).toEqual(smoke);
 
     const dir = projectCopy("npm");
