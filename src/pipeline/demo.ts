@@ -191,12 +191,10 @@ export async function calibrate(cfg: TrainConfig, options: Pick<DemoOptions, "sh
   const sftTimes: number[] = [];
   let grpoMs = Number.NaN;
   let grpoTokens = 0;
-  let suites: { name: string; weight: number; lengths: number[] }[] = [];
   try {
     const r = await train(calCfg, {
       quiet: true,
       shouldStop: options.shouldStop,
-      onSftLengths: (s) => (suites = s),
       onMetrics: (m) => {
         if (m.stage === "sft") sftTimes.push(performance.now());
         const phase = m.phaseMs as { rollout?: number; train?: number } | undefined;
@@ -212,38 +210,23 @@ export async function calibrate(cfg: TrainConfig, options: Pick<DemoOptions, "sh
     // An expert episode taken as four task readings (a reset and a few steps against one).
     const unit = contentMsPerTask;
     const evalMsPerTask = Object.values(r.evalBefore ?? {}).map((e) => e.wallMs / Math.max(1, e.trials));
+    // The GRPO step as measured, rollouts and update, on the calibration policy's own episodes (their
+    // length is not the run's: scaling by the expert episodes' length overestimated a step twofold,
+    // since a group's shared prompt is trained once; so the plan's GRPO estimate is rough either way).
     const measuredMs = Number.isFinite(grpoMs) ? grpoMs : r.grpo.rolloutMs + r.grpo.trainMs;
-    const grpo = grpoStepEstimate(measuredMs, grpoTokens, calCfg.grpo.batchTasks, cfg.grpo.groupSize, suites);
-    return { sftMsPerStep, ...grpo, evalMsPerTask, contentMsPerTask: unit, episodeMs: 4 * unit, elapsedMs: performance.now() - start };
+    const perTrajectory = grpoTokens / (calCfg.grpo.batchTasks * cfg.grpo.groupSize);
+    return {
+      sftMsPerStep,
+      grpoMsPerTask: measuredMs / calCfg.grpo.batchTasks,
+      grpoBasis: `rollouts and update measured on the calibration policy's episodes, ${perTrajectory.toFixed(0)} trained tokens each`,
+      evalMsPerTask,
+      contentMsPerTask: unit,
+      episodeMs: 4 * unit,
+      elapsedMs: performance.now() - start,
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-/**
- * One GRPO task's time in the planned run. The calibration's GRPO step plays the calibration's own
- * barely trained policy, whose episodes are not the length a policy after SFT plays (it stops early or
- * rambles), so its time is taken per trained token and scaled to the length of the suites' expert
- * episodes (the episodes SFT teaches), weighted by the suites' GRPO weights: a group of G episodes of
- * that length. Without a token count or expert episodes, the step's time as measured.
- */
-export function grpoStepEstimate(
-  stepMs: number,
-  stepTokens: number,
-  stepTasks: number,
-  groupSize: number,
-  suites: readonly { weight: number; lengths: readonly number[] }[],
-): { grpoMsPerTask: number; grpoBasis?: string } {
-  const measured = stepMs / stepTasks;
-  const withExpert = suites.filter((s) => s.lengths.length > 0 && s.weight > 0);
-  if (stepTokens <= 0 || withExpert.length === 0) return { grpoMsPerTask: measured };
-  const weights = withExpert.reduce((a, s) => a + s.weight, 0);
-  const episodeTokens = withExpert.reduce((a, s) => a + (s.weight / weights) * (s.lengths.reduce((x, y) => x + y, 0) / s.lengths.length), 0);
-  const msPerToken = stepMs / stepTokens;
-  return {
-    grpoMsPerTask: msPerToken * groupSize * episodeTokens,
-    grpoBasis: `${(1000 / msPerToken).toFixed(0)} trained tokens/s over episodes of ${episodeTokens.toFixed(0)} tokens, the expert's; the calibration's own episodes averaged ${(stepTokens / (stepTasks * groupSize)).toFixed(0)}`,
-  };
 }
 
 /** The recipe's counts as a planned run sees them (held-out and expert counts capped as the suites' plans cap them). */

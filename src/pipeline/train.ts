@@ -43,7 +43,6 @@ export async function train(cfg: TrainConfig, options: TrainOptions = {}): Promi
     policy = start.policy;
     await savePrepared(ctx, start);
     const sftData = await sftExamples(ctx, prep, data, start);
-    options.onSftLengths?.(data.plans.map((p) => ({ name: p.name, weight: p.weight, lengths: sftData.examples.filter((e) => e.source === p.name).map((e) => e.tokens.length) })));
     await prep.close();
     const { state } = start;
 

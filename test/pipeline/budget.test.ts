@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { grpoDeadline, halfWidthPoints, planBudgetRun, replannedSteps, SftClock, stepsThatFit, tasksForHalfWidth, type BudgetPlan, type Calibration, type PlanRecipe } from "../../src/pipeline/budget.js";
 import * as sinkflex from "../../src/index.js";
-import { grpoStepEstimate } from "../../src/pipeline/demo.js";
 
 describe("the time budget", () => {
   it("re-plans only when the steps that fit are 20% or more off the plan", () => {
@@ -117,19 +116,3 @@ describe("planBudgetRun on a budget too short for the widest accepted interval",
   });
 });
 
-describe("the calibration's GRPO step estimate", () => {
-  it("scales the measured step per trained token to the expert episodes' length, weighted by the suites' GRPO weights", () => {
-    // 8 tasks x group 8 = 64 episodes of 50 tokens in 3.2 s: 1 ms per token. The run's episodes are the
-    // expert's: 100 tokens (weight 1) and 400 tokens (weight 3), so 325 tokens on average, 8 to a task.
-    const est = grpoStepEstimate(3200, 3200, 8, 8, [
-      { weight: 1, lengths: [90, 110] },
-      { weight: 3, lengths: [400] },
-      { weight: 2, lengths: [] },
-    ]);
-    expect(est.grpoMsPerTask).toBeCloseTo(8 * 325, 6);
-    expect(est.grpoBasis).toMatch(/episodes of 325 tokens, the expert's; the calibration's own episodes averaged 50$/);
-    // Without a token count or any expert episode, the measured step as it is.
-    expect(grpoStepEstimate(3200, 0, 8, 8, [{ weight: 1, lengths: [100] }])).toEqual({ grpoMsPerTask: 400 });
-    expect(grpoStepEstimate(3200, 3200, 8, 8, [{ weight: 1, lengths: [] }])).toEqual({ grpoMsPerTask: 400 });
-  });
-});

@@ -29,8 +29,6 @@ export interface TrainOptions extends TimeBudget {
   skipEval?: boolean;
   /** Called with each metrics record as it is written. */
   onMetrics?: (record: Record<string, unknown>) => void;
-  /** Called once the SFT examples are tokenized: each suite's weight and its examples' lengths in tokens (the demo's calibration sizes GRPO episodes by them). */
-  onSftLengths?: (suites: { name: string; weight: number; lengths: number[] }[]) => void;
   /**
    * Run the policy and its reference with this mask whatever their checkpoints were trained with (for a
    * deliberate comparison, such as the demo's naive replay with full attention). Without it a loader
