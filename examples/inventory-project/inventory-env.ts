@@ -6,7 +6,7 @@
  * user's project, not part of sinkflex.
  */
 import { z } from "zod";
-import { arrayTasks, functionTool, register, ToolEnv } from "sinkflex";
+import { arrayTasks, functionTool, register, ToolEnv, type Tool } from "sinkflex";
 
 export const INVENTORY_ENV_ID = "acme/inventory-v0";
 export const ITEMS = ["widget", "gadget", "sprocket"] as const;
@@ -89,3 +89,49 @@ register(
     }),
   { suite: "inventory", description: "Reserve items from a small inventory service.", maxEpisodeSteps: 6 },
 );
+
+/** A SKU per item: "SKU-<n>-<first letter>". */
+export const SKUS: Record<string, string> = Object.fromEntries(ITEMS.map((item, i) => [`SKU-${i + 1}-${item[0]!.toUpperCase()}`, item]));
+export const skuOf = (item: string) => Object.keys(SKUS).find((sku) => SKUS[sku] === item)!;
+
+/**
+ * Registers a variant whose requests name catalog SKUs: the agent looks the item up with `lookup` (one of
+ * `catalogTools`, from wherever the catalog lives), then checks the stock and reserves. `itemOf` reads
+ * the item name from the lookup's answer, for the expert.
+ */
+export function registerSkuVariant(
+  id: string,
+  v: { name: string; suite: string; description: string; catalogTools: Tool[]; lookup: string; itemOf: (answer: string) => string },
+): void {
+  register(
+    id,
+    () =>
+      new ToolEnv<Task, State>({
+        name: v.name,
+        tasks: arrayTasks(TASKS),
+        tools: [...v.catalogTools, getStock, reserve],
+        open: async (task) => ({
+          state: { stock: { ...task.stock } },
+          messages: [
+            { role: "system", content: "You manage the inventory. Requests name catalog SKUs; look them up first." },
+            { role: "user", content: `Reserve ${task.want} of ${skuOf(task.item)}, or as many as are in stock.` },
+          ],
+        }),
+        score: async (ep) => ({ reward: scoreReservation(ep.task, ep.state.reserved), evidence: { got: ep.state.reserved } }),
+        expert: (task) => {
+          let turn = 0;
+          return {
+            act: (obs) => {
+              turn++;
+              if (turn === 1) return { content: "", toolCalls: [{ id: "c1", name: v.lookup, arguments: JSON.stringify({ sku: skuOf(task.item) }) }] };
+              if (turn === 2) return { content: "", toolCalls: [{ id: "c2", name: "get_stock", arguments: JSON.stringify({ item: v.itemOf(obs.messages[0]?.content ?? "") }) }] };
+              const stock = Number(obs.messages[0]?.content ?? 0);
+              return { content: "", toolCalls: [{ id: "c3", name: "reserve", arguments: JSON.stringify({ item: task.item, qty: Math.min(task.want, stock) }) }] };
+            },
+          };
+        },
+        taskKey: (task) => task,
+      }),
+    { suite: v.suite, description: v.description, maxEpisodeSteps: 8 },
+  );
+}

@@ -8,12 +8,8 @@
  * sinkflex.
  */
 import { createServer } from "node:http";
-import { arrayTasks, openApiTools, register, ToolEnv } from "sinkflex";
-import { getStock, ITEMS, reserve, scoreReservation, TASKS, type State, type Task } from "./inventory-env.js";
-
-/** A SKU per item: "SKU-<n>-<first letter>". */
-const SKUS: Record<string, string> = Object.fromEntries(ITEMS.map((item, i) => [`SKU-${i + 1}-${item[0]!.toUpperCase()}`, item]));
-const skuOf = (item: string) => Object.keys(SKUS).find((sku) => SKUS[sku] === item)!;
+import { openApiTools } from "sinkflex";
+import { registerSkuVariant, SKUS } from "./inventory-env.js";
 
 // The catalog service: GET /skus/{sku} answers {"sku", "item"}, or 404.
 const catalog = createServer((req, res) => {
@@ -40,39 +36,12 @@ const document = {
     },
   },
 };
-const catalogTools = openApiTools(document, { baseUrl });
 
-register(
-  "acme/inventory-openapi-v0",
-  () =>
-    new ToolEnv<Task, State>({
-      name: "InventoryOpenApiEnv",
-      tasks: arrayTasks(TASKS),
-      tools: [...catalogTools, getStock, reserve],
-      open: async (task) => ({
-        state: { stock: { ...task.stock } },
-        messages: [
-          { role: "system", content: "You manage the inventory. Requests name catalog SKUs; look them up first." },
-          { role: "user", content: `Reserve ${task.want} of ${skuOf(task.item)}, or as many as are in stock.` },
-        ],
-      }),
-      score: async (ep) => ({ reward: scoreReservation(ep.task, ep.state.reserved), evidence: { got: ep.state.reserved } }),
-      expert: (task) => {
-        let turn = 0;
-        return {
-          act: (obs) => {
-            turn++;
-            if (turn === 1) return { content: "", toolCalls: [{ id: "c1", name: "lookupSku", arguments: JSON.stringify({ sku: skuOf(task.item) }) }] };
-            if (turn === 2) {
-              const item = (JSON.parse(obs.messages[0]?.content ?? "{}") as { item?: string }).item ?? "";
-              return { content: "", toolCalls: [{ id: "c2", name: "get_stock", arguments: JSON.stringify({ item }) }] };
-            }
-            const stock = Number(obs.messages[0]?.content ?? 0);
-            return { content: "", toolCalls: [{ id: "c3", name: "reserve", arguments: JSON.stringify({ item: task.item, qty: Math.min(task.want, stock) }) }] };
-          },
-        };
-      },
-      taskKey: (task) => task,
-    }),
-  { suite: "inventory-openapi", description: "Reserve items named by catalog SKUs (the catalog is an HTTP service with an OpenAPI document).", maxEpisodeSteps: 8 },
-);
+registerSkuVariant("acme/inventory-openapi-v0", {
+  name: "InventoryOpenApiEnv",
+  suite: "inventory-openapi",
+  description: "Reserve items named by catalog SKUs (the catalog is an HTTP service with an OpenAPI document).",
+  catalogTools: openApiTools(document, { baseUrl }),
+  lookup: "lookupSku",
+  itemOf: (answer) => (JSON.parse(answer || "{}") as { item?: string }).item ?? "",
+});
