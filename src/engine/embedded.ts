@@ -43,7 +43,7 @@ import { bindParams, type ModelParams } from "../model/index.js";
 import { Rng } from "../core/index.js";
 import { readSafetensors, writeSafetensors, type StDtype } from "../model/index.js";
 import {
-  CachedWorkspace, cachedForward, packSequences, trainBackward, trainForward, TrainWorkspace,
+  CachedWorkspace, cachedForward, layerActivationBytes, packSequences, trainBackward, trainForward, TrainWorkspace,
   type Model,
 } from "../model/index.js";
 import { EVICTED_BLOCK, evictionFor, KvBlockPool, pinnedBlocks } from "./kv-cache.js";
@@ -129,6 +129,14 @@ export interface EmbeddedEngineOptions {
    */
   maxForwardTokens?: number;
   /**
+   * Activation checkpointing in forwardBackward: keep only each layer's input and recompute the layer's
+   * activations in the backward (the same gradients; about one more forward of compute per step). true,
+   * false, or "auto" (default): on when keeping every layer's activations of a batch would take more than
+   * `CHECKPOINT_ABOVE_BYTES` (2 GiB: on a Qwen2.5-0.5B shape, batches above about 1,150 tokens; all
+   * layers' activations take 1.8 GiB at 1,024 tokens and 7.1 GiB at 4,096), off below. Scoring (`logprobs`) always keeps one layer's.
+   */
+  activationCheckpointing?: boolean | "auto";
+  /**
    * The ids sampling may produce: 0 .. usableTokens-1, the tokenizer's ids. Rows of the embedding past
    * them (a published vocab_size padded above the tokenizer's count) are never sampled. Default: every row.
    */
@@ -155,6 +163,9 @@ interface SampleRequest {
 
 const OPTIMIZER_FILE = "optimizer.safetensors";
 
+/** Under `activationCheckpointing: "auto"`, a batch whose kept activations would exceed this is checkpointed. */
+export const CHECKPOINT_ABOVE_BYTES = 2 * 2 ** 30;
+
 export class EmbeddedEngine implements Engine {
   readonly model: Model;
   readonly weights: ModelWeights;
@@ -180,6 +191,7 @@ export class EmbeddedEngine implements Engine {
   private readonly sessions = new Set<EmbeddedSession>();
   private stepLogits = new Float32Array(0);
   private readonly maxForwardTokens: number;
+  private readonly checkpointing: boolean | "auto";
   private disposed = false;
 
   constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
@@ -197,6 +209,10 @@ export class EmbeddedEngine implements Engine {
     this.policyVersion = opts.policyVersion ?? 0;
     this.tokenizerDir = opts.tokenizerDir;
     this.maxForwardTokens = opts.maxForwardTokens ?? 2048;
+    this.checkpointing = opts.activationCheckpointing ?? "auto";
+    if (!(typeof this.checkpointing === "boolean" || this.checkpointing === "auto")) {
+      throw new EngineError(`activationCheckpointing must be true, false or "auto" (got ${JSON.stringify(opts.activationCheckpointing)})`);
+    }
     if (!(Number.isInteger(this.maxForwardTokens) && this.maxForwardTokens >= 1)) {
       throw new EngineError(`maxForwardTokens must be an integer >= 1 (got ${opts.maxForwardTokens})`);
     }
@@ -433,7 +449,7 @@ export class EmbeddedEngine implements Engine {
     this.alive();
     if (sequences.length === 0) return [];
     const batch = this.pack(sequences, masks);
-    trainForward(this.model, this.trainWs, batch, false);
+    trainForward(this.model, this.trainWs, batch, false, { checkpoint: true });
     return batch.starts.map((st, i) => this.trainWs.logprob.slice(st, st + batch.lengths[i]! - 1));
   }
 
@@ -452,7 +468,7 @@ export class EmbeddedEngine implements Engine {
     if (!this.loraState) this.trainable();
     const batch = this.pack(sequences, masks);
     const ws = this.trainWs;
-    trainForward(this.model, ws, batch, true);
+    trainForward(this.model, ws, batch, true, { checkpoint: this.checkpointsBatch(batch.ids.length) });
     const lps = batch.starts.map((st, i) => ws.logprob.slice(st, st + batch.lengths[i]! - 1));
     const out = loss(lps);
     if (!Number.isFinite(out.loss)) throw new EngineError(`forwardBackward: the loss is ${out.loss}; check the loss function and data`);
@@ -477,6 +493,12 @@ export class EmbeddedEngine implements Engine {
     else trainBackward(this.model, ws, batch, dLogprob, this.gradParams);
     this.accumulated += sequences.length;
     return { loss: out.loss, metrics: { ...(out.metrics ?? {}), tokens: N, sequences: sequences.length } };
+  }
+
+  /** Whether a training batch of N tokens runs with activation checkpointing (`activationCheckpointing`). */
+  checkpointsBatch(N: number): boolean {
+    if (this.checkpointing !== "auto") return this.checkpointing;
+    return layerActivationBytes(this.config, N) > CHECKPOINT_ABOVE_BYTES;
   }
 
   /**

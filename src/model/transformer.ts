@@ -4,7 +4,9 @@
  *
  * Two passes live here:
  * - `trainForward` / `trainBackward`: whole packed sequences (training and teacher-forced scoring), with
- *   every activation the backward needs kept in a preallocated `TrainWorkspace`;
+ *   every activation the backward needs kept in a preallocated `TrainWorkspace`, or (activation
+ *   checkpointing, `{ checkpoint: true }`) only each layer's input, the backward recomputing one layer's
+ *   activations at a time from it (the same kernel calls on the same inputs: the same gradients);
  * - `cachedForward`: new tokens of several sequences against a paged KV cache (prefill and decoding).
  *
  * Every number is computed by a `Kernels` implementation, so native and reference kernels are
@@ -148,12 +150,64 @@ interface LayerActs {
   /** [N, F] */ act: Float32Array;
 }
 
+/** Bytes of one layer's kept activations (`LayerActs`) per token. */
+function layerActFloats(cfg: ModelConfig): number {
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F } = cfg;
+  const qkNorm = hasQkNorm(cfg) ? H * D + KVH * D + H + KVH : 0;
+  return 3 * C + 2 + 2 * H * D + 2 * KVH * D + H + 3 * F + qkNorm;
+}
+
+/**
+ * Bytes of the activations a training forward over N tokens keeps when it keeps every layer's (without
+ * activation checkpointing): what checkpointing saves, less one layer's.
+ */
+export function layerActivationBytes(cfg: ModelConfig, N: number): number {
+  return 4 * N * cfg.numLayers * layerActFloats(cfg);
+}
+
+function allocLayerActs(cfg: ModelConfig, cap: number): LayerActs {
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F } = cfg;
+  const Q = H * D;
+  const KV = KVH * D;
+  const qkNorm = hasQkNorm(cfg);
+  return {
+    ln1: new Float32Array(cap * C),
+    rstd1: new Float32Array(cap),
+    q: new Float32Array(cap * Q),
+    qRaw: new Float32Array(qkNorm ? cap * Q : 0),
+    kRaw: new Float32Array(qkNorm ? cap * KV : 0),
+    qRstd: new Float32Array(qkNorm ? cap * H : 0),
+    kRstd: new Float32Array(qkNorm ? cap * KVH : 0),
+    k: new Float32Array(cap * KV),
+    v: new Float32Array(cap * KV),
+    att: new Float32Array(cap * Q),
+    lse: new Float32Array(cap * H),
+    residMid: new Float32Array(cap * C),
+    ln2: new Float32Array(cap * C),
+    rstd2: new Float32Array(cap),
+    gate: new Float32Array(cap * F),
+    up: new Float32Array(cap * F),
+    act: new Float32Array(cap * F),
+  };
+}
+
 /** Preallocated activations and gradient scratch for packed batches of up to `capacity` tokens. */
 export class TrainWorkspace {
   capacity = 0;
   /** resid[l] [N, C] is layer l's input; resid[L] the last layer's output. */
   resid: Float32Array[] = [];
+  /**
+   * Layer activations: layers[l] is layer l's after a forward that keeps every layer's; after a
+   * checkpointed forward (`checkpointed`) only layers[0] is meaningful, a scratch slot the forward ran
+   * every layer through and the backward recomputes each layer into.
+   */
   layers: LayerActs[] = [];
+  /** Tokens each slot of `layers` holds. */
+  layerCapacity = 0;
+  /** Whether the last forward kept only the layers' inputs (activation checkpointing). */
+  checkpointed = false;
+  /** Whether the last forward was run for a backward (`trainBackward` refuses to follow one that was not). */
+  forBackward = false;
   /** [N, C] */ lnf = new Float32Array(0);
   /** [N] */ rstdf = new Float32Array(0);
   /** [R, V], R = logitRows */ logits = new Float32Array(0);
@@ -183,35 +237,20 @@ export class TrainWorkspace {
   /** `logitsBudget`: the most logits floats kept at once ([rows, V]); longer batches go in row chunks. */
   constructor(private readonly cfg: ModelConfig, private readonly logitsBudget = LOGITS_BUDGET) {}
 
-  /** Grows (never shrinks) the buffers to hold N tokens. */
-  ensure(N: number, withBackward: boolean): void {
-    const { hiddenSize: C, numLayers: L, numHeads: H, intermediateSize: F, vocabSize: V } = this.cfg;
+  /**
+   * Grows (never shrinks) the buffers to hold N tokens, with `slots` layer-activation slots (L to keep
+   * every layer's, 1 for a checkpointed or scoring forward). `dropExtra` frees slots beyond `slots` (a
+   * checkpointed training forward, whose point is to hold one layer's activations).
+   */
+  ensure(N: number, withBackward: boolean, slots = this.cfg.numLayers, dropExtra = false): void {
+    const { hiddenSize: C, numHeads: H, intermediateSize: F, vocabSize: V } = this.cfg;
     const Q = H * this.cfg.headDim;
     const KV = this.cfg.numKvHeads * this.cfg.headDim;
     const qkNorm = hasQkNorm(this.cfg);
     if (N > this.capacity) {
       const cap = Math.max(N, Math.ceil(this.capacity * 1.25));
       this.capacity = cap;
-      this.resid = Array.from({ length: L + 1 }, () => new Float32Array(cap * C));
-      this.layers = Array.from({ length: L }, () => ({
-        ln1: new Float32Array(cap * C),
-        rstd1: new Float32Array(cap),
-        q: new Float32Array(cap * Q),
-        qRaw: new Float32Array(qkNorm ? cap * Q : 0),
-        kRaw: new Float32Array(qkNorm ? cap * KV : 0),
-        qRstd: new Float32Array(qkNorm ? cap * H : 0),
-        kRstd: new Float32Array(qkNorm ? cap * this.cfg.numKvHeads : 0),
-        k: new Float32Array(cap * KV),
-        v: new Float32Array(cap * KV),
-        att: new Float32Array(cap * Q),
-        lse: new Float32Array(cap * H),
-        residMid: new Float32Array(cap * C),
-        ln2: new Float32Array(cap * C),
-        rstd2: new Float32Array(cap),
-        gate: new Float32Array(cap * F),
-        up: new Float32Array(cap * F),
-        act: new Float32Array(cap * F),
-      }));
+      this.resid = Array.from({ length: this.cfg.numLayers + 1 }, () => new Float32Array(cap * C));
       this.lnf = new Float32Array(cap * C);
       this.rstdf = new Float32Array(cap);
       this.logprob = new Float32Array(cap);
@@ -225,6 +264,22 @@ export class TrainWorkspace {
       this.scoredLse = new Float32Array(this.logitRows);
       this.scoredDLogprob = new Float32Array(this.logitRows);
       this.dResid = new Float32Array(0);
+    }
+    if (N > this.layerCapacity) {
+      // every slot is reallocated: drop the old ones first so both sets are never held at once
+      const cap = Math.max(N, Math.ceil(this.layerCapacity * 1.25));
+      const count = Math.max(slots, dropExtra ? 0 : this.layers.length);
+      this.layers = [];
+      this.layerCapacity = cap;
+      this.layers = Array.from({ length: count }, () => allocLayerActs(this.cfg, cap));
+    } else if (this.layers.length < slots) {
+      // more slots than held: sized for this batch, not for the largest one a single slot held
+      const cap = Math.max(N, 1);
+      this.layers = [];
+      this.layerCapacity = cap;
+      this.layers = Array.from({ length: slots }, () => allocLayerActs(this.cfg, cap));
+    } else if (dropExtra && this.layers.length > slots) {
+      this.layers.length = slots;
     }
     if (withBackward && this.dResid.length < this.capacity * C) {
       const cap = this.capacity;
@@ -290,70 +345,100 @@ function lmHeadRows(m: Model, ws: TrainWorkspace, r0: number, R: number): void {
   xWT(m.kernels, R, V, C, ws.lnf.subarray(r0 * C), m.params.lmHead, 0, ws.logits);
 }
 
+/** Options of `trainForward`. */
+export interface TrainForwardOptions {
+  /**
+   * Activation checkpointing: keep only each layer's input (`ws.resid`) and run every layer through one
+   * scratch slot; `trainBackward` then recomputes each layer's activations from its input before its
+   * backward. Holds one layer's activations instead of L, for one more forward of the layers; the
+   * gradients are the same (the same kernel calls on the same inputs). A forward without a backward
+   * (scoring) may use it too. Default false: every layer's activations are kept (`ws.layers[l]`).
+   */
+  checkpoint?: boolean;
+}
+
+/** The per-batch facts every layer's forward and backward read. */
+interface BatchLayout {
+  groups: { start: number; B: number; T: number }[];
+  scale: number;
+}
+
 /**
- * Forward over a packed batch: fills ws.logprob[n] = log p(targets[n] | tokens <= n) (0 where target -1)
- * and keeps every activation for `trainBackward`.
+ * One layer's forward from its input `ws.resid[l]`: fills the activations `a` and, when `y` is given, writes
+ * the layer's output there (a recompute in the backward passes null: the output is already kept).
  */
-export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withBackward = true): void {
-  const { cfg, params: P, kernels: k } = m;
+function layerForward(m: Model, ws: TrainWorkspace, b: PackedBatch, lay: BatchLayout, l: number, a: LayerActs, y: Float32Array | null): void {
+  const { cfg, params: P, kernels: k, lora } = m;
   const N = b.ids.length;
-  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
+  const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F } = cfg;
   const Q = H * D;
   const KV = KVH * D;
-  ws.ensure(N, withBackward);
+  const { cos, sin } = m.rope;
+  const { groups, scale } = lay;
+  const W = P.layers[l]!;
+  const x = ws.resid[l]!;
+  k.rmsnormForward(N, C, cfg.rmsNormEps, x, W.inputNorm, a.ln1, a.rstd1);
+  if (W.qNorm && W.kNorm) {
+    linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.qRaw);
+    lora?.forward(k, l, "q", N, a.ln1, a.qRaw);
+    linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.kRaw);
+    lora?.forward(k, l, "k", N, a.ln1, a.kRaw);
+    k.rmsnormForward(N * H, D, cfg.rmsNormEps, a.qRaw, W.qNorm, a.q, a.qRstd);
+    k.rmsnormForward(N * KVH, D, cfg.rmsNormEps, a.kRaw, W.kNorm, a.k, a.kRstd);
+  } else {
+    linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.q);
+    lora?.forward(k, l, "q", N, a.ln1, a.q);
+    linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.k);
+    lora?.forward(k, l, "k", N, a.ln1, a.k);
+  }
+  linear(k, N, KV, C, a.ln1, W.v, W.vBias, a.v);
+  lora?.forward(k, l, "v", N, a.ln1, a.v);
+  k.ropeForward(N, H, D, b.positions, cos, sin, a.q);
+  k.ropeForward(N, KVH, D, b.positions, cos, sin, a.k);
+  for (const g of groups) {
+    const n = g.B * g.T;
+    k.attentionForward(
+      { B: g.B, T: g.T, H, KVH, D, scale }, maskFor(m, b, g.start, n),
+      a.q.subarray(g.start * Q), a.k.subarray(g.start * KV), a.v.subarray(g.start * KV), W.sinks,
+      a.att.subarray(g.start * Q), a.lse.subarray(g.start * H),
+    );
+  }
+  a.residMid.set(x.subarray(0, N * C));
+  xWT(k, N, C, Q, a.att, W.o, 1, a.residMid);
+  lora?.forward(k, l, "o", N, a.att, a.residMid);
+  if (W.oBias) k.addBias(N, C, a.residMid, W.oBias);
+  k.rmsnormForward(N, C, cfg.rmsNormEps, a.residMid, W.postNorm, a.ln2, a.rstd2);
+  linear(k, N, F, C, a.ln2, W.gate, null, a.gate);
+  lora?.forward(k, l, "gate", N, a.ln2, a.gate);
+  linear(k, N, F, C, a.ln2, W.up, null, a.up);
+  lora?.forward(k, l, "up", N, a.ln2, a.up);
+  k.swigluForward(N * F, a.gate, a.up, a.act);
+  if (!y) return;
+  y.set(a.residMid.subarray(0, N * C));
+  xWT(k, N, C, F, a.act, W.down, 1, y);
+  lora?.forward(k, l, "down", N, a.act, y);
+}
+
+/**
+ * Forward over a packed batch: fills ws.logprob[n] = log p(targets[n] | tokens <= n) (0 where target -1)
+ * and keeps every activation for `trainBackward` (or, with `checkpoint`, every layer's input).
+ */
+export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withBackward = true, opts: TrainForwardOptions = {}): void {
+  const { cfg, params: P, kernels: k } = m;
+  const N = b.ids.length;
+  const { hiddenSize: C, vocabSize: V } = cfg;
+  const checkpoint = opts.checkpoint ?? false;
+  ws.ensure(N, withBackward, checkpoint ? 1 : cfg.numLayers, checkpoint && withBackward);
+  ws.checkpointed = checkpoint;
+  ws.forBackward = withBackward;
   let maxPos = 0;
   for (let i = 0; i < b.lengths.length; i++) maxPos = Math.max(maxPos, b.lengths[i]!);
   m.rope.ensure(maxPos);
-  const { cos, sin } = m.rope;
-  const groups = attentionGroups(b);
-  const scale = 1 / Math.sqrt(D);
+  const lay: BatchLayout = { groups: attentionGroups(b), scale: 1 / Math.sqrt(cfg.headDim) };
 
   embedRows(k, N, C, V, b.ids, P.embed, ws.resid[0]!);
-  const lora = m.lora;
   for (let l = 0; l < cfg.numLayers; l++) {
-    const W = P.layers[l]!;
-    const a = ws.layers[l]!;
-    const x = ws.resid[l]!;
-    k.rmsnormForward(N, C, cfg.rmsNormEps, x, W.inputNorm, a.ln1, a.rstd1);
-    if (W.qNorm && W.kNorm) {
-      linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.qRaw);
-      lora?.forward(k, l, "q", N, a.ln1, a.qRaw);
-      linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.kRaw);
-      lora?.forward(k, l, "k", N, a.ln1, a.kRaw);
-      k.rmsnormForward(N * H, D, cfg.rmsNormEps, a.qRaw, W.qNorm, a.q, a.qRstd);
-      k.rmsnormForward(N * KVH, D, cfg.rmsNormEps, a.kRaw, W.kNorm, a.k, a.kRstd);
-    } else {
-      linear(k, N, Q, C, a.ln1, W.q, W.qBias, a.q);
-      lora?.forward(k, l, "q", N, a.ln1, a.q);
-      linear(k, N, KV, C, a.ln1, W.k, W.kBias, a.k);
-      lora?.forward(k, l, "k", N, a.ln1, a.k);
-    }
-    linear(k, N, KV, C, a.ln1, W.v, W.vBias, a.v);
-    lora?.forward(k, l, "v", N, a.ln1, a.v);
-    k.ropeForward(N, H, D, b.positions, cos, sin, a.q);
-    k.ropeForward(N, KVH, D, b.positions, cos, sin, a.k);
-    for (const g of groups) {
-      const n = g.B * g.T;
-      k.attentionForward(
-        { B: g.B, T: g.T, H, KVH, D, scale }, maskFor(m, b, g.start, n),
-        a.q.subarray(g.start * Q), a.k.subarray(g.start * KV), a.v.subarray(g.start * KV), W.sinks,
-        a.att.subarray(g.start * Q), a.lse.subarray(g.start * H),
-      );
-    }
-    a.residMid.set(x.subarray(0, N * C));
-    xWT(k, N, C, Q, a.att, W.o, 1, a.residMid);
-    lora?.forward(k, l, "o", N, a.att, a.residMid);
-    if (W.oBias) k.addBias(N, C, a.residMid, W.oBias);
-    k.rmsnormForward(N, C, cfg.rmsNormEps, a.residMid, W.postNorm, a.ln2, a.rstd2);
-    linear(k, N, F, C, a.ln2, W.gate, null, a.gate);
-    lora?.forward(k, l, "gate", N, a.ln2, a.gate);
-    linear(k, N, F, C, a.ln2, W.up, null, a.up);
-    lora?.forward(k, l, "up", N, a.ln2, a.up);
-    k.swigluForward(N * F, a.gate, a.up, a.act);
-    const y = ws.resid[l + 1]!;
-    y.set(a.residMid.subarray(0, N * C));
-    xWT(k, N, C, F, a.act, W.down, 1, y);
-    lora?.forward(k, l, "down", N, a.act, y);
+    layerForward(m, ws, b, lay, l, checkpoint ? ws.layers[0]! : ws.layers[l]!, ws.resid[l + 1]!);
   }
   k.rmsnormForward(N, C, cfg.rmsNormEps, ws.resid[cfg.numLayers]!, P.finalNorm, ws.lnf, ws.rstdf);
   const R = ws.logitRows;
@@ -411,9 +496,12 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
   const { hiddenSize: C, numHeads: H, numKvHeads: KVH, headDim: D, intermediateSize: F, vocabSize: V } = cfg;
   const Q = H * D;
   const KV = KVH * D;
+  if (!ws.forBackward || ws.capacity < N) {
+    throw new RangeError("trainBackward: the workspace's last forward was not run for a backward; call trainForward with withBackward true on this batch first");
+  }
   const { cos, sin } = m.rope;
-  const groups = attentionGroups(b);
-  const scale = 1 / Math.sqrt(D);
+  const lay: BatchLayout = { groups: attentionGroups(b), scale: 1 / Math.sqrt(D) };
+  const { groups, scale } = lay;
   const dLn = ws.dLn;
   // Frozen weights: their norm and sink gradients go to a throwaway [max(C, D, H)] scratch.
   const scratch = G ? null : new Float32Array(Math.max(C, D, H));
@@ -456,7 +544,8 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
   for (let l = cfg.numLayers - 1; l >= 0; l--) {
     const W = P.layers[l]!;
     const dW = G ? G.layers[l]! : null;
-    const a = ws.layers[l]!;
+    const a = ws.checkpointed ? ws.layers[0]! : ws.layers[l]!;
+    if (ws.checkpointed) layerForward(m, ws, b, lay, l, a, null); // this layer's activations, recomputed from its input
     // MLP: y = residMid + act @ Wd^T, act = silu(gate) * up, gate/up = ln2 @ Wg^T / Wu^T
     dyW(k, N, C, F, dResid, W.down, 0, ws.dAct);
     if (dW) k.sgemm(true, false, C, F, N, 1, dResid, C, a.act, F, 1, dW.down, F);
