@@ -15,6 +15,7 @@ export {
   checkProfileFits, formatProfile, parseProfile, ProfileError, profileChanges, readProfile, secondarySinkTokens, sinkPositions, SINK_PROFILE_FORMAT, writeProfile,
   type LayerSinks, type PositionSink, type SinkProfile, type TokenSink,
 } from "./profile.js";
+export { checkPinRule, countPins, pinFlags, sequencePins, type SinkPinRule } from "./pins.js";
 export { describeLayout, profileLayout, type ProfileLayout, type ProfileLayoutConfig } from "./layout.js";
 export { attentionMass, ProbeError, probeSinks, type ProbeOptions } from "./probe.js";
 export { rewriteForSinks, sinkSlotTokens, type RewriterConfig, type RewrittenSequence } from "./rewriter.js";

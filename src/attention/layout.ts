@@ -2,17 +2,20 @@
  * The sink layout a model's SinkProfile gives the pipeline (`attention.mode: profile`): the sink-window
  * settings its policy trains and samples with, and which of the profile's sinks they keep.
  *
- * The rewriter (rewriter.ts) lays documents out with K sink slots plus pinned secondary sinks. The
- * engine's sessions, which rollouts sample with, keep K leading slots, the window and any positions
- * pinned with `append(tokens, { pinned })`, but the rollout path pins nothing (its renderer does not know
- * the profile), so what is exact on both sides is this: the sink slots cover the profile's position
- * sinks, up to `sinks + pinBudget` slots (a position sink at p needs slots 0..p), and hold the model's
- * natural prefix, the tokens every rendered sequence starts with. Position sinks past that budget and
- * token sinks at arbitrary positions are listed as not kept.
+ * The rewriter (rewriter.ts) lays documents out with K sink slots plus pinned secondary sinks; the layout
+ * does the same for a run's rollouts and training, which share one budget of `pinBudget` per sequence:
+ * - the sink slots cover the profile's position sinks, up to `sinks + pinBudget` slots (a position sink
+ *   at p needs slots 0..p), and hold the model's natural prefix, the tokens every rendered sequence
+ *   starts with; position sinks past that budget are listed as not kept;
+ * - what the slots leave of the budget pins the profile's token sinks (secondary sinks such as a
+ *   delimiter or a chat-template special token) wherever they occur past the slots, first come first
+ *   pinned (pins.ts): rollouts append them to engine sessions with `append(tokens, { pinned })` and the
+ *   trainer scores with the same flags. With no budget left they are listed as not pinned.
  *
  * This file decides settings only; it runs no model and holds no cache.
  */
 import { checkMaskConfig, MaskError, type SinkWindow } from "./mask.js";
+import type { SinkPinRule } from "./pins.js";
 import { secondarySinkTokens, sinkPositions, type SinkProfile } from "./profile.js";
 
 export interface ProfileLayoutConfig extends SinkWindow {
@@ -29,8 +32,12 @@ export interface ProfileLayout {
   keptPositions: number[];
   /** Position sinks past `sinks + pinBudget` (the mask does not keep them). */
   droppedPositions: number[];
-  /** Token sinks (secondary, not tied to a position): engine sessions cannot pin them. */
+  /** Token sinks (secondary, not tied to a position) pinned wherever they occur, up to `pins.budget` per sequence. */
+  pinnedTokens: number[];
+  /** Token sinks not pinned: the slots took the whole budget (none otherwise). */
   unpinnedTokens: number[];
+  /** The rule rollouts and training pin with (pins.ts): `pinnedTokens`, the budget the slots leave, past the slots. */
+  pins: SinkPinRule;
 }
 
 /** The layout of `profile` under `cfg` (see the file comment); the window must exceed the sink slots. */
@@ -51,12 +58,17 @@ export function profileLayout(profile: SinkProfile, cfg: ProfileLayoutConfig): P
   if (K > profile.prefix.length) {
     throw new MaskError(`the layout needs ${K} sink slots, but the profile records a natural prefix of only ${profile.prefix.length} tokens; probe again with a longer prefix or lower attention.sinks`);
   }
+  const tokenSinks = secondarySinkTokens(profile).map((t) => t.tokenId);
+  const budget = cfg.pinBudget - (K - sinks);
+  const pinnedTokens = budget > 0 ? tokenSinks : [];
   return {
     attention: { window, sinks: K },
     slotTokens: profile.prefix.slice(0, K),
     keptPositions,
     droppedPositions,
-    unpinnedTokens: secondarySinkTokens(profile).map((t) => t.tokenId),
+    pinnedTokens,
+    unpinnedTokens: budget > 0 ? [] : tokenSinks,
+    pins: { tokenIds: [...pinnedTokens].sort((a, b) => a - b), budget: pinnedTokens.length ? budget : 0, slots: K },
   };
 }
 
@@ -65,8 +77,11 @@ export function describeLayout(l: ProfileLayout): string {
   const parts = [`window ${l.attention.window}, ${l.attention.sinks} sink slots holding tokens [${l.slotTokens.join(", ")}]`];
   parts.push(l.keptPositions.length ? `position sinks ${l.keptPositions.join(", ")} kept in the slots` : "no position sink found");
   if (l.droppedPositions.length) parts.push(`position sinks ${l.droppedPositions.join(", ")} past the slot budget, not kept`);
+  if (l.pinnedTokens.length) {
+    parts.push(`token sinks ${l.pinnedTokens.map((t) => `#${t}`).join(", ")} pinned where they occur, up to ${l.pins.budget} per sequence`);
+  }
   if (l.unpinnedTokens.length) {
-    parts.push(`token sinks ${l.unpinnedTokens.map((t) => `#${t}`).join(", ")} not pinned (rollouts pin no positions)`);
+    parts.push(`token sinks ${l.unpinnedTokens.map((t) => `#${t}`).join(", ")} not pinned (the sink slots took the whole pin budget)`);
   }
   return parts.join("; ");
 }

@@ -2,7 +2,7 @@
  * The engine's public API: the engine primitives (types.ts), the embedded CPU engine, and the model
  * pieces callers need to build one (configs, checkpoints, random models). Re-exports only.
  */
-export type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "./types.js";
+export type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, SessionPins, TokenLoss } from "./types.js";
 export {
   createRandomModel, EmbeddedEngine, EmbeddedSession, EngineError, loadEngine,
   type EmbeddedEngineOptions, type EngineSaveOptions,

@@ -30,6 +30,16 @@ export interface SampleResult {
   finishReason: "stop" | "length";
 }
 
+/**
+ * Pinned tokens of an `append`: [tokens.length] flags, 1 = under the sink-window mask every later query
+ * keeps that key (like a sink slot) and the session never evicts it, as the training masks' `pinned` do.
+ * Sessions of a remote OpenAI-compatible server have no pinned positions and ignore the flags: give them
+ * to the embedded engine's sessions, which keep them.
+ */
+export interface SessionPins {
+  pinned?: ArrayLike<number>;
+}
+
 /** A KV-cache session: a token sequence whose keys and values are kept between calls. */
 export interface EngineSession {
   /** Number of tokens in the session. */
@@ -40,7 +50,7 @@ export interface EngineSession {
    * Appends tokens (prefill): only these new tokens are computed, now or by the next call that needs them
    * (the embedded engine computes the pending tokens of many sessions together at their next sample).
    */
-  append(tokens: number[]): Promise<void>;
+  append(tokens: number[], opts?: SessionPins): Promise<void>;
   /** Samples new tokens and appends them. */
   sample(params: SampleParams): Promise<SampleResult>;
   /** A child sharing this session's prefix (not copied); both may grow independently. */

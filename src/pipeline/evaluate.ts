@@ -3,7 +3,7 @@
  * 95% Wilson interval, pass@k, the average reward, and the model tokens processed.
  */
 import type { Engine } from "../engine/index.js";
-import { Rollout, type GroupTask } from "../rollout/index.js";
+import { Rollout, type GroupTask, type PinRule } from "../rollout/index.js";
 import { RolloutScheduler } from "../rollout/index.js";
 import type { TrainConfig } from "./config.js";
 import type { Policy } from "./policy.js";
@@ -44,6 +44,8 @@ export interface EvalOptions {
   vocabNotice?: boolean;
   /** The tool format whose parser reads the sampled turns (rollout.toolFormat); default the template's. */
   toolFormat?: string;
+  /** The run's pinned secondary sinks (attention.mode profile), as its GRPO rollouts pin them; default none. */
+  pins?: PinRule;
 }
 
 /** The evaluation settings of a training config: its eval section, its turn limits and its seed. */
@@ -78,6 +80,7 @@ export async function evaluate(policy: Policy, plans: SuitePlan[], opts: EvalOpt
       seed: opts.seed,
       templateVars: policy.templateVars,
       toolFormat: opts.toolFormat,
+      pins: opts.pins,
     });
     const tasks: GroupTask[] = plan.evalTasks.map((taskIndex) => ({
       envId: plan.envId,

@@ -24,6 +24,11 @@ export interface TrainSequence {
   policyVersion: number;
   /** What it came from (the pipeline passes the suite's name), for `balanceSuites`. */
   suite?: string;
+  /**
+   * One entry per token: 1 where the rollout's session pinned it (the attention mask's pinned positions);
+   * every forward of the update (the policy's and the reference's) scores with these. Absent: none.
+   */
+  pinned?: Uint8Array;
 }
 
 export interface GrpoHparams {
@@ -83,6 +88,7 @@ function shiftToPredictions(seq: TrainSequence): { mask: Uint8Array; behaviour: 
     throw new Error(`grpo: a sequence has ${L} tokens but a mask of ${seq.lossMask.length} and ${seq.behaviourLogprobs.length} behaviour log-probs`);
   }
   if (seq.lossMask[0]) throw new Error("grpo: the first token cannot be a sampled token (nothing predicts it)");
+  if (seq.pinned && seq.pinned.length !== L) throw new Error(`grpo: a sequence has ${L} tokens but ${seq.pinned.length} pinned flags (one per token)`);
   return { mask: seq.lossMask.subarray(1), behaviour: seq.behaviourLogprobs.subarray(1) };
 }
 
@@ -164,15 +170,24 @@ export async function grpoUpdate(
   // micro-batch keeps the log-probs it computes there, for the ratio of this epoch and the later ones.
   const tokenLists = sequences.map((s) => s.tokens);
   const shifted = sequences.map(shiftToPredictions);
+  const pinned = sequences.map((s) => s.pinned);
+  /** The unpacked calls' masks: the predictions scored, and the pinned flags when any sequence has them. */
+  const plainMasks = (from: number, to: number) => {
+    const pins = pinned.slice(from, to);
+    return {
+      scored: shifted.slice(from, to).map((x) => x.mask),
+      ...(pins.some((p) => p) ? { pinned: pins.map((p, i) => p ?? new Uint8Array(tokenLists[from + i]!.length)) } : {}),
+    };
+  };
   const pack = hp.packPrefixes !== false;
   let engineTokens = 0;
   let refLogprobs: Float32Array[] | undefined;
   if (hp.klCoef > 0) {
-    const packing = pack ? packSharedPrefixes(tokenLists, shifted.map((x) => x.mask)) : null;
+    const packing = pack ? packSharedPrefixes(tokenLists, shifted.map((x) => x.mask), pinned) : null;
     engineTokens += packing ? packing.tokensOut : tokenLists.reduce((n, t) => n + t.length, 0);
     refLogprobs = packing
       ? packing.unpack(await reference!.logprobs(packing.sequences, packing.masks))
-      : await reference!.logprobs(tokenLists, { scored: shifted.map((x) => x.mask) });
+      : await reference!.logprobs(tokenLists, plainMasks(0, tokenLists.length));
   }
   const lossSequences: LossSequence[] = shifted.map(({ mask, behaviour }, i) => (
     { mask, advantage: advantages[i]!, oldLogprobs: new Float32Array(0), behaviourLogprobs: behaviour, refLogprobs: refLogprobs?.[i] }
@@ -200,8 +215,8 @@ export async function grpoUpdate(
       };
       const microSeqList = tokenLists.slice(start, start + hp.microBatch);
       const result = pack
-        ? await packedForwardBackward(engine, microSeqList, micro.map((s) => s.mask), microLoss)
-        : await engine.forwardBackward(microSeqList, microLoss, { scored: micro.map((s) => s.mask) });
+        ? await packedForwardBackward(engine, microSeqList, micro.map((s) => s.mask), microLoss, pinned.slice(start, start + hp.microBatch))
+        : await engine.forwardBackward(microSeqList, microLoss, plainMasks(start, start + hp.microBatch));
       engineTokens += result.metrics.tokens ?? 0;
       loss += result.loss;
       for (const key of Object.keys(sums) as (keyof typeof sums)[]) sums[key] += (result.metrics[key] ?? 0) * (microTokens / Math.max(totalTokens, 1));

@@ -11,7 +11,9 @@
  * packed layout follows another document): it is never trained (the prefix was cut so), reads as 0 in
  * the unpacked log-probs, and a gradient on it is an error.
  *
- * Input masks are per prediction ([L-1], 1 = trained), as the losses use them.
+ * Input masks are per prediction ([L-1], 1 = trained), as the losses use them. Pinned flags (per token,
+ * the attention mask's pinned positions) travel with their tokens: the shared prefix takes the members'
+ * own (the prefix is cut where they differ), each rest its own.
  */
 import type { Engine, SequenceMasks, TokenLoss } from "../engine/index.js";
 
@@ -58,8 +60,17 @@ function firstTrained(mask: Uint8Array): number {
  * Groups `seqs` by shared prefix and packs each group of two or more. `masks[i]` has one entry per
  * prediction of seqs[i] (length - 1).
  */
-export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: readonly Uint8Array[]): PrefixPacking {
+export function packSharedPrefixes(
+  seqs: readonly (readonly number[])[], masks: readonly Uint8Array[], pinned?: readonly (Uint8Array | undefined)[],
+): PrefixPacking {
   if (masks.length !== seqs.length) throw new Error(`prefix packing: ${masks.length} masks for ${seqs.length} sequences`);
+  if (pinned && pinned.length !== seqs.length) throw new Error(`prefix packing: ${pinned.length} pinned arrays for ${seqs.length} sequences`);
+  const pinsOf = (i: number): Uint8Array | undefined => {
+    const p = pinned?.[i];
+    if (p && p.length !== seqs[i]!.length) throw new Error(`prefix packing: sequence ${i} has ${seqs[i]!.length} tokens but ${p.length} pinned flags (one per token)`);
+    return p;
+  };
+  const anyPins = pinned?.some((p) => p !== undefined && p.some((f) => f !== 0)) ?? false;
   seqs.forEach((s, i) => {
     if (masks[i]!.length !== s.length - 1) throw new Error(`prefix packing: sequence ${i} has ${s.length} tokens but a mask of ${masks[i]!.length} (one per prediction: length - 1)`);
   });
@@ -73,6 +84,7 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
   });
   const sequences: number[][] = [];
   const docIds: Int32Array[] = [];
+  const pins: Uint8Array[] = [];
   const sources: RowSource[] = new Array(seqs.length);
   let tokensIn = 0;
   let tokensOut = 0;
@@ -81,6 +93,7 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
     sources[i] = { seq: sequences.length, rows: Int32Array.from({ length: s.length - 1 }, (_, r) => r) };
     sequences.push([...s]);
     docIds.push(new Int32Array(s.length));
+    pins.push(pinsOf(i) ?? new Uint8Array(s.length));
     tokensOut += s.length;
   };
   for (const members of buckets.values()) {
@@ -92,6 +105,9 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
     for (const i of members) {
       const s = seqs[i]!;
       P = Math.min(P, commonPrefix(first, s, s.length - 1), firstTrained(masks[i]!));
+      const a = pinsOf(members[0]!);
+      const b = pinsOf(i);
+      if (a || b) for (let t = 0; t < P; t++) if ((a?.[t] ?? 0) !== (b?.[t] ?? 0)) P = t;
     }
     if (members.length < 2 || P < MIN_SHARED_PREFIX) {
       members.forEach(alone);
@@ -100,6 +116,8 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
     const seq = sequences.length;
     const tokens = first.slice(0, P);
     const ids: number[] = new Array<number>(P).fill(-1);
+    const firstPins = pinsOf(members[0]!);
+    const flags: number[] = Array.from({ length: P }, (_, t) => firstPins?.[t] ?? 0);
     members.forEach((i, d) => {
       const s = seqs[i]!;
       const offset = tokens.length; // packed index of token P of this member
@@ -111,13 +129,16 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
         else rows[r] = offset + (r - P);
       }
       sources[i] = { seq, rows };
+      const own = pinsOf(i);
       for (let t = P; t < s.length; t++) {
         tokens.push(s[t]!);
         ids.push(d);
+        flags.push(own?.[t] ?? 0);
       }
     });
     sequences.push(tokens);
     docIds.push(Int32Array.from(ids));
+    pins.push(Uint8Array.from(flags));
     tokensOut += tokens.length;
   }
   // The packed rows any member trains on: the only log-probs the engine computes.
@@ -128,7 +149,7 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
   });
   return {
     sequences,
-    masks: sequences.length < seqs.length ? { docIds, scored } : { scored },
+    masks: { ...(sequences.length < seqs.length ? { docIds } : {}), scored, ...(anyPins ? { pinned: pins } : {}) },
     tokensIn,
     tokensOut,
     unpack(packed) {
@@ -153,11 +174,14 @@ export function packSharedPrefixes(seqs: readonly (readonly number[])[], masks: 
   };
 }
 
-/** engine.forwardBackward on the packed sequences; `loss` sees and returns the unpacked layout. */
+/**
+ * engine.forwardBackward on the packed sequences; `loss` sees and returns the unpacked layout. `pinned`:
+ * each sequence's pinned flags (per token), or undefined where it has none.
+ */
 export async function packedForwardBackward(
-  engine: Engine, seqs: number[][], masks: readonly Uint8Array[], loss: TokenLoss,
+  engine: Engine, seqs: number[][], masks: readonly Uint8Array[], loss: TokenLoss, pinned?: readonly (Uint8Array | undefined)[],
 ): Promise<{ loss: number; metrics: Record<string, number> }> {
-  const p = packSharedPrefixes(seqs, masks);
+  const p = packSharedPrefixes(seqs, masks, pinned);
   const r = await engine.forwardBackward(p.sequences, (lps) => {
     const out = loss(p.unpack(lps));
     return { ...out, dLogprobs: p.pack(out.dLogprobs) };

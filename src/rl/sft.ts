@@ -37,6 +37,8 @@ export interface SftExample {
   source?: string;
   /** false: the context-loss phase leaves this example's loss on its assistant tokens (default true). */
   contextLoss?: boolean;
+  /** One entry per token: 1 = a pinned position of the attention mask (as a rollout would pin it). Absent: none. */
+  pinned?: Uint8Array;
 }
 
 export type LrSchedule = "constant" | "cosine";
@@ -205,6 +207,7 @@ export async function sftTrain(
 ): Promise<SftStepMetrics[]> {
   for (const [i, ex] of examples.entries()) {
     if (ex.tokens.length !== ex.lossMask.length) throw new Error(`sft: example ${i} has ${ex.tokens.length} tokens but a mask of ${ex.lossMask.length}`);
+    if (ex.pinned && ex.pinned.length !== ex.tokens.length) throw new Error(`sft: example ${i} has ${ex.tokens.length} tokens but ${ex.pinned.length} pinned flags (one per token)`);
   }
   if (hp.leadBySource && (hp.batchBy ?? "shuffle") !== "prefix") throw new Error('sft: leadBySource orders batches of one source each: it needs batchBy "prefix"');
   const ext = options.extendLead;
@@ -245,7 +248,9 @@ export async function sftTrain(
     let loss = 0;
     let computedTokens = 0;
     for (let m = 0; m < batch.length; m += hp.microBatch) {
-      const micro = batch.slice(m, m + hp.microBatch).map((ex) => ex.tokens);
+      const microExamples = batch.slice(m, m + hp.microBatch);
+      const micro = microExamples.map((ex) => ex.tokens);
+      const pinned = microExamples.map((ex) => ex.pinned);
       const microMasks = masks.slice(m, m + hp.microBatch);
       const microTokens = microMasks.reduce((n, mk) => n + mk.reduce((a, x) => a + x, 0), 0);
       const scale = microTokens / Math.max(covered, 1);
@@ -253,9 +258,10 @@ export async function sftTrain(
         const s = sftLoss(lp, microMasks);
         return { loss: s.loss * scale, dLogprobs: s.dLogprobs.map((d) => d.map((x) => x * scale)), metrics: s.metrics };
       };
+      const anyPins = pinned.some((p) => p);
       const r = hp.packPrefixes === false
-        ? await engine.forwardBackward(micro, microLoss, { scored: microMasks })
-        : await packedForwardBackward(engine, micro, microMasks, microLoss);
+        ? await engine.forwardBackward(micro, microLoss, { scored: microMasks, ...(anyPins ? { pinned: pinned.map((p, i) => p ?? new Uint8Array(micro[i]!.length)) } : {}) })
+        : await packedForwardBackward(engine, micro, microMasks, microLoss, pinned);
       loss += r.loss;
       computedTokens += r.metrics.tokens ?? 0;
     }

@@ -6,17 +6,28 @@
  * new tokens (the observation and its framing) and samples. Recompute mode re-encodes the whole context
  * every turn in a fresh session — it exists only as the benchmark's baseline and gives the same tokens
  * for the same seed. Sampling goes through the batch decoder, so the turns of every trajectory in
- * flight share decoding steps. This file does not schedule groups (scheduler.ts) and does not train.
+ * flight share decoding steps. With a pin rule (`pins`, a run's secondary attention sinks) every append
+ * pins the tokens the rule names and the trajectory records the flags (`TrajectorySegment.pinned`), so the
+ * trainer scores with the keys the session kept. This file does not schedule groups (scheduler.ts) and
+ * does not train.
  */
 import { mixSeedParts, type AgentTurn, type AssistantMessage, type ChatMessage, type ChatObservation } from "../core/index.js";
 import type { Env, Info, ResetArgs } from "../gym/index.js";
-import type { EngineSession, SampleParams } from "../engine/index.js";
+import type { EngineSession, SampleParams, SessionPins } from "../engine/index.js";
 import type { ChatTemplate } from "../model/index.js";
 import type { TokenCodec } from "../model/index.js";
 import { BatchDecoder, type Sampler } from "./batch-decoder.js";
 import { IncrementalRenderer } from "./renderer.js";
 import { toolParserFor, type ToolCallParser } from "./tool-parser.js";
 import type { EndReason, Trajectory, TrajectorySegment, TurnRecord } from "./trajectory.js";
+
+/**
+ * Which appended tokens a session pins: flags ([tokens.length], 1 = pinned) for `tokens` appended at
+ * position `start` of a sequence with `pinnedBefore` pinned tokens before them. It must be first come,
+ * first pinned (the flags of a prefix do not depend on what follows), so a prompt appended in parts gets
+ * the flags of the whole. The pipeline passes attention's `pinFlags` for the run's layout.
+ */
+export type PinRule = (tokens: readonly number[], start: number, pinnedBefore: number) => Uint8Array;
 
 export interface RolloutOptions {
   /** Assistant turns per trajectory. Default 20. */
@@ -51,6 +62,12 @@ export interface RolloutOptions {
    * send what was written to the env. Default end.
    */
   turnLimit?: "end" | "close";
+  /**
+   * Pin the tokens this rule names in every append (sampled tokens are never pinned), and record the
+   * flags with each segment. The sampler's sessions must keep pinned keys (the embedded engine's do).
+   * Default: no pins.
+   */
+  pins?: PinRule;
 }
 
 /** One task played G times: every rollout gets its own env, reset with the same arguments. */
@@ -90,7 +107,7 @@ export class Rollout {
   /** Envs whose episode ended, by GroupTask.envKey, waiting to be reset for another. */
   private readonly idleEnvs = new Map<string, Env<ChatObservation, AgentTurn>[]>();
   private readonly parser: ToolCallParser;
-  private readonly opts: Required<Omit<RolloutOptions, "parser" | "toolFormat" | "templateVars" | "topK" | "topP" | "temperature">> & RolloutOptions;
+  private readonly opts: Required<Omit<RolloutOptions, "parser" | "toolFormat" | "templateVars" | "topK" | "topP" | "temperature" | "pins">> & RolloutOptions;
 
   constructor(
     readonly sampler: Sampler,
@@ -135,6 +152,29 @@ export class Rollout {
     return (task.envKey !== undefined ? this.idleEnvs.get(task.envKey)?.pop() : undefined) ?? task.makeEnv();
   }
 
+  /** The pin flags of tokens appended at `start` after `before` pins, or undefined without a pin rule. */
+  private pinsFor(tokens: readonly number[], start: number, before: number): Uint8Array | undefined {
+    const rule = this.opts.pins;
+    if (!rule) return undefined;
+    const flags = rule(tokens, start, before);
+    if (flags.length !== tokens.length) throw new Error(`the pin rule gave ${flags.length} flags for ${tokens.length} tokens`);
+    return flags;
+  }
+
+  /** Appends with the flags when any is set (a session without pins gets a plain append). */
+  private append(session: EngineSession, tokens: number[], flags: Uint8Array | undefined): Promise<void> {
+    const opts: SessionPins | undefined = flags && flags.some((f) => f === 1) ? { pinned: flags } : undefined;
+    return opts ? session.append(tokens, opts) : session.append(tokens);
+  }
+
+  /** A new session holding `ids` (a sequence's start), pinned by `flags` where set. */
+  private async openSession(ids: number[], flags: Uint8Array | undefined): Promise<EngineSession> {
+    if (!flags || !flags.some((f) => f === 1)) return this.sampler.session(ids);
+    const session = await this.sampler.session([]);
+    await session.append(ids, { pinned: flags });
+    return session;
+  }
+
   private newRenderer(): IncrementalRenderer {
     return new IncrementalRenderer(this.codec, this.template, { extra: this.opts.templateVars, onDrift: this.opts.onDrift });
   }
@@ -158,7 +198,7 @@ export class Rollout {
         }
         if (!cached) {
           const ids = this.codec.encode(sysText);
-          cached = { ids, session: this.sampler.session(ids), version: this.sampler.policyVersion };
+          cached = { ids, session: this.openSession(ids, this.pinsFor(ids, 0, 0)), version: this.sampler.policyVersion };
           this.systemSessions.set(sysText, cached);
           this.stats.systemPrefills++;
           this.stats.prefillTokens += ids.length;
@@ -169,14 +209,15 @@ export class Rollout {
         // The split must not change tokenization: the two parts must encode to the whole.
         if (cached.ids.length + rest.length === full.length && cached.ids.every((id, i) => id === full[i]) && rest.every((id, i) => id === full[cached.ids.length + i])) {
           const root = (await cached.session).fork();
-          await root.append(rest);
+          const before = this.pinsFor(cached.ids, 0, 0);
+          await this.append(root, rest, this.pinsFor(rest, cached.ids.length, before ? countOnes(before) : 0));
           this.stats.prefillTokens += rest.length;
           this.stats.groupPrefills++;
           return { session: root, ids: full };
         }
       }
     }
-    const session = await this.sampler.session(full);
+    const session = await this.openSession(full, this.pinsFor(full, 0, 0));
     this.stats.prefillTokens += full.length;
     this.stats.groupPrefills++;
     return { session, ids: full };
@@ -251,9 +292,22 @@ export class Rollout {
     let seg: TrajectorySegment = { tokens: [...promptIds], lossMask: new Uint8Array(0), behaviourLogprobs: new Float32Array(0), policyVersion: Infinity };
     let mask: number[] = new Array(promptIds.length).fill(0);
     let lps: number[] = new Array(promptIds.length).fill(0);
+    // The segment's pin flags (with a pin rule): the prompt's are those its session was given, whole or in parts.
+    let pins: number[] = [...(this.pinsFor(promptIds, 0, 0) ?? [])];
+    let pinCount = countOnes(pins);
+    /** Flags of tokens appended to the segment now (recorded), or undefined without a pin rule. */
+    const pinAppended = (ids: number[]): Uint8Array | undefined => {
+      const flags = this.pinsFor(ids, seg.tokens.length, pinCount);
+      if (flags) {
+        pins.push(...flags);
+        pinCount += countOnes(flags);
+      }
+      return flags;
+    };
     const closeSegment = () => {
       seg.lossMask = Uint8Array.from(mask);
       seg.behaviourLogprobs = Float32Array.from(lps);
+      if (o.pins) seg.pinned = Uint8Array.from(pins);
       if (!Number.isFinite(seg.policyVersion)) seg.policyVersion = traj.policyVersion;
       traj.segments.push(seg);
     };
@@ -268,7 +322,7 @@ export class Rollout {
         return traj;
       }
       if (o.mode === "incremental" && !session) {
-        session = await this.sampler.session(promptIds);
+        session = await this.openSession(promptIds, o.pins ? Uint8Array.from(pins) : undefined);
         this.stats.prefillTokens += promptIds.length;
         traj.prefillTokens += promptIds.length;
       }
@@ -295,7 +349,7 @@ export class Rollout {
         const ts = performance.now();
         let current = session;
         if (o.mode === "recompute") {
-          current = await this.sampler.session(seg.tokens);
+          current = await this.openSession(seg.tokens, o.pins ? Uint8Array.from(pins) : undefined);
           this.stats.prefillTokens += seg.tokens.length;
           traj.prefillTokens += seg.tokens.length;
         }
@@ -311,6 +365,7 @@ export class Rollout {
         for (let i = 0; i < res.tokens.length; i++) {
           mask.push(1);
           lps.push(res.logprobs[i]!);
+          if (o.pins) pins.push(0);
         }
         seg.policyVersion = Math.min(seg.policyVersion, res.policyVersion);
         traj.policyVersion = Math.min(traj.policyVersion, res.policyVersion);
@@ -345,12 +400,13 @@ export class Rollout {
             break;
           }
           // Close the turn as the template would: the end-of-turn token, given, not sampled.
+          const eosPin = pinAppended([eos]);
           seg.tokens.push(eos);
           mask.push(0);
           lps.push(0);
           held = [...res.tokens, eos];
           if (o.mode === "incremental") {
-            await session!.append([eos]);
+            await this.append(session!, [eos], eosPin);
             this.stats.prefillTokens += 1;
             traj.prefillTokens += 1;
           }
@@ -380,6 +436,8 @@ export class Rollout {
           seg = { tokens: [...ext.ids], lossMask: new Uint8Array(0), behaviourLogprobs: new Float32Array(0), policyVersion: Infinity };
           mask = new Array(ext.ids.length).fill(0);
           lps = new Array(ext.ids.length).fill(0);
+          pins = [...(this.pinsFor(ext.ids, 0, 0) ?? [])];
+          pinCount = countOnes(pins);
           inputStart = 0;
           if (ext.ids.length >= o.maxContextTokens) {
             end("truncated_context");
@@ -387,7 +445,7 @@ export class Rollout {
           }
           if (o.mode === "incremental") {
             session?.close();
-            session = await this.sampler.session(ext.ids);
+            session = await this.openSession(ext.ids, o.pins ? Uint8Array.from(pins) : undefined);
             this.stats.prefillTokens += ext.ids.length;
             traj.prefillTokens += ext.ids.length;
           }
@@ -398,13 +456,14 @@ export class Rollout {
           break;
         }
         inputStart = seg.tokens.length;
+        const extPins = pinAppended(ext.ids);
         seg.tokens.push(...ext.ids);
         for (let i = 0; i < ext.ids.length; i++) {
           mask.push(0);
           lps.push(0);
         }
         if (o.mode === "incremental") {
-          await session!.append(ext.ids);
+          await this.append(session!, ext.ids, extPins);
           this.stats.prefillTokens += ext.ids.length;
           traj.prefillTokens += ext.ids.length;
         }
@@ -419,4 +478,10 @@ export class Rollout {
     }
     return traj;
   }
+}
+
+function countOnes(flags: ArrayLike<number>): number {
+  let n = 0;
+  for (let i = 0; i < flags.length; i++) n += flags[i] ? 1 : 0;
+  return n;
 }

@@ -3,7 +3,7 @@
  * parsers, trajectory records, the batch decoder and the OpenAI-compatible policy client.
  * Re-exports only.
  */
-export { Rollout, type GroupTask, type RolloutOptions, type RolloutStats } from "./agent-loop.js";
+export { Rollout, type GroupTask, type PinRule, type RolloutOptions, type RolloutStats } from "./agent-loop.js";
 export { RolloutScheduler, type RolloutBatch, type SchedulerOptions } from "./scheduler.js";
 export { IncrementalRenderer, assistantCloseTail, type DriftReport, type ExtendResult, type RendererOptions } from "./renderer.js";
 export { qwenToolParser, llama3ToolParser, phi3ToolParser, plainTextParser, TOOL_FORMAT_PARSERS, toolParser, toolParserFor, toolParserForFormat, toolParserForTemplate, type ParsedTurn, type ToolCallParser } from "./tool-parser.js";

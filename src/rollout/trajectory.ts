@@ -35,6 +35,11 @@ export interface TrajectorySegment {
   behaviourLogprobs: Float32Array;
   /** The oldest policy version that sampled tokens in this segment. */
   policyVersion: number;
+  /**
+   * 1 where the rollout pinned the token in its session (a secondary attention sink; never a sampled
+   * token), one per token: the trainer scores the segment with these flags. Absent: nothing pinned.
+   */
+  pinned?: Uint8Array;
 }
 
 export interface TurnRecord {
@@ -113,6 +118,10 @@ export function checkTrajectory(t: Trajectory): void {
       if (seg.lossMask[i] === 0 && seg.behaviourLogprobs[i] !== 0) throw new Error(`segment ${s}: token ${i} is not sampled but has a log-prob`);
     }
     if (ones !== sampledBySegment[s]) throw new Error(`segment ${s}: the mask has ${ones} ones but the turns sampled ${sampledBySegment[s]} tokens`);
+    if (seg.pinned) {
+      if (seg.pinned.length !== n) throw new Error(`segment ${s}: ${n} tokens but ${seg.pinned.length} pinned flags`);
+      for (let i = 0; i < n; i++) if (seg.pinned[i] && seg.lossMask[i]) throw new Error(`segment ${s}: token ${i} is pinned but was sampled (sampled tokens are never pinned)`);
+    }
   });
 }
 
@@ -120,6 +129,6 @@ export function checkTrajectory(t: Trajectory): void {
 export function trajectoryToJSON(t: Trajectory): Record<string, unknown> {
   return {
     ...t,
-    segments: t.segments.map((s) => ({ ...s, lossMask: [...s.lossMask], behaviourLogprobs: [...s.behaviourLogprobs] })),
+    segments: t.segments.map((s) => ({ ...s, lossMask: [...s.lossMask], behaviourLogprobs: [...s.behaviourLogprobs], ...(s.pinned ? { pinned: [...s.pinned] } : {}) })),
   };
 }

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import {
-  checkProfileFits, parseProfile, profileChanges, profileLayout, SINK_PROFILE_FILE, SINK_PROFILE_FORMAT, type SinkProfile,
+  checkProfileFits, describeLayout, parseProfile, profileChanges, profileLayout, SINK_PROFILE_FILE, SINK_PROFILE_FORMAT, type SinkProfile,
 } from "../../src/attention/index.js";
 import { initSinkLogits } from "../../src/attention/sink-logit.js";
 import { EmbeddedEngine, createRandomModel, loadEngine } from "../../src/engine/embedded.js";
@@ -53,6 +53,26 @@ describe("bad input", () => {
     expect(ok.attention).toEqual({ window: 64, sinks: 6 });
     expect(ok.slotTokens).toEqual([10, 11, 12, 13, 14, 15]);
     expect(ok.droppedPositions).toEqual([40]);
+  });
+
+  it("the layout pins the profile's token sinks with what the slots leave of the budget, and lists them as kept", () => {
+    const withTokens = (positions: number[]): SinkProfile => {
+      const p = profile(2, 4, positions);
+      p.layers[1]!.tokens = [{ tokenId: 30, occurrences: 9, sinkOccurrences: 8, mass: 0.6 }, { tokenId: 21, occurrences: 9, sinkOccurrences: 5, mass: 0.4 }];
+      return p;
+    };
+    const free = profileLayout(withTokens([0]), { window: 64, sinks: 2, pinBudget: 4 });
+    expect(free.pinnedTokens).toEqual([30, 21]);
+    expect(free.unpinnedTokens).toEqual([]);
+    expect(free.pins).toEqual({ tokenIds: [21, 30], budget: 4, slots: 2 });
+    expect(describeLayout(free)).toMatch(/token sinks #30, #21 pinned where they occur, up to 4 per sequence/);
+    // a position sink at 5 raises the slots to 6: 4 of the budget go to the slots, none is left to pin
+    const spent = profileLayout(withTokens([5]), { window: 64, sinks: 2, pinBudget: 4 });
+    expect(spent.pinnedTokens).toEqual([]);
+    expect(spent.unpinnedTokens).toEqual([30, 21]);
+    expect(spent.pins.budget).toBe(0);
+    expect(describeLayout(spent)).toMatch(/token sinks #30, #21 not pinned \(the sink slots took the whole pin budget\)/);
+    expect(profileLayout(withTokens([3]), { window: 64, sinks: 2, pinBudget: 4 }).pins).toEqual({ tokenIds: [21, 30], budget: 2, slots: 4 });
   });
 
   it("profileChanges says what moved", () => {

@@ -10,9 +10,16 @@
  * the checkpoint's profile and mask, and refuses a config whose settings differ. With `sinkLogit` the
  * policy gets the per-head sink logit, initialized on the same sample so its outputs do not change.
  *
+ * Pinned secondary sinks: what the sink slots leave of `attention.pinBudget` pins the profile's token
+ * sinks wherever they occur (`pinRuleOf`, attention's pins.ts). Rollouts (GRPO's and evaluation's) pin
+ * them in every append and record the flags with each trajectory segment; GRPO's update (policy and
+ * reference log-probs) scores with the recorded flags, and SFT examples get the flags a rollout of the
+ * same tokens would have recorded, so sampled and teacher-forced log-probs agree.
+ *
  * Re-probing during GRPO updates the saved profile and logs what moved; the mask stays the one the run
- * started with (rollouts in flight and checkpoints are bound to it). Pinned secondary sinks are not
- * applied: the rollout path pins no positions (the layout lists them as not kept).
+ * started with (rollouts in flight and checkpoints are bound to it). A stage reads the pin rule once,
+ * when it starts: a later stage (or a resumed run) pins the token sinks of the profile it then holds,
+ * and each update trains with the flags its own rollouts recorded.
  *
  * This file trains nothing and decides no order.
  */
@@ -20,8 +27,11 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   checkProfileFits, describeLayout, describeSinkWindow, initSinkLogits, parseProfile, probeSinks, profileChanges, profileLayout,
-  readProfile, SINK_PROFILE_FILE, SINK_WINDOW_FILE, writeProfile, type ProfileLayout, type SinkProfile, type SinkWindow,
+  pinFlags, readProfile, secondarySinkTokens, sequencePins, SINK_PROFILE_FILE, SINK_WINDOW_FILE, writeProfile, type ProfileLayout, type SinkPinRule, type SinkProfile, type SinkWindow,
 } from "../../attention/index.js";
+import type { PinRule } from "../../rollout/index.js";
+import type { SftExample } from "../../rl/index.js";
+import type { TrainConfig } from "../config.js";
 import { EmbeddedEngine } from "../../engine/index.js";
 import type { Policy } from "../policy.js";
 import { conversationToExample, type Conversation } from "../sft-data.js";
@@ -145,7 +155,49 @@ function logLayout(ctx: RunContext, profile: SinkProfile, layout: ProfileLayout,
   if (sample.length > 0 && starting < sample.length) {
     ctx.log(`attention: ${sample.length - starting} of ${sample.length} sampled conversations do not start with the sink slots' tokens; their first ${layout.attention.sinks} positions are the slots all the same`);
   }
-  ctx.metrics({ stage: "setup", step: 0, attentionProfile: { window: layout.attention.window, sinks: layout.attention.sinks, slotTokens: layout.slotTokens, keptPositions: layout.keptPositions, droppedPositions: layout.droppedPositions, unpinnedTokens: layout.unpinnedTokens } });
+  ctx.metrics({
+    stage: "setup", step: 0,
+    attentionProfile: {
+      window: layout.attention.window, sinks: layout.attention.sinks, slotTokens: layout.slotTokens, keptPositions: layout.keptPositions,
+      droppedPositions: layout.droppedPositions, pinnedTokens: layout.pinnedTokens, pinBudget: layout.pins.budget, unpinnedTokens: layout.unpinnedTokens,
+    },
+  });
+}
+
+/**
+ * The run's pin rule (see the file comment): with `attention.mode profile` on the embedded engine, the
+ * token sinks of the profile the policy holds, pinned past the policy's sink slots, up to what those
+ * slots leave of `attention.pinBudget`; undefined otherwise, or when nothing is to be pinned.
+ */
+export function pinRuleOf(cfg: Pick<TrainConfig, "attention">, policy: Policy): SinkPinRule | undefined {
+  const a = cfg.attention;
+  const engine = policy.engine;
+  if (a.mode !== "profile" || !(engine instanceof EmbeddedEngine) || !engine.sinkProfile) return undefined;
+  const profile = parseProfile(engine.sinkProfile, "the policy's sink profile");
+  // The slots the policy runs with (a continued run keeps its checkpoint's), and what they leave of the budget.
+  const slots = engine.model.attention.sinks;
+  const budget = Math.max(0, a.pinBudget - Math.max(0, slots - a.sinks));
+  const tokenIds = secondarySinkTokens(profile).map((t) => t.tokenId).sort((x, y) => x - y);
+  return budget > 0 && tokenIds.length > 0 ? { tokenIds, budget, slots } : undefined;
+}
+
+/** The rollout's form of a pin rule (RolloutOptions.pins), or undefined without one. */
+export function rolloutPins(rule: SinkPinRule | undefined): PinRule | undefined {
+  return rule ? (tokens, start, before) => pinFlags(rule, tokens, start, before) : undefined;
+}
+
+/**
+ * SFT examples with the flags a rollout of the same tokens records: the assistant's tokens (trained, or in
+ * an untrained range) are what a policy samples, never pinned; the others are appended. Unchanged without a rule.
+ */
+export function pinExamples<E extends SftExample>(rule: SinkPinRule | undefined, examples: E[]): E[] {
+  if (!rule) return examples;
+  return examples.map((ex) => {
+    const sampled = Uint8Array.from(ex.lossMask);
+    const spans = ex.untrained ?? [];
+    for (let k = 0; k + 1 < spans.length; k += 2) sampled.fill(1, spans[k], spans[k + 1]);
+    return { ...ex, pinned: sequencePins(rule, ex.tokens, sampled) };
+  });
 }
 
 /**

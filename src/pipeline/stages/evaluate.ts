@@ -11,6 +11,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { evalOptionsOf, evaluate, type SuiteEval } from "../evaluate.js";
 import type { Policy } from "../policy.js";
 import type { SuitePlan } from "../tasks.js";
+import { pinRuleOf, rolloutPins } from "./attention-profile.js";
 import type { RunContext } from "./context.js";
 
 export type EvalStage = "before-rl" | "after-rl";
@@ -37,7 +38,7 @@ export async function runEvaluation(ctx: RunContext, policy: Policy, plans: Suit
   for (const p of plans) if (p.heldOutWarning) process.stderr.write(`warning: ${p.name}: ${p.heldOutWarning}\n`);
   const metricsStage = which === "before-rl" ? "eval-before" : "eval-after";
   ctx.status({ stage: metricsStage, step, totalSteps: which === "before-rl" ? 0 : ctx.cfg.grpo.enabled ? ctx.cfg.grpo.steps : 0 });
-  const table = await evaluate(policy, plans, { ...evalOptionsOf(ctx.cfg), quiet: ctx.options.quiet, label: which === "before-rl" ? "eval before RL" : "eval after RL", vocabNotice: ctx.cfg.model.checkpoint !== undefined });
+  const table = await evaluate(policy, plans, { ...evalOptionsOf(ctx.cfg), pins: rolloutPins(pinRuleOf(ctx.cfg, policy)), quiet: ctx.options.quiet, label: which === "before-rl" ? "eval before RL" : "eval after RL", vocabNotice: ctx.cfg.model.checkpoint !== undefined });
   tables.stages[which] = table;
   ctx.run.writeEval(tables);
   ctx.metrics({ stage: metricsStage, step, success: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.rate])) });

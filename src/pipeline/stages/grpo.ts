@@ -23,7 +23,7 @@ import { scoreTrajectory, trajectoryMessages, type ScoredTrajectory } from "../s
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "../tasks.js";
 import { isInfrastructureTrajectory, SuiteEnvs } from "../remote-envs.js";
 import { agentSuites, agentTrainSequences, SuiteRollout, type SuiteGroupTask } from "./agent-rollouts.js";
-import { reprobeAttention } from "./attention-profile.js";
+import { pinRuleOf, reprobeAttention, rolloutPins } from "./attention-profile.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 import type { RunData } from "./prepare.js";
 
@@ -67,7 +67,7 @@ function trainSequences(group: Trajectory[], scored: ScoredTrajectory[], suite: 
   const members = group.flatMap((t, i) => (t.drift.length === 0 && t.endReason !== "error" && t.segments.length > 0 && !scored[i]!.error ? [i] : []));
   const sequences = members.map((i) => {
     const s = group[i]!.segments[0]!;
-    return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward: scored[i]!.reward, policyVersion: s.policyVersion, suite };
+    return { tokens: s.tokens, lossMask: s.lossMask, behaviourLogprobs: s.behaviourLogprobs, reward: scored[i]!.reward, policyVersion: s.policyVersion, suite, ...(s.pinned ? { pinned: s.pinned } : {}) };
   });
   return { sequences, members };
 }
@@ -95,6 +95,7 @@ function trajectoryRecord(policy: Policy, suite: string, groupIdx: number, t: Tr
           pieces: seg.tokens.map((id) => policy.codec.decode([id])),
           lossMask: [...seg.lossMask],
           logprobs: [...seg.behaviourLogprobs].map((x) => Math.round(x * 1e4) / 1e4),
+          ...(seg.pinned ? { pinned: [...seg.pinned] } : {}),
         }
       : {}),
   };
@@ -124,6 +125,7 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
     mode: options.rolloutMode ?? "incremental",
     templateVars: policy.templateVars,
     toolFormat: cfg.rollout.toolFormat,
+    pins: rolloutPins(pinRuleOf(cfg, policy)),
   });
   const stepsLeft = Array.from({ length: totalGrpo - state.step }, (_, i) => state.step + 1 + i);
   const tasks = async function* (): AsyncGenerator<SuiteGroupTask> {

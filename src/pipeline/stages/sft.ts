@@ -14,6 +14,7 @@ import { SftClock } from "../budget.js";
 import { savePolicy, type Policy } from "../policy.js";
 import { Progress } from "../progress.js";
 import type { SuitePlan } from "../tasks.js";
+import { pinExamples, pinRuleOf } from "./attention-profile.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
 import type { SftData } from "./prepare.js";
 
@@ -36,7 +37,10 @@ function sftLeads(ctx: RunContext, plans: SuitePlan[]): { leadBySource?: Record<
  */
 export async function runSft(ctx: RunContext, policy: Policy, state: TrainerState, plans: SuitePlan[], data: SftData): Promise<"stopped" | "done"> {
   const { cfg, options } = ctx;
-  const { examples, extendDrill } = data;
+  // With pinned secondary sinks (attention.mode profile), each example carries the flags a rollout of it records.
+  const pins = pinRuleOf(cfg, policy);
+  const examples = pinExamples(pins, data.examples);
+  const extendDrill = data.extendDrill && { ...data.extendDrill, examples: pinExamples(pins, data.extendDrill.examples) };
   // Every epoch's steps and the steps planned (state.sftPlanned: cut by a time budget), each with the
   // drill's extension so far.
   const baseSft = cfg.sft.enabled ? sftSteps(examples, cfg.sft) : 0;
