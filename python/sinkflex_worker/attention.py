@@ -149,16 +149,33 @@ def keep_mask(sw: SinkWindow, q_idx, q_doc, q_pos, kv_idx, kv_doc, kv_pos, kv_pi
 
 
 class KVBuffer:
-    """Keys and values of B session rows for every layer, [B, KVH, capacity, D] each, the first `length`
-    columns filled (each row's cached keys right-padded to `start`, then one column per new token)."""
+    """Keys and values of B session rows for every layer, [B, KVH, capacity, D] each, and each column's
+    position in its session, pos [B, capacity] (-1 = an empty or padding column, never kept). A row's
+    columns are its session's kept keys (right-padded to the longest row), then the columns of each call.
 
-    def __init__(self, rows: Sequence[Optional[list]], start: int, capacity: int):
+    The engine `push`es a call's positions before running the model; each layer then `extend`s its keys
+    into those columns. `compact` keeps only the columns a mask still needs (eviction under the
+    sink-window mask), `row` reads one session's keys back, `select` drops rows that stopped."""
+
+    def __init__(self, rows: Sequence[Optional[list]], pos: torch.Tensor, capacity: int):
+        B, S0 = pos.shape
         self.rows: Optional[Sequence[Optional[list]]] = rows  # per row, per layer (K [KVH, n, D], V) or None
-        self.start = start
-        self.capacity = capacity
+        self.capacity = max(capacity, S0)
+        self.pos = torch.full((B, self.capacity), -1, dtype=torch.long)
+        self.pos[:, :S0] = pos
+        self.start = S0  # columns filled from the rows
+        self.length = S0  # columns whose positions are set (pushed)
         self.k: Dict[int, torch.Tensor] = {}
         self.v: Dict[int, torch.Tensor] = {}
-        self.length: Dict[int, int] = {}
+        self.filled: Dict[int, int] = {}  # per layer, columns holding keys
+
+    def push(self, new_pos: torch.Tensor) -> None:
+        """Reserves the next Tq columns for a call's tokens at positions new_pos [B, Tq] (-1 = padding)."""
+        T = new_pos.shape[1]
+        if self.length + T > self.capacity:
+            self._resize(max(2 * self.capacity, self.length + T))
+        self.pos[:, self.length: self.length + T] = new_pos
+        self.length += T
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Appends this call's k, v [B, KVH, Tq, D]; returns the layer's filled keys and values [B, KVH, S, D]."""
@@ -171,25 +188,66 @@ class KVBuffer:
                     n = kv[layer][0].shape[1]
                     K[b, :, :n] = kv[layer][0]
                     V[b, :, :n] = kv[layer][1]
-            self.k[layer], self.v[layer], self.length[layer] = K, V, self.start
-        n, T = self.length[layer], k.shape[2]
-        if n + T > self.k[layer].shape[2]:
-            raise AttentionError(f"KV buffer of {self.k[layer].shape[2]} columns is full ({n} + {T}); the engine sized it wrong")
+            self.k[layer], self.v[layer], self.filled[layer] = K, V, self.start
+        n, T = self.filled[layer], k.shape[2]
+        if n + T != self.length:
+            raise AttentionError(f"KV buffer: layer {layer} writes {T} columns at {n}, but {self.length} are pushed; the engine must push each call's positions first")
         self.k[layer][:, :, n: n + T] = k
         self.v[layer][:, :, n: n + T] = v
-        self.length[layer] = n + T
+        self.filled[layer] = n + T
         return self.k[layer][:, :, : n + T], self.v[layer][:, :, : n + T]
 
-    def row(self, b: int, columns: torch.Tensor) -> list:
-        """Row b's keys and values at `columns`, per layer (K [KVH, n, D], V): a session's cache."""
-        return [(self.k[l][b][:, columns].contiguous(), self.v[l][b][:, columns].contiguous()) for l in sorted(self.k)]
+    def compact(self, keep: torch.Tensor, headroom: int) -> None:
+        """Keeps the columns where keep [B, length] is true (in order, left-aligned per row), with room for
+        `headroom` more; the others' keys are freed. Every layer must hold its keys (a model call ran)."""
+        if not self.k:
+            raise AttentionError("KV buffer: compact before any model call; the engine must run the model first")
+        keep = keep & (self.pos[:, : self.length] >= 0)
+        n = int(keep.sum(-1).max()) if keep.numel() else 0
+        order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)[:, :n]  # [B, n] kept columns first
+        took = keep.gather(1, order)
+        cap = n + headroom
+        pos = torch.full((keep.shape[0], cap), -1, dtype=torch.long)
+        pos[:, :n] = torch.where(took, self.pos.gather(1, order), -1)
+        for l in self.k:
+            idx = order.to(self.k[l].device)[:, None, :, None].expand(-1, self.k[l].shape[1], -1, self.k[l].shape[3])
+            for store in (self.k, self.v):
+                old = store[l]
+                new = old.new_zeros((old.shape[0], old.shape[1], cap, old.shape[3]))
+                new[:, :, :n] = old.gather(2, idx)
+                store[l] = new
+            self.filled[l] = n
+        self.pos, self.capacity, self.length, self.start, self.rows = pos, cap, n, n, None
+
+    def row(self, b: int) -> Tuple[list, torch.Tensor]:
+        """Row b's keys and values at its positions, per layer (K [KVH, n, D], V), and the positions [n]
+        (ascending): a session's cache."""
+        cols = torch.nonzero(self.pos[b, : self.length] >= 0).squeeze(-1)
+        dev = cols.to(next(iter(self.k.values())).device)
+        kv = [(self.k[l][b][:, dev].contiguous(), self.v[l][b][:, dev].contiguous()) for l in sorted(self.k)]
+        return kv, self.pos[b, cols].clone()
 
     def select(self, rows: torch.Tensor) -> None:
         """Keeps only these rows (in this order)."""
-        self.rows = None
+        if self.rows is not None and not self.k:
+            self.rows = [self.rows[int(r)] for r in rows]
+        else:
+            self.rows = None
+        self.pos = self.pos.index_select(0, rows)
         for l in self.k:
-            self.k[l] = self.k[l].index_select(0, rows)
-            self.v[l] = self.v[l].index_select(0, rows)
+            self.k[l] = self.k[l].index_select(0, rows.to(self.k[l].device))
+            self.v[l] = self.v[l].index_select(0, rows.to(self.v[l].device))
+
+    def _resize(self, cap: int) -> None:
+        pos = torch.full((self.pos.shape[0], cap), -1, dtype=torch.long)
+        pos[:, : self.length] = self.pos[:, : self.length]
+        self.pos = pos
+        for store in (self.k, self.v):
+            for l, old in store.items():
+                new = old.new_zeros((old.shape[0], old.shape[1], cap, old.shape[3]))
+                new[:, :, : self.filled[l]] = old[:, :, : self.filled[l]]
+                store[l] = new
+        self.capacity = cap
 
 
 @dataclass

@@ -47,25 +47,47 @@ class EngineError(Exception):
 @dataclass
 class Session:
     tokens: List[int] = field(default_factory=list)
+    pinned: List[int] = field(default_factory=list)
+    """Positions pinned by append (ascending): under the sink-window mask every later query keeps them."""
     kv: Optional[list] = None
-    """Keys and values of tokens[:cached], per layer (K [KVH, cached, D], V); never written in place, so
-    forks share them."""
+    """Keys and values of the kept positions among tokens[:cached], per layer (K [KVH, n, D], V); never
+    written in place, so forks share them."""
+    kv_pos: Optional[torch.Tensor] = None
+    """[n] the positions (ascending) of kv's columns: every computed one under full attention; under the
+    sink-window mask the sink slots, the pinned positions and the last W computed ones."""
     cached: int = 0
+    evicted_to: int = 0
+    """Under the sink-window mask, the keys of positions below it that are neither sink slots nor pinned
+    were evicted (0: none)."""
     logits: Optional[torch.Tensor] = None
     """[V] fp32 logits after tokens[len-1], valid when logits_for == len(tokens)."""
     logits_for: int = -1
 
     def drop_cache(self) -> None:
         """Forgets the keys, values and logits (computed again on next use): the weights changed."""
-        self.kv, self.cached, self.logits, self.logits_for = None, 0, None, -1
+        self.kv, self.kv_pos, self.cached, self.evicted_to, self.logits, self.logits_for = None, None, 0, 0, None, -1
 
     def keep_cached(self, n: int) -> None:
-        """Keeps the keys and values of the first n tokens only."""
+        """Keeps the keys and values of positions below n only (the first n tokens computed)."""
         if self.kv is None or n <= 0:
-            self.kv, self.cached = None, 0
+            self.kv, self.kv_pos, self.cached, self.evicted_to = None, None, 0, 0
         elif n < self.cached:
-            self.kv = [(k[:, :n], v[:, :n]) for k, v in self.kv]
+            sel = self.kv_pos < n
+            if not bool(sel.all()):
+                dev = torch.nonzero(sel).squeeze(-1).to(self.kv[0][0].device)
+                self.kv = [(k[:, dev], v[:, dev]) for k, v in self.kv]
+                self.kv_pos = self.kv_pos[sel]
             self.cached = n
+
+    @property
+    def kept_positions(self) -> int:
+        """Positions whose keys and values the session holds."""
+        return 0 if self.kv_pos is None else int(self.kv_pos.shape[0])
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the keys and values the session holds (every layer; shared with forks)."""
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in (self.kv or []))
 
 
 @dataclass
@@ -286,16 +308,58 @@ class TorchEngine:
 
     def fork(self, s: Session) -> Session:
         """A child with the same tokens; it shares the parent's key/value tensors (never written in place)."""
-        return Session(tokens=list(s.tokens), kv=s.kv, cached=s.cached, logits=s.logits, logits_for=s.logits_for)
+        return Session(tokens=list(s.tokens), pinned=list(s.pinned), kv=s.kv, kv_pos=s.kv_pos, cached=s.cached,
+                       evicted_to=s.evicted_to, logits=s.logits, logits_for=s.logits_for)
+
+    def append(self, s: Session, tokens: Sequence[int], pinned: Optional[Sequence[int]] = None) -> None:
+        """Appends tokens (computed by the next call that needs them); `pinned` [len(tokens)] 1 = pin that
+        token: every later query keeps its key and the session never evicts it (the training mask's pinned)."""
+        if pinned is not None and len(pinned) != len(tokens):
+            raise EngineError(f"append: pinned has {len(pinned)} flags for {len(tokens)} tokens; give one 0/1 flag per token")
+        self.check_ids(tokens, "append")
+        if not len(tokens):
+            return
+        if pinned is not None:
+            s.pinned.extend(len(s.tokens) + i for i, f in enumerate(pinned) if f)
+        s.tokens.extend(int(t) for t in tokens)
+        s.logits_for, s.logits = -1, None
 
     def truncate(self, s: Session, n: int) -> None:
+        """Keeps the first n tokens. Under eviction, cutting back to where the keys the next query reads
+        were evicted is an error naming them (the embedded engine's rule and message)."""
         if n >= len(s.tokens):
             return
+        if n < s.cached:
+            self._check_held(s, n)
         del s.tokens[n:]
+        while s.pinned and s.pinned[-1] >= n:
+            s.pinned.pop()
         s.keep_cached(n)
         if s.logits_for > n:
             s.logits_for = -1
             s.logits = None
+
+    def _check_held(self, s: Session, n: int) -> None:
+        """The query at n - 1 (computed again next) reads positions n - W .. n - 2 besides the sink slots
+        and pinned ones: they must still be held."""
+        W, K = self.sink_window.window, self.sink_window.sinks
+        if W == 0 or n == 0 or s.evicted_to == 0:
+            return
+        held = set(s.kv_pos.tolist()) if s.kv_pos is not None else set()
+        missing = [q for q in range(max(0, n - W), n - 1) if q not in held]
+        if missing:
+            earliest = min(len(s.tokens), s.evicted_to + W)
+            raise EngineError(
+                f"truncate({n}): the keys of positions {missing[0]}..{missing[-1]} were evicted from this session's KV cache "
+                f"(sink-window mask, window {W}, sinks {K}: a session keeps its sink slots, its pinned positions and its last {W} positions), "
+                f"and continuing after position {n - 1} needs them; truncate to {earliest} or more tokens, or open a new session "
+                f"with the first {n} tokens (it recomputes them)"
+            )
+
+    def kv_state(self, s: Session) -> dict:
+        """What the session holds: kept positions, their bytes (every layer), computed tokens, and where
+        eviction reached."""
+        return {"positions": s.kept_positions, "bytes": s.kv_bytes, "cached": s.cached, "evictedTo": s.evicted_to}
 
     def _autocast(self):
         if self.autocast == "bf16" and self.device.type == "cuda":
@@ -309,29 +373,97 @@ class TorchEngine:
             kw = _logits_kwargs(self.model) if last else {}
             return self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device), use_cache=False, **kw).logits
 
-    def _session_keep(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, kv_valid: torch.Tensor) -> torch.Tensor:
-        """keep [B, Tq, S] for session rows: one document each, positions = indices, nothing pinned."""
-        zq, zk = torch.zeros_like(q_idx), torch.zeros_like(kv_idx)
-        return keep_mask(self.sink_window, q_idx, zq, q_idx, kv_idx, zk, kv_idx, None, kv_valid)
+    # Sessions under the sink-window mask hold their sink slots, pinned positions and last W computed
+    # positions: every query after a session's last computed token (and that token computed again, after a
+    # truncate) keeps only those, so evicting the others changes no log-prob and the KV memory of a session
+    # is constant in its length. The buffer of a batch is compacted to them after its prefill and every W
+    # decoding steps.
+
+    def _pinned_columns(self, kv: KVBuffer, pinned: List[torch.Tensor]) -> torch.Tensor:
+        """[B, S] whether each buffer column's position is pinned in its row's session."""
+        pos = kv.pos[:, : kv.length]
+        out = torch.zeros(pos.shape, dtype=torch.bool)
+        for b, p in enumerate(pinned):
+            if p.numel():
+                out[b] = torch.isin(pos[b], p)
+        return out
+
+    def _buffer_keep(self, kv: KVBuffer, q: torch.Tensor, pinned: List[torch.Tensor]) -> torch.Tensor:
+        """keep [B, Tq, S] for queries at positions q [B, Tq] (one document each) over the buffer's columns."""
+        pos = kv.pos[:, : kv.length]
+        zq, zk = torch.zeros_like(q), torch.zeros_like(pos)
+        return keep_mask(self.sink_window, q, zq, q, pos.clamp(min=0), zk, pos.clamp(min=0), self._pinned_columns(kv, pinned), pos >= 0)
+
+    def _retained(self, kv: KVBuffer, computed: torch.Tensor, pinned: List[torch.Tensor]) -> torch.Tensor:
+        """[B, S] the buffer columns a session with computed[b] tokens keeps (every valid one without a window)."""
+        pos = kv.pos[:, : kv.length]
+        keep = pos >= 0
+        W, K = self.sink_window.window, self.sink_window.sinks
+        if W > 0:
+            keep &= (pos < K) | (pos >= (computed[:, None] - W)) | self._pinned_columns(kv, pinned)
+        return keep
+
+    def _store(self, s: Session, kv: KVBuffer, r: int, computed: int) -> None:
+        """Session s takes buffer row r as its cache, computed up to `computed` tokens; the eviction mark moves."""
+        if not kv.k:  # no model call ran: the session keeps its own cache
+            return
+        s.kv, s.kv_pos = kv.row(r)
+        s.cached = computed
+        W, K = self.sink_window.window, self.sink_window.sinks
+        if W > 0:
+            keep = (s.kv_pos < K) | (s.kv_pos >= computed - W) | torch.isin(s.kv_pos, torch.tensor(s.pinned, dtype=torch.long))
+            if not bool(keep.all()):
+                dev = torch.nonzero(keep).squeeze(-1).to(s.kv[0][0].device)
+                s.kv = [(k[:, dev].contiguous(), v[:, dev].contiguous()) for k, v in s.kv]
+                s.kv_pos = s.kv_pos[keep]
+            s.evicted_to = max(s.evicted_to, computed - W)
+
+    def _prefill(self, ss: List[Session], extra: int):
+        """Computes every pending token of the sessions in one forward (left-padded, so each session's last
+        token is the call's last column) and sets their last logits. Returns the buffer (room for `extra`
+        more columns), each row's computed count [A] and pinned positions."""
+        for s in ss:
+            if not s.tokens:
+                raise EngineError("the session is empty; append a prompt first")
+            fresh = s.logits_for == len(s.tokens) and s.logits is not None
+            if not fresh and s.cached >= len(s.tokens):  # the last token is cached but its logits are gone
+                s.keep_cached(len(s.tokens) - 1)
+        n = torch.tensor([len(s.tokens) if (s.logits_for == len(s.tokens) and s.logits is not None) else s.cached for s in ss])
+        p = torch.tensor([len(s.tokens) for s in ss]) - n
+        pinned = [torch.tensor(s.pinned, dtype=torch.long) for s in ss]
+        C, P = max(s.kept_positions for s in ss), int(p.max())
+        pos0 = torch.full((len(ss), C), -1, dtype=torch.long)
+        for b, s in enumerate(ss):
+            if s.kept_positions:
+                pos0[b, : s.kept_positions] = s.kv_pos
+        kv = KVBuffer([s.kv for s in ss], pos0, capacity=C + P + extra)
+        if P > 0:
+            ids = torch.zeros((len(ss), P), dtype=torch.long)
+            for b, s in enumerate(ss):
+                if int(p[b]):
+                    ids[b, P - int(p[b]):] = torch.tensor(s.tokens[int(n[b]):])
+            slot = torch.arange(P)[None]
+            real = slot >= P - p[:, None]
+            q = n[:, None] + slot - (P - p[:, None])  # each pending token's position in its session
+            kv.push(torch.where(real, q, -1))
+            keep = self._buffer_keep(kv, q.clamp(min=0), pinned)
+            own = torch.arange(C + P)[None, None, :] == (C + slot)[:, :, None]  # a padding query keeps itself
+            keep = torch.where(real[:, :, None], keep, own)
+            last = self._run(ids, q.clamp(min=0), keep, kv, last=True)[:, -1].float().cpu()
+            for b, s in enumerate(ss):
+                if int(p[b]):
+                    s.logits, s.logits_for = last[b], len(s.tokens)
+            if self.sink_window.window > 0:
+                kv.compact(self._retained(kv, n + p, pinned), headroom=extra)
+        return kv, n + p, pinned
 
     @torch.no_grad()
     def next_logits(self, s: Session) -> torch.Tensor:
         """Logits [V] (fp32, CPU) after the session's last token; computes its pending tokens."""
         if s.logits_for == len(s.tokens) and s.logits is not None:
             return s.logits
-        if not s.tokens:
-            raise EngineError("the session is empty; append a prompt first")
-        if s.cached >= len(s.tokens):  # the last token is cached but its logits are gone: recompute it
-            s.keep_cached(len(s.tokens) - 1)
-        n, L = s.cached, len(s.tokens)
-        kv = KVBuffer([s.kv], start=n, capacity=L)
-        q = torch.arange(n, L)[None]
-        keep = self._session_keep(q, torch.arange(L)[None], torch.ones((1, L), dtype=torch.bool))
-        logits = self._run(torch.tensor([s.tokens[n:]], dtype=torch.long), q, keep, kv, last=True)
-        s.kv = kv.row(0, torch.arange(L, device=self.device))
-        s.cached = L
-        s.logits = logits[0, -1].float().cpu()
-        s.logits_for = L
+        kv, computed, _ = self._prefill([s], 0)
+        self._store(s, kv, 0, int(computed[0]))
         return s.logits
 
     def sample(self, s: Session, p: dict, stop: Sequence[int]) -> dict:
@@ -341,52 +473,19 @@ class TorchEngine:
     @torch.no_grad()
     def sample_batch(self, sessions: List[Session], params: List[dict], stops: List[Sequence[int]]) -> List[dict]:
         """Samples from several sessions in one batched decode: one forward computes every session's
-        pending tokens (left-padded, so each session's last token is the call's last column), then one
-        forward per step decodes every session still going; a session that stops leaves the batch with
-        its keys. A session's tokens depend only on its own logits and generator (its seed's, else the
-        worker's), as when sampled alone.
-
-        Key columns of the batch's buffer: [0, C) each session's cached keys (right-padded to the most, C),
-        [C, C + P) the pending tokens (left-padded to the most, P), then one column per decoding step;
-        `col_idx` [A, capacity] is each column's index in its session, -1 for padding (never kept)."""
+        pending tokens (_prefill), then one forward per step decodes every session still going; a session
+        that stops leaves the batch with its keys. A session's tokens depend only on its own logits and
+        generator (its seed's, else the worker's), as when sampled alone. Under the sink-window mask the
+        buffer drops every W steps the keys no later query keeps (see above)."""
         reqs = [_SampleRequest.of(p, st, self.generator) for p, st in zip(params, stops)]
         results = [{"tokens": [], "logprobs": [], "finishReason": "length"} for _ in sessions]
         going = [i for i, r in enumerate(reqs) if r.max_tokens > 0]
         if not going:
             return results
         ss = [sessions[i] for i in going]
-        for s in ss:
-            if not s.tokens:
-                raise EngineError("the session is empty; append a prompt first")
-            fresh = s.logits_for == len(s.tokens) and s.logits is not None
-            if not fresh and s.cached >= len(s.tokens):  # the last token is cached but its logits are gone
-                s.keep_cached(len(s.tokens) - 1)
-        n = torch.tensor([s.cached if not (s.logits_for == len(s.tokens) and s.logits is not None) else len(s.tokens) for s in ss])
-        p = torch.tensor([len(s.tokens) for s in ss]) - n
-        C, P = int(n.max()), int(p.max())
-        cap = C + P + max(reqs[i].max_tokens for i in going)
-        col = torch.arange(cap)[None]
-        j = col - C
-        col_idx = torch.where(col < n[:, None], col, -1)
-        col_idx = torch.where((j >= 0) & (j < P) & (j >= P - p[:, None]), n[:, None] + j - (P - p[:, None]), col_idx)
-        col_idx = torch.where(j >= P, (n + p)[:, None] + j - P, col_idx)
-        kv = KVBuffer([s.kv for s in ss], start=C, capacity=cap)
-        if P > 0:  # the pending tokens of every session that has some, in one forward
-            ids = torch.zeros((len(ss), P), dtype=torch.long)
-            for b, s in enumerate(ss):
-                if int(p[b]):
-                    ids[b, P - int(p[b]):] = torch.tensor(s.tokens[int(n[b]):])
-            slot = torch.arange(P)[None]
-            q = n[:, None] + slot - (P - p[:, None])  # each pending token's index in its session (padding: below n)
-            real = slot >= P - p[:, None]
-            cidx = col_idx[:, : C + P]
-            keep = self._session_keep(q.clamp(min=0), cidx.clamp(min=0), cidx >= 0)
-            own = torch.arange(C + P)[None, None, :] == (C + slot)[:, :, None]  # a padding query keeps itself
-            keep = torch.where(real[:, :, None], keep, own)
-            last = self._run(ids, q.clamp(min=0), keep, kv, last=True)[:, -1].float().cpu()
-            for b, s in enumerate(ss):
-                if int(p[b]):
-                    s.logits, s.logits_for = last[b], len(s.tokens)
+        W = self.sink_window.window
+        room = max(reqs[i].max_tokens for i in going)
+        kv, computed, pinned = self._prefill(ss, min(room, W + 1) if W > 0 else room)
         logits = torch.stack([s.logits for s in ss])  # [A, V]
         rows = list(range(len(ss)))  # the buffer rows still decoding, as indices into ss
         fed = 0
@@ -407,24 +506,23 @@ class TorchEngine:
                 else:
                     ids.append(tok)
             for r in done:  # a stopped session keeps the keys of its real columns
-                row = rows[r]
-                s = ss[row]
-                if kv.k:
-                    cols = torch.nonzero(col_idx[row, : C + P + fed] >= 0).squeeze(-1)
-                    s.kv = kv.row(r, cols.to(self.device))
-                s.cached = int(n[row] + p[row]) + fed if kv.k else int(n[row])
+                self._store(ss[rows[r]], kv, r, int(computed[rows[r]]))
             if len(done) == len(rows):
                 return results
             if done:
                 left = [r for r in range(len(rows)) if r not in set(done)]
-                kv.select(torch.tensor(left, device=self.device))
+                kv.select(torch.tensor(left))
                 rows = [rows[r] for r in left]
             sel = torch.tensor(rows)
-            q = ((n + p)[sel] + fed)[:, None]  # [A, 1] each new token's index in its session
-            cidx = col_idx[sel, : C + P + fed + 1]
-            keep = self._session_keep(q, cidx.clamp(min=0), cidx >= 0)
+            q = computed[sel][:, None]  # [A, 1] each new token's position in its session
+            row_pinned = [pinned[row] for row in rows]
+            kv.push(q)
+            keep = self._buffer_keep(kv, q, row_pinned)
             logits = self._run(torch.tensor(ids, dtype=torch.long)[:, None], q, keep, kv, last=True)[:, -1].float().cpu()
+            computed[sel] += 1
             fed += 1
+            if W > 0 and fed % W == 0:
+                kv.compact(self._retained(kv, computed[sel], row_pinned), headroom=W + 1)
 
     # ---- scoring and training ---------------------------------------------------------------------------
 

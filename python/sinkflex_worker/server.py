@@ -138,12 +138,8 @@ class Connection:
             return {}, None
         if op == "append":
             s = self.session(h)
-            toks = a.get("tokens", np.zeros(0, np.int32)).tolist()
-            eng.check_ids(toks, "append")
-            s.tokens.extend(toks)
-            if toks:
-                s.logits_for = -1
-                s.logits = None
+            pinned = a["pinned"].tolist() if "pinned" in a else None
+            eng.append(s, a.get("tokens", np.zeros(0, np.int32)).tolist(), pinned)
             return {}, None
         if op == "fork":
             s = self.session(h)
@@ -158,6 +154,8 @@ class Connection:
                 raise RequestError(f"truncate: n must be >= 0 (got {n})")
             eng.truncate(self.session(h), n)
             return {}, None
+        if op == "kv":
+            return eng.kv_state(self.session(h)), None
         if op == "close":
             self.sessions.pop(h.get("sid"), None)
             return {}, None
@@ -171,7 +169,8 @@ class Connection:
                 raise RequestError("sample: a session appears twice; fork it instead")
             results = eng.sample_batch(sessions, params, stops)
             return (
-                {"counts": [len(r["tokens"]) for r in results], "finish": [r["finishReason"] for r in results]},
+                {"counts": [len(r["tokens"]) for r in results], "finish": [r["finishReason"] for r in results],
+                 "evictedTo": [s.evicted_to for s in sessions]},
                 {"tokens": np.array([t for r in results for t in r["tokens"]], dtype=np.int32),
                  "logprobs": np.array([x for r in results for x in r["logprobs"]], dtype=np.float32)},
             )

@@ -12,12 +12,18 @@
  *
  * The worker applies the embedded engine's attention: the checkpoint's sink-window mask and sink logits,
  * and per-sequence document ids and pinned positions (sent as arrays; python/sinkflex_worker/attention.py).
+ * Under the sink-window mask its sessions evict as the embedded engine's do: each keeps its K sink slots,
+ * its pinned positions (`append(tokens, { pinned })`) and its last W computed positions, so its KV memory
+ * is constant in its length (`kvState()`); a session here mirrors its pinned positions and how far
+ * eviction reached (each sample answer says), so `truncate` past evicted keys fails at once, as there.
  * This file does not know losses, rollouts or environments.
  */
 import { resolve as resolvePath } from "node:path";
 import { checkSampleBatch, EngineError } from "../embedded.js";
 import { resolveHparams } from "../../model/index.js";
-import type { Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, TokenLoss } from "../types.js";
+import type {
+  Engine, EngineSession, OptimHparams, SampleParams, SampleResult, SequenceMasks, SessionPins, TokenLoss,
+} from "../types.js";
 import { TorchWorkerError, WorkerClient, type WorkerInfo } from "./client.js";
 import type { FrameArray } from "./frames.js";
 import { launchWorker, type LaunchedWorker, type LaunchOptions } from "./launcher.js";
@@ -70,6 +76,8 @@ export class TorchEngine implements Engine {
   tokenizerDir: string | undefined;
   private usable = 0;
   private nextSid = 1;
+  /** Counts loads: a load drops every session's keys in the worker (recomputed on next use), evictions included. */
+  /** @internal */ generation = 0;
   private disposed = false;
 
   /** Use openTorchEngine. */
@@ -93,6 +101,7 @@ export class TorchEngine implements Engine {
     this.architecture = header.architecture as string;
     this.attention = header.attention as WorkerAttention;
     this.usable = 0;
+    this.generation++;
   }
 
   /** The ids sampling may produce (0 .. usableTokens-1); the embedding's rows past them are padding. */
@@ -146,6 +155,7 @@ export class TorchEngine implements Engine {
       );
       const counts = header.counts as number[];
       const finish = header.finish as ("stop" | "length")[];
+      const evictedTo = header.evictedTo as number[] | undefined;
       const toks = arrays.get("tokens")!;
       const lps = arrays.get("logprobs")!;
       let off = 0;
@@ -155,6 +165,8 @@ export class TorchEngine implements Engine {
         const logprobs = Array.from(lps.subarray(off, off + n));
         off += n;
         s.tokenList.push(...tokens);
+        s.evictedTo = evictedTo?.[i] ?? 0;
+        s.evictedGeneration = this.generation;
         return { tokens, logprobs, finishReason: finish[i]! };
       });
     } finally {
@@ -328,7 +340,32 @@ export class TorchSession implements EngineSession {
   /** A request sent without waiting (fork, truncate, close) failed; the next call reports it. */
   /** @internal */ failure: Error | null = null;
 
+  /** Pinned positions (ascending), as the worker holds them. */
+  /** @internal */ pinnedList: number[] = [];
+  /**
+   * The worker evicted the keys of positions below this that are neither sink slots nor pinned (its last
+   * sample answer said so), while `evictedGeneration` is the engine's load count (a load drops them all).
+   */
+  /** @internal */ evictedTo = 0;
+  /** @internal */ evictedGeneration = 0;
+
   constructor(readonly engine: TorchEngine, /** @internal */ readonly sid: number, /** @internal */ readonly tokenList: number[]) {}
+
+  /** The positions pinned by `append(tokens, { pinned })`, ascending. */
+  get pinnedPositions(): readonly number[] {
+    return this.pinnedList;
+  }
+
+  /**
+   * What the worker holds for this session: `positions` whose keys and values it keeps (under the
+   * sink-window mask its sink slots, pinned positions and last W computed ones), their `bytes` (every
+   * layer), the tokens `cached` (computed), and `evictedTo` (see the field).
+   */
+  async kvState(): Promise<{ positions: number; bytes: number; cached: number; evictedTo: number }> {
+    this.ready();
+    const { header } = await this.engine.client.call("kv", { sid: this.sid });
+    return { positions: header.positions as number, bytes: header.bytes as number, cached: header.cached as number, evictedTo: header.evictedTo as number };
+  }
 
   get length(): number {
     return this.tokenList.length;
@@ -338,13 +375,29 @@ export class TorchSession implements EngineSession {
     return [...this.tokenList];
   }
 
-  async append(tokens: number[]): Promise<void> {
+  /**
+   * Appends tokens (computed by the worker's next sample); `opts.pinned` pins some of them: under the
+   * sink-window mask every later query keeps their keys and the session never evicts them.
+   */
+  async append(tokens: number[], opts: SessionPins = {}): Promise<void> {
     this.ready();
+    const pinned = opts.pinned;
+    if (pinned && pinned.length !== tokens.length) {
+      throw new EngineError(`append: pinned has ${pinned.length} flags for ${tokens.length} tokens; give one 0/1 flag per token`);
+    }
     if (tokens.length === 0) return;
     this.engine.checkIds(tokens, "append");
+    const arrays: Record<string, FrameArray> = { tokens: Int32Array.from(tokens) };
+    if (pinned) {
+      const flags = Int32Array.from(Array.from(pinned, (f) => (f ? 1 : 0)));
+      flags.forEach((f, i) => {
+        if (f) this.pinnedList.push(this.tokenList.length + i);
+      });
+      arrays.pinned = flags;
+    }
     this.tokenList.push(...tokens);
     try {
-      await this.engine.client.call("append", { sid: this.sid }, { tokens: Int32Array.from(tokens) });
+      await this.engine.client.call("append", { sid: this.sid }, arrays);
     } catch (e) {
       this.failure ??= e as Error;
       throw e;
@@ -358,6 +411,9 @@ export class TorchSession implements EngineSession {
   fork(): TorchSession {
     this.ready();
     const child = new TorchSession(this.engine, this.engine.newSid(), [...this.tokenList]);
+    child.pinnedList = [...this.pinnedList];
+    child.evictedTo = this.evictedTo;
+    child.evictedGeneration = this.evictedGeneration;
     this.engine.send(this, "fork", { child: child.sid });
     return child;
   }
@@ -366,7 +422,9 @@ export class TorchSession implements EngineSession {
     this.ready();
     if (!(Number.isInteger(n) && n >= 0)) throw new EngineError(`truncate: n must be an integer >= 0 (got ${n})`);
     if (n >= this.tokenList.length) return;
+    this.checkHeld(n);
     this.tokenList.length = n;
+    while (this.pinnedList.length > 0 && this.pinnedList[this.pinnedList.length - 1]! >= n) this.pinnedList.pop();
     this.engine.send(this, "truncate", { n });
   }
 
@@ -375,6 +433,24 @@ export class TorchSession implements EngineSession {
     if (this.busy) throw new EngineError("the session is sampling; close it after sample() finishes");
     this.closed = true;
     if (!this.engine.client.closed) this.engine.send(this, "close", {});
+  }
+
+  /**
+   * The worker's check, here so that it fails at once (the same rule and message as the worker's and the
+   * embedded engine's): the query at n - 1, computed again next, reads positions n - W .. n - 2 besides
+   * the sink slots and pinned ones, and they must not have been evicted.
+   */
+  private checkHeld(n: number): void {
+    const { window, sinks } = this.engine.attention;
+    if (window === 0 || n === 0 || this.evictedTo === 0 || this.evictedGeneration !== this.engine.generation) return;
+    const pinned = new Set(this.pinnedList);
+    const missing: number[] = [];
+    for (let p = Math.max(0, n - window); p < n - 1; p++) if (p >= sinks && p < this.evictedTo && !pinned.has(p)) missing.push(p);
+    if (missing.length === 0) return;
+    const earliest = Math.min(this.tokenList.length, this.evictedTo + window);
+    throw new EngineError(
+      `truncate(${n}): the keys of positions ${missing[0]}..${missing[missing.length - 1]} were evicted from this session's KV cache (sink-window mask, window ${window}, sinks ${sinks}: a session keeps its sink slots, its pinned positions and its last ${window} positions), and continuing after position ${n - 1} needs them; truncate to ${earliest} or more tokens, or open a new session with the first ${n} tokens (it recomputes them)`,
+    );
   }
 
   /** @internal */ ready(): void {
