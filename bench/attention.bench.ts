@@ -30,6 +30,14 @@
  *             sinkFastestMsPerTokenLongestOverShortest, sinkKvBytesLongestOverShortest, ...}
  *             (decode.flatness likewise). The sessions of one mask decode in turn, so load on a shared
  *             machine hits every length alike
+ *   session-trained
+ *             the session section's measurement (1K, 8K and 32K, K = 4 + W = 1024, the same decode
+ *             steps) on the benchmark's trained model (the train section's: trained in this run, or
+ *             reused from --checkpoint; without either it is trained here first, probe and ppl left
+ *             out); JSON keys sessionTrained.model.{params, numLayers, ...}, sessionTrained.trainSteps,
+ *             sessionTrained.rows[i].{context, fullMsPerToken, fullMsPerTokenMin, fullKvBytes,
+ *             sinkMsPerToken, sinkMsPerTokenMin, sinkKvBytes, fullHeldRows, sinkHeldRows},
+ *             sessionTrained.flatness (as session.flatness)
  *   episode   a real 30-turn episode of the retail suite (sinkflex/tau-retail-v0, scripted user) through
  *             the rollout path on the session section's random model, full attention vs K = 4 + W = 1024:
  *             KV bytes of the episode's session after every turn, and the largest gap between the
@@ -108,14 +116,14 @@ const HELP = `npm run bench:attention -- [options]
   --triggers N         trigger tokens, offsets 1..N (default 6)
   --eval N             held-out sequences per evaluation (default 16)
   --low-threshold A    a second probe threshold, printed when none is found at 0.3 (default 0.1)
-  --only LIST          sections: train (train, probe, ppl, kl), decode, session, episode, sinklogit, pipeline
-                       (default: all six)
+  --only LIST          sections: train (train, probe, ppl, kl), decode, session, session-trained, episode,
+                       sinklogit, pipeline (default: all seven)
   --json FILE          write every figure as JSON
   --quick              a tiny model and a short run (checks the benchmark itself)`;
 
 function parseArgs(argv: string[]): Options {
   const o: Options = {
-    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode", "session", "episode", "sinklogit", "pipeline"]), json: null, sinkAt: 3, lr: 5e-3,
+    steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode", "session", "session-trained", "episode", "sinklogit", "pipeline"]), json: null, sinkAt: 3, lr: 5e-3,
     weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.08, triggers: 6,
   };
   let stepsGiven = false;
@@ -525,13 +533,15 @@ function qwenSmallConfig(quick: boolean): ModelConfig {
   };
 }
 
+/** The session sections' settings: K sinks + a window of W, the context lengths, the decode steps timed. */
+function sessionSettings(o: Options) {
+  return { K: 4, W: 1024, lengths: o.quick ? [1024, 4096] : [1024, 8192, 32768], decodeTokens: o.quick ? 4 : 48 };
+}
+
 /** One engine session at 1K, 8K and 32K tokens of context: full attention vs the sink-window mask. */
 function sessionSection(o: Options) {
   const cfg = qwenSmallConfig(o.quick);
-  const K = 4;
-  const W = 1024;
-  const lengths = o.quick ? [1024, 4096] : [1024, 8192, 32768];
-  const decodeTokens = o.quick ? 4 : 48;
+  const { K, W, lengths, decodeTokens } = sessionSettings(o);
   const rows = sessionCurve(cfg, K, W, lengths, decodeTokens, null);
   const layersOf05B = 24;
   sessionTable(`session: one engine session, full attention vs K = ${K} sinks + W = ${W} (random model, Qwen2.5-0.5B attention layout: 14 heads, 2 kv heads x 64, hidden 896; ${cfg.numLayers} layers, MLP ${cfg.intermediateSize}, vocab ${cfg.vocabSize}; KV bytes at 24 layers = x ${layersOf05B / cfg.numLayers})`, rows);
@@ -544,6 +554,20 @@ function sessionSection(o: Options) {
       fullKvBytesAt05B: (r.fullKvBytes * layersOf05B) / cfg.numLayers,
       sinkKvBytesAt05B: (r.sinkKvBytes * layersOf05B) / cfg.numLayers,
     })),
+  };
+}
+
+/** The session section's measurement on the benchmark's trained model (its weights, its shape). */
+function sessionTrainedSection(o: Options, tr: { engine: EmbeddedEngine; steps: number; reused: boolean }) {
+  const cfg = tr.engine.config;
+  const { K, W, lengths, decodeTokens } = sessionSettings(o);
+  const rows = sessionCurve(cfg, K, W, lengths, decodeTokens, tr.engine.weights.data);
+  sessionTable(`session-trained: one engine session, full attention vs K = ${K} sinks + W = ${W}, on the benchmark's trained model (${tr.steps} steps${tr.reused ? ", reused from --checkpoint" : ""}: ${cfg.numLayers} layers, hidden ${cfg.hiddenSize}, ${cfg.numKvHeads} kv heads x ${cfg.headDim}, vocab ${cfg.vocabSize})`, rows);
+  const flat = flatness(rows);
+  printFlatness(flat);
+  return {
+    model: { params: tr.engine.weights.data.length, numLayers: cfg.numLayers, hiddenSize: cfg.hiddenSize, numHeads: cfg.numHeads, numKvHeads: cfg.numKvHeads, headDim: cfg.headDim, vocabSize: cfg.vocabSize },
+    trainSteps: tr.steps, reused: tr.reused, K, W, decodeTokens, rows, flatness: flat,
   };
 }
 
@@ -855,10 +879,12 @@ async function main(): Promise<void> {
   const out: Record<string, unknown> = { kernels: getKernels().describe() };
   console.log(`# sinkflex attention benchmark (${getKernels().describe()})`);
   let trained: EmbeddedEngine | null = null;
+  let trainedReused = false;
   if (o.only.has("train")) {
     process.stderr.write(`training (${o.steps} steps of ${o.batch} x ${o.seq} tokens, fixed token at ${o.sinkAt})\n`);
     const tr = train(o);
     trained = tr.engine;
+    trainedReused = tr.reused;
     table("train", [
       ["params", "layers", "heads", "hidden", "mlp", "vocab", "sequence", "batch", "steps", "lr", "weight decay", "seconds", "final loss (nats)"],
       [tr.params, tr.cfg.numLayers, tr.cfg.numHeads, tr.cfg.hiddenSize, tr.cfg.intermediateSize, tr.cfg.vocabSize, o.seq, o.batch, o.steps, o.lr, o.weightDecay,
@@ -879,10 +905,19 @@ async function main(): Promise<void> {
   }
   if ((o.only.has("decode") || o.only.has("sinklogit")) && !trained && o.checkpoint && readStamp(o.checkpoint)) {
     const engine = loadEngine(o.checkpoint, { kernels: getKernels() });
-    if (JSON.stringify(engine.config) === JSON.stringify(benchConfig(o.quick))) trained = engine;
+    if (JSON.stringify(engine.config) === JSON.stringify(benchConfig(o.quick))) [trained, trainedReused] = [engine, true];
   }
   if (o.only.has("decode")) out.decode = decodeSection(o, trained ? trained.model : null);
   if (o.only.has("session")) out.session = sessionSection(o);
+  if (o.only.has("session-trained")) {
+    // The trained model of this run, else the train section's training (reusing --checkpoint when it holds it).
+    if (!trained) {
+      process.stderr.write(`session-trained: the trained model (${o.steps} steps of ${o.batch} x ${o.seq} tokens${o.checkpoint ? `; reused from ${o.checkpoint} when it holds it` : ""})\n`);
+      const tr = train(o);
+      [trained, trainedReused] = [tr.engine, tr.reused];
+    }
+    out.sessionTrained = sessionTrainedSection(o, { engine: trained, steps: o.steps, reused: trainedReused });
+  }
   if (o.only.has("episode")) out.episode = await episodeSection(o);
   if (o.only.has("sinklogit")) out.sinkLogitStep0 = sinkLogitSection(o, trained);
   if (o.only.has("pipeline")) out.pipeline = await pipelineSection();
