@@ -251,6 +251,40 @@ const EngineSection = z
   .strict();
 export type EngineConfig = z.infer<typeof EngineSection>;
 
+/**
+ * GRPO's rollouts sampled by OpenAI-compatible policy servers instead of the engine (docs/backends.md,
+ * "vLLM sampling"): vLLM replicas on GPUs, or `sinkflex serve --allow-reload`. Each of `urls` (ending in
+ * /v1) serves `model`; rollouts go to the least-loaded replica, token ids in and out, with the server's
+ * log-probs recorded as the behaviour policy's. The engine trains; after every update the policy is
+ * saved to `weightsDir` (default: the run folder's sampler-weights/; it must be readable by every
+ * replica at the same absolute path) and every replica loads it — `sync` "reload" (full weights, vLLM's
+ * weight-transfer routes with the disk backend) or "lora" (the PEFT adapter model.lora trains, vLLM's
+ * runtime LoRA loading) — before the next step samples. `apiKeyEnv` names the environment variable
+ * holding the servers' API key.
+ */
+const SamplerSection = z
+  .object({
+    kind: z.literal("openai", 'only "openai" (OpenAI-compatible servers: vLLM, sinkflex serve)'),
+    urls: z
+      .array(z.string().regex(/^https?:\/\/[^\s/]+.*\/v1\/?$/, "a server's base URL ending in /v1, like http://127.0.0.1:8000/v1"))
+      .min(1, "list at least one server")
+      .max(1024, atMost(1024))
+      .refine((us) => new Set(us).size === us.length, "lists a server twice; list each replica once"),
+    /** The model name the servers serve (vLLM's --served-model-name, sinkflex serve's --model-name). */
+    model: z.string().min(1, "the model name the servers serve (vLLM's --served-model-name)"),
+    sync: z.enum(["reload", "lora"]),
+    apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name like SINKFLEX_SAMPLER_KEY").optional(),
+    weightsDir: z.string().min(1).optional(),
+    /** One sample request's limit. */
+    timeoutMs: positiveInt.max(3600000, atMost(3600000)).default(120_000),
+    /** One replica's weight update's limit (loading a large checkpoint). */
+    syncTimeoutMs: positiveInt.max(3600000, atMost(3600000)).default(600_000),
+    /** Requests in flight per replica at most. */
+    maxConcurrency: positiveInt.max(65536, atMost(65536)).default(64),
+  })
+  .strict();
+export type SamplerConfig = z.infer<typeof SamplerSection>;
+
 /** The learning-rate schedule's fields, shared by SFT and GRPO (src/rl/lr-schedule.ts). */
 const LrScheduleFields = {
   lrSchedule: z.enum(["constant", "cosine"]).default("constant"),
@@ -436,6 +470,8 @@ export const TrainConfigSchema = z
     grpo: GrpoSection.prefault({}),
     rollout: RolloutSection.prefault({}),
     eval: EvalSection.prefault({}),
+    /** GRPO's rollouts from policy servers kept in step with the trainer (absent: the engine samples). */
+    sampler: SamplerSection.optional(),
     /** Save a checkpoint every N GRPO steps (and at the end of each stage). */
     checkpointEvery: positiveInt.max(1000000, atMost(1000000)).default(5),
     /** Keep the last N checkpoints. */
@@ -500,6 +536,18 @@ export const TrainConfigSchema = z
       }
       if (cfg.engine.url && (cfg.engine.python || cfg.engine.device || cfg.engine.threads)) {
         ctx.addIssue({ code: "custom", path: ["engine", "url"], message: "python, device and threads choose how a worker is started; with url the worker is already running: drop them" });
+      }
+    }
+    const sampler = cfg.sampler;
+    if (sampler) {
+      if (sampler.sync === "lora" && !cfg.model.lora) {
+        ctx.addIssue({ code: "custom", path: ["sampler", "sync"], message: 'sync "lora" sends the servers the adapter model.lora trains: set model.lora, or use sync "reload" (full weights)' });
+      }
+      if (sampler.sync === "reload" && cfg.model.lora) {
+        ctx.addIssue({ code: "custom", path: ["sampler", "sync"], message: 'with model.lora the trainer saves an adapter, not full weights: use sync "lora" (start the servers on the base checkpoint with LoRA enabled)' });
+      }
+      if (g.tisCap === 0) {
+        ctx.addIssue({ code: "custom", path: ["grpo", "tisCap"], message: "a remote sampler's log-probs differ from the trainer's (other kernels, dtypes): truncated importance sampling must correct for it; set grpo.tisCap above 0 (default 2)" });
       }
     }
     if (!g.enabled && !cfg.sft.enabled) {

@@ -6,7 +6,7 @@
 export { DEMO_NAIVE_STEPS, formatDemoTable, runDemo } from "./demo.js";
 export { readJson, RunDir, type RunStatus, writeJsonAtomic } from "./run-dir.js";
 export { readChatJsonl } from "./sft-data.js";
-export { ConfigError, drillLossSteps, drillMaxExamples, type EngineConfig, loadConfigFile, readConfigFile, recipeScale, type RecipeScale, referenceGrpo, SCALABLE_COUNTS, scaledCount, scaleRecipe, ScaleSchema, type TrainConfig, TrainConfigSchema, validateConfig } from "./config.js";
+export { ConfigError, drillLossSteps, drillMaxExamples, type EngineConfig, loadConfigFile, readConfigFile, recipeScale, type RecipeScale, referenceGrpo, type SamplerConfig, SCALABLE_COUNTS, scaledCount, scaleRecipe, ScaleSchema, type TrainConfig, TrainConfigSchema, validateConfig } from "./config.js";
 export { evalOptionsOf, evaluate, type SuiteEval } from "./evaluate.js";
 export { createPolicy, loadPolicy, type Policy, savePolicy } from "./policy.js";
 export { planSuites } from "./tasks.js";

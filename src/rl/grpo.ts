@@ -62,6 +62,9 @@ export interface GrpoStepMetrics {
   clipFraction: number;
   ratioMean: number;
   importanceWeightMean: number;
+  /** The trainer's minus the sampler's log-prob on the sampled tokens (policy-loss.ts): mean and mean absolute value. */
+  logprobGap: number;
+  logprobGapAbs: number;
   entropyEstimate: number;
   gradNorm: number;
   trainedTokens: number;
@@ -162,7 +165,7 @@ export async function grpoUpdate(
     advantageAbsMean: advantages.reduce((a, x) => a + Math.abs(x), 0) / Math.max(advantages.length, 1),
   };
   if (sequences.length === 0) {
-    return { ...base, loss: 0, kl: 0, clipFraction: 0, ratioMean: 1, importanceWeightMean: 1, entropyEstimate: 0, gradNorm: 0, trainedTokens: 0, engineTokens: 0 };
+    return { ...base, loss: 0, kl: 0, clipFraction: 0, ratioMean: 1, importanceWeightMean: 1, logprobGap: 0, logprobGapAbs: 0, entropyEstimate: 0, gradNorm: 0, trainedTokens: 0, engineTokens: 0 };
   }
 
   // 2. Log-probs of the reference. Those of the policy at the start of this update (the PPO "old"
@@ -200,7 +203,7 @@ export async function grpoUpdate(
     // Let the event loop run between epochs (signals, progress, the dashboard).
     await new Promise<void>((resolve) => setImmediate(resolve));
     let loss = 0;
-    const sums = { kl: 0, clipFraction: 0, ratioMean: 0, importanceWeightMean: 0, entropyEstimate: 0 };
+    const sums = { kl: 0, clipFraction: 0, ratioMean: 0, importanceWeightMean: 0, logprobGap: 0, logprobGapAbs: 0, entropyEstimate: 0 };
     for (let start = 0; start < lossSequences.length; start += hp.microBatch) {
       const micro = lossSequences.slice(start, start + hp.microBatch);
       const microTokens = micro.reduce((n, s) => n + countMask(s.mask), 0);

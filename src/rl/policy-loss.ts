@@ -51,6 +51,13 @@ export interface PolicyLossResult {
     ratioMean: number;
     /** Mean truncated importance weight. */
     importanceWeightMean: number;
+    /**
+     * The trainer's log-prob minus the sampler's on the sampled tokens, mean and mean absolute value:
+     * oldLogp - behaviourLogp, the log of the importance weight before truncation (0 when the sampler
+     * computes exactly what the trainer does on the same weights).
+     */
+    logprobGap: number;
+    logprobGapAbs: number;
     /** Mean negative log-prob of the sampled tokens (an entropy estimate). */
     entropyEstimate: number;
     tokens: number;
@@ -68,6 +75,8 @@ export function policyLoss(logprobs: Float32Array[], batch: LossSequence[], cfg:
   let klSum = 0;
   let ratioSum = 0;
   let weightSum = 0;
+  let gapSum = 0;
+  let gapAbsSum = 0;
   let nllSum = 0;
   const dLogprobs: Float32Array[] = [];
 
@@ -92,7 +101,8 @@ export function policyLoss(logprobs: Float32Array[], batch: LossSequence[], cfg:
       const clippedRatio = Math.min(Math.max(ratio, 1 - cfg.clipLow), 1 + cfg.clipHigh);
       const unclippedObj = ratio * A;
       const clippedObj = clippedRatio * A;
-      const w = cfg.tisCap > 0 ? Math.min(Math.exp(seq.oldLogprobs[t]! - seq.behaviourLogprobs[t]!), cfg.tisCap) : 1;
+      const gap = seq.oldLogprobs[t]! - seq.behaviourLogprobs[t]!;
+      const w = cfg.tisCap > 0 ? Math.min(Math.exp(gap), cfg.tisCap) : 1;
       let tokenLoss: number;
       let dToken: number;
       if (unclippedObj <= clippedObj) {
@@ -116,6 +126,8 @@ export function policyLoss(logprobs: Float32Array[], batch: LossSequence[], cfg:
       d[t] = norm * dToken;
       ratioSum += ratio;
       weightSum += w;
+      gapSum += gap;
+      gapAbsSum += Math.abs(gap);
       nllSum -= logp;
     }
     dLogprobs.push(d);
@@ -129,6 +141,8 @@ export function policyLoss(logprobs: Float32Array[], batch: LossSequence[], cfg:
       kl: klSum / T,
       ratioMean: ratioSum / T,
       importanceWeightMean: weightSum / T,
+      logprobGap: gapSum / T,
+      logprobGapAbs: gapAbsSum / T,
       entropyEstimate: nllSum / T,
       tokens: totalTokens,
     },

@@ -75,9 +75,12 @@ export class OpenAIPolicy implements Sampler {
   policyVersion = 0;
   /** Prompt tokens sent and tokens received, for benchmarks. */
   readonly stats = { requests: 0, promptTokens: 0, completionTokens: 0 };
+  /** The model requests name: `options.model`, or the LoRA adapter a weight sync loaded (remote-sampler.ts). */
+  model: string;
 
   constructor(readonly options: OpenAIPolicyOptions) {
     if (!/^https?:\/\//.test(options.baseURL)) throw new Error(`baseURL must be an http(s) URL ending in /v1, got ${JSON.stringify(options.baseURL)}`);
+    this.model = options.model;
   }
 
   async session(prefix: number[] = []): Promise<EngineSession> {
@@ -100,7 +103,7 @@ export class OpenAIPolicy implements Sampler {
     // A budget of 0 samples nothing, as in the embedded engine (servers refuse max_tokens 0).
     if (params.maxTokens === 0) return { tokens: [], logprobs: [], finishReason: "length" };
     const body: Record<string, unknown> = {
-      model: this.options.model,
+      model: this.model,
       prompt,
       max_tokens: params.maxTokens,
       temperature: params.temperature ?? 1,

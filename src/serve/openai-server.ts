@@ -3,8 +3,9 @@
  * token-id prompts) and `/v1/chat/completions` (tools and tool calls through the model's own chat
  * template and tool-call format), with streaming (server-sent events), log-probs, token ids
  * (`return_token_ids`, `return_tokens_as_token_ids`, as vLLM), `n` choices forked from one prefill,
- * teacher-forced prompt scoring (`/v1/completions` with `echo: true, max_tokens: 0`),
- * the OpenAI error shape, an optional API key and limits on body size and tokens.
+ * teacher-forced prompt scoring (`/v1/completions` with `echo: true, max_tokens: 0`), vLLM's
+ * weight-update routes when given a `reload` loader (weight-routes.ts), the OpenAI error shape, an
+ * optional API key and limits on body size and tokens.
  *
  * Requests from concurrent clients are decoded together through the batch decoder. Hostile input is
  * answered with a 4xx that says what was wrong: text from messages never becomes a special token (the
@@ -26,6 +27,7 @@ import {
   ApiError, bearerAuthorized, ClientGone, endStream, maxBytesPerToken, now, num, readBody, sendError, sendJson, startStream, templateKwargs,
   toChatMessages, toToolSpecs, usage, writeEvent, type Json,
 } from "./openai-shapes.js";
+import { WeightRoutes, type WeightLoader } from "./weight-routes.js";
 
 export interface ServeOptions {
   sampler: Sampler;
@@ -58,6 +60,11 @@ export interface ServeOptions {
    * `echo: true, max_tokens: 0` scores a prompt with it. Absent: such requests are refused.
    */
   scorer?: Pick<Engine, "logprobs">;
+  /**
+   * Loads new weights into what `sampler` samples from (the embedded engine): with it the server answers
+   * vLLM's weight-update routes (weight-routes.ts). Absent: those routes are refused.
+   */
+  reload?: WeightLoader;
 }
 
 /** The default body limit for a context of `maxContextTokens`: room for the prompt's text and the JSON around it. */
@@ -119,6 +126,7 @@ export class OpenAIServer {
   private counter = 0;
   private active = 0;
   private bytesPerToken: number | undefined;
+  private readonly weights: WeightRoutes;
 
   constructor(readonly options: ServeOptions) {
     if (!Number.isInteger(options.maxContextTokens) || options.maxContextTokens < 1) {
@@ -127,6 +135,7 @@ export class OpenAIServer {
     this.decoder = new BatchDecoder(options.sampler);
     this.parser = options.parser ?? toolParserFor(options.template, options.toolFormat);
     this.endTokens = endTokens(options.codec, options.template);
+    this.weights = new WeightRoutes(options.reload, this.decoder);
   }
 
   /** Choices being decoded right now (each holds an engine session); 0 when the server is idle. */
@@ -174,14 +183,19 @@ export class OpenAIServer {
       }
       const path = (req.url ?? "/").split("?")[0]!.replace(/\/$/, "");
       if (req.method === "GET" && path === "/v1/models") {
-        sendJson(res, 200, { object: "list", data: [{ id: o.modelName, object: "model", created: this.created, owned_by: "sinkflex" }] });
+        const adapter = this.weights.adapter;
+        const base = { id: o.modelName, object: "model", created: this.created, owned_by: "sinkflex" };
+        sendJson(res, 200, { object: "list", data: [base, ...(adapter ? [{ id: adapter, object: "model", created: this.created, owned_by: "sinkflex", root: adapter, parent: o.modelName }] : [])] });
+        return;
+      }
+      if (WeightRoutes.handles(req.method ?? "", path)) {
+        const body = req.method === "POST" ? await readBody(req, 64 * 1024) : {};
+        await this.weights.handle(req.method!, path, body, res);
         return;
       }
       if (req.method === "POST" && (path === "/v1/completions" || path === "/v1/chat/completions")) {
         const body = await readBody(req, o.maxBodyBytes ?? defaultMaxBodyBytes(o.maxContextTokens));
-        if (body.model !== undefined && body.model !== o.modelName) {
-          throw new ApiError(404, `the model ${JSON.stringify(body.model)} does not exist; this server serves ${JSON.stringify(o.modelName)}`, "invalid_request_error", "model", "model_not_found");
-        }
+        this.weights.checkModel(body.model, o.modelName);
         if (path === "/v1/completions") await this.completions(body, res, gone.signal);
         else await this.chat(body, res, gone.signal);
         return;

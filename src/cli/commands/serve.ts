@@ -19,6 +19,8 @@ export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" 
   dtype?: WeightDtype;
   port?: number;
   host?: string;
+  /** Answer vLLM's weight-update routes (load a checkpoint or a LoRA adapter folder named by a client): `--allow-reload`. */
+  allowReload?: boolean;
 }
 
 
@@ -30,7 +32,7 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
   const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype);
-  const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
+  const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir), reload: opts.allowReload ? engine : undefined });
   let url: string;
   try {
     url = await server.listen(opts.port ?? 0, host);
@@ -64,10 +66,11 @@ export function registerServeCommands(program: Command): void {
     .option("--max-context <n>", "largest prompt + completion in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
     .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
     .option("--dtype <dtype>", DTYPE_HELP, parseDtype, "fp32")
+    .option("--allow-reload", "accept weight updates from a trainer (vLLM's routes: /update_weights with a checkpoint folder, /v1/load_lora_adapter; docs/serve.md)", false)
     .action(
       async (
         checkpoint: string,
-        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype },
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype; allowReload: boolean },
       ) => {
         const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
         const warning = exposure(o.host, apiKey, o.insecure);
@@ -82,6 +85,7 @@ export function registerServeCommands(program: Command): void {
           maxContextTokens: o.maxContext,
           dtype: o.dtype,
           maxBodyBytes: o.maxBody,
+          allowReload: o.allowReload,
         });
         console.log(`sinkflex serve: ${checkpoint} at ${url} (POST ${url}/chat/completions, ${url}/completions; GET ${url}/models). Ctrl-C stops.`);
         await new Promise<void>((r) => {

@@ -22,6 +22,7 @@ import { mean } from "../stats.js";
 import { scoreTrajectory, trajectoryMessages, type ScoredTrajectory } from "../suite-reward.js";
 import { chatEnvKey, makeChatEnv, type SuitePlan } from "../tasks.js";
 import { isInfrastructureTrajectory, SuiteEnvs } from "../remote-envs.js";
+import { RemoteSampler } from "../remote-sampler.js";
 import { agentSuites, agentTrainSequences, SuiteRollout, type SuiteGroupTask } from "./agent-rollouts.js";
 import { pinRuleOf, reprobeAttention, rolloutPins } from "./attention-profile.js";
 import { saveCheckpoint, type RunContext, type TrainerState } from "./context.js";
@@ -111,11 +112,13 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
   const { plans, rubrics } = data;
   const totalGrpo = cfg.grpo.enabled ? cfg.grpo.steps : 0;
   if (state.step >= totalGrpo) return "done";
+  // With a `sampler`, policy servers sample while the engine trains; they serve its weights from here on.
+  const remote = cfg.sampler ? await RemoteSampler.open(cfg.sampler, policy, ctx.run.path, ctx.log) : undefined;
   // Suites with `remote` play their episodes on env servers (remote-envs.ts); the others here.
   const suiteEnvs = await SuiteEnvs.open(cfg, plans, ctx.log);
   const progress = new Progress("grpo", totalGrpo - state.step, "steps", options.quiet);
   // Suites with an `agent` are played by it through the recording gateway (agent-rollouts.ts).
-  const rollout = new SuiteRollout(agentSuites(cfg, plans), policy.engine, policy.codec, policy.template, {
+  const rollout = new SuiteRollout(agentSuites(cfg, plans), remote?.pool ?? policy.engine, policy.codec, policy.template, {
     maxTurns: cfg.grpo.maxTurns,
     maxTokensPerTurn: cfg.grpo.maxTokensPerTurn,
     maxContextTokens: cfg.grpo.maxContextTokens,
@@ -166,7 +169,12 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
       // group advantages, trains on them and returns them.
       const train = groups.map((g, i) => (rollout.isAgentSuite(suiteOf(i)) ? agentTrainSequences : trainSequences)(g, scored[i]!, suiteOf(i)));
       const lr = learningRateAt(step, totalGrpo, cfg.grpo);
-      const m = await rollout.decoder.swapWeights(() => grpoUpdate(policy.engine, reference, train.map((t) => t.sequences), { ...cfg.grpo, lr, microBatch: 8 }));
+      // A remote sampler's replicas all serve the new weights before anything samples again.
+      const m = await rollout.decoder.swapWeights(async () => {
+        const update = await grpoUpdate(policy.engine, reference, train.map((t) => t.sequences), { ...cfg.grpo, lr, microBatch: 8 });
+        if (remote) await remote.sync(policy);
+        return update;
+      });
       const trainMs = performance.now() - tTrain;
       reprobeAttention(ctx, policy, step, groups.flat().flatMap((t) => t.segments.map((sg) => sg.tokens)));
 
@@ -215,6 +223,9 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
         clipFraction: m.clipFraction,
         entropy: m.entropyEstimate,
         ratioMean: m.ratioMean,
+        // The trainer's minus the sampler's log-prob on the sampled tokens (truncated IS weighs by its exp).
+        logprobGap: { mean: m.logprobGap, absMean: m.logprobGapAbs, importanceWeight: m.importanceWeightMean },
+        ...(remote ? { sampler: remote.stepMetrics() } : {}),
         gradNorm: m.gradNorm,
         staleness: m.staleness,
         degenerateGroups: m.degenerateGroups,
