@@ -1,6 +1,10 @@
 """The TRL side of the GRPO peer benchmark (bench/peer.bench.ts): Hugging Face TRL's GRPOTrainer on the
 checkpoint sinkflex wrote, on sinkflex's own env served over the remote env protocol (`sinkflex envs serve`
-on 127.0.0.1), for a fixed plan of GRPO steps; held-out success before and after on the plan's tasks.
+on 127.0.0.1), for a fixed plan of GRPO steps; held-out success before and after on the plan's tasks. With
+the plan's saveEvery N it saves the policy every N steps (`savedDirs`) for sinkflex's evaluator to score.
+The learning rate follows sinkflex's schedule (src/rl/lr-schedule.ts: linear warm-up from lr / warmupSteps,
+then constant or cosine to minLrRatio x lr at the last step) as a LambdaLR: transformers' own warm-up
+starts at 0 on the first step, one step behind sinkflex's.
 
 Usage: python3 trl_grpo.py PLAN.json OUT.json   (the plan is written by bench/peer.bench.ts)
 
@@ -98,7 +102,7 @@ def main() -> None:
         num_generations=G,
         num_iterations=hp["epochs"],
         learning_rate=hp["lr"],
-        lr_scheduler_type="constant",
+        lr_scheduler_type="constant",  # replaced by sinkflex's schedule below (create_scheduler)
         warmup_steps=0,
         weight_decay=hp["weightDecay"],
         max_grad_norm=hp["maxGradNorm"],
@@ -132,7 +136,24 @@ def main() -> None:
         return original_prepare(inputs)
 
     trainer._generate_and_score_completions = with_rows
-    trainer.add_callback(timing.callback(transformers.TrainerCallback, steps_done))
+    total = len(plan["steps"])
+
+    def create_scheduler(num_training_steps, optimizer=None):
+        if trainer.lr_scheduler is None:
+            # LambdaLR's factor k applies to optimizer step k + 1 (sinkflex's steps are 1-based).
+            trainer.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or trainer.optimizer, lambda k: learning_rate_at(k + 1, total, hp) / hp["lr"])
+        return trainer.lr_scheduler
+
+    trainer.create_scheduler = create_scheduler
+    saved = []
+    save_every = int(plan.get("saveEvery") or 0)
+
+    def save_step(step):
+        # After the step's timing is taken: saving is not part of a step.
+        if save_every > 0 and step % save_every == 0 and step < total:
+            saved.append({"step": step, "dir": save_policy(model, ckpt, os.path.join(plan["workDir"], f"step-{step:05d}"))})
+
+    trainer.add_callback(timing.callback(transformers.TrainerCallback, steps_done, save_step))
     # The update's tokens: every sequence's prompt + completion, once per forward pass over it.
     original_loss = trainer.compute_loss
 
@@ -147,6 +168,7 @@ def main() -> None:
     out["trainS"] = time.perf_counter() - t_train
     out["steps"] = timing.report(steps_done, hp)
     out["log"] = [h for h in trainer.state.log_history if "loss" in h]
+    out["savedDirs"] = saved
     out["evalAfter"] = evaluator.evaluate(plan["evalTasks"], plan["evalTemperature"])
     out["finalDir"] = save_policy(model, ckpt, os.path.join(plan["workDir"], "final"))
     out["peakRssKiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -154,6 +176,20 @@ def main() -> None:
     env.close()
     eval_env.close()
     json.dump(out, open(out_path, "w"), indent=1)
+
+
+def learning_rate_at(step, total, hp):
+    """sinkflex's learningRateAt (src/rl/lr-schedule.ts): the learning rate of 1-based step `step` of `total`."""
+    import math
+
+    warm = min(hp.get("warmupSteps", 0), total)
+    if step <= warm:
+        return hp["lr"] * step / warm
+    if hp.get("lrSchedule", "constant") == "constant":
+        return hp["lr"]
+    progress = min(1.0, (step - warm) / max(1, total - warm))
+    floor = hp.get("minLrRatio", 0.1)
+    return hp["lr"] * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def save_policy(model, ckpt, out_dir):
@@ -178,7 +214,7 @@ class StepTiming:
         self.update_tokens_fwd_bwd = 0
         self._t = None
 
-    def callback(self, base, steps_done):
+    def callback(self, base, steps_done, after_step):
         timing = self
 
         class Cb(base):
@@ -188,6 +224,7 @@ class StepTiming:
 
             def on_step_end(self, args, state, control, **kw):
                 steps_done.append({"stepS": time.perf_counter() - timing._t, "lossTokens": timing.update_tokens_fwd_bwd - timing._tok})
+                after_step(state.global_step)
 
         return Cb()
 
