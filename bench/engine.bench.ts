@@ -46,6 +46,17 @@ import { createLoraAdapter, LORA_TARGETS, type LoraConfig, loraParamCount, weigh
 
 const here = dirname(fileURLToPath(import.meta.url));
 
+/**
+ * CPU seconds this process spent since `since` (process.cpuUsage: user + system, every thread). On a shared
+ * machine the wall-clock time of a contender grows with the others' load; its CPU time does not, so the
+ * sections report both (the peers report theirs the same way: Python's process_time, the llama.cpp child's
+ * cpuUsage).
+ */
+function cpuSeconds(since: NodeJS.CpuUsage): number {
+  const d = process.cpuUsage(since);
+  return (d.user + d.system) / 1e6;
+}
+
 // ------------------------------------------------------------------------------------------ options
 
 /** Which SIMD code every contender runs: each its own best for the CPU, or all their AVX2 code. */
@@ -398,24 +409,31 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   const contender = (lora: { dtype: WeightDtype } | null = null) => {
     const engine = createRandomModel(cfg, 1, { kernels: k, ...(lora ? { dtype: lora.dtype } : {}) });
     if (lora) engine.enableLora(createLoraAdapter(cfg, BENCH_LORA, 1));
+    const cpu: number[] = [];
     const step = () => {
       const t0 = performance.now();
+      const c0 = process.cpuUsage();
       engine.forwardBackwardSync(seqs, meanNll);
       engine.optimStepSync({ lr: 1e-4, weightDecay: 0 });
+      cpu.push(cpuSeconds(c0));
       return (performance.now() - t0) / 1000;
     };
     step();
-    return { engine, step, times: [] as number[] };
+    cpu.length = 0;
+    return { engine, step, times: [] as number[], cpu };
   };
   // Steps of each contender in alternating rounds, so a burst of other load hits every one alike.
+  let fullCpu: number[] = [];
   const stepTimes = (...lora: ({ dtype: WeightDtype } | null)[]) => {
     const cs = lora.map((l) => contender(l));
     for (let i = 0; i < steps; i++) for (const c of cs) c.times.push(c.step());
     for (const c of cs) c.engine.dispose();
+    if (lora[0] === null && fullCpu.length === 0) fullCpu = cs[0]!.cpu;
     return cs.map((c) => c.times);
   };
   const [times, loraTimes, loraBf16Times] = stepTimes(null, { dtype: "fp32" }, { dtype: "bf16" }) as [number[], number[], number[]];
   const ours = (B * T) / Math.min(...times);
+  const oursCpu = (B * T) / Math.min(...fullCpu);
   const lora = (B * T) / Math.min(...loraTimes);
   const loraBf16 = (B * T) / Math.min(...loraBf16Times);
   let bf16: number | null = null;
@@ -429,19 +447,22 @@ async function trainSection(o: Options, k: Kernels, peers: Map<string, Peer>, ou
   const peer = peers.get("torch");
   if (peer) torch = await peer.request({ op: "train_step", config: SMALL_QWEN2, batch: B, seq: T, steps });
   const theirs = torch && !torch.error ? (torch.tokens_per_s as number) : null;
+  const theirsCpu = torch && !torch.error && typeof torch.best_cpu_s === "number" ? (B * T) / torch.best_cpu_s : null;
   const params = parameterCount(SMALL_QWEN2);
   printTable(
     `Training step (forward + backward + AdamW), ${(params / 1e6).toFixed(1)}M-parameter Qwen2 shape, batch ${B} x seq ${T}, tokens/s`,
     ["", "sinkflex", "PyTorch eager", "sinkflex / PyTorch"],
     [
       ["tokens/s", fmt(ours, 0), theirs === null ? `peer unavailable${torch?.error ? ` (${torch.error})` : ""}` : fmt(theirs, 0), theirs ? fmt(ours / theirs, 2) : "-"],
+      ["tokens per CPU second (the process's CPU time: other load does not count)", fmt(oursCpu, 0), fmt(theirsCpu, 0), theirsCpu ? fmt(oursCpu / theirsCpu, 2) : "-"],
       ...(bf16 === null ? [] : [[`tokens/s, bf16 products on ${unit} (${fmt(bf16 / ours, 2)}x fp32)`, fmt(bf16, 0), "-", "-"]]),
       [`tokens/s, LoRA r${BENCH_LORA.rank} on every projection, fp32 base (step time ${fmt(ours / lora, 2)}x full)`, fmt(lora, 0), "-", "-"],
       [`tokens/s, LoRA r${BENCH_LORA.rank} on every projection, bf16 base (step time ${fmt(ours / loraBf16, 2)}x full)`, fmt(loraBf16, 0), "-", "-"],
     ],
   );
   out.train = {
-    batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null,
+    batch: B, seq: T, params, sinkflexTokensPerS: ours, sinkflexStepS: times, sinkflexStepCpuS: fullCpu, sinkflexBf16TokensPerS: bf16, torch, ratio: theirs ? ours / theirs : null,
+    sinkflexTokensPerCpuS: oursCpu, torchTokensPerCpuS: theirsCpu, ratioCpu: theirsCpu ? oursCpu / theirsCpu : null,
     lora: {
       config: BENCH_LORA, params: loraParamCount(cfg, BENCH_LORA),
       fp32Base: { tokensPerS: lora, stepS: loraTimes, stepTimeVsFull: ours / lora },
@@ -463,34 +484,43 @@ async function decodeSection(o: Options, k: Kernels, peers: Map<string, Peer>, o
     const peer = peers.get("torch");
     const hf = peer ? await peer.request({ op: "decode", config: SMALL_QWEN2, batch, prompt, new_tokens: newTokens }) : null;
     const theirs = hf && !hf.error ? (hf.tokens_per_s as number) : null;
-    rows.push({ batch, prompt, newTokens, sinkflexTokensPerS: ours.tokensPerS, sinkflexSeconds: ours.seconds, hf, ratio: theirs ? ours.tokensPerS / theirs : null });
+    const theirsCpu = hf && !hf.error && typeof hf.cpu_seconds === "number" ? (hf.new_tokens as number) * batch / hf.cpu_seconds : null;
+    rows.push({
+      batch, prompt, newTokens, sinkflexTokensPerS: ours.tokensPerS, sinkflexSeconds: ours.seconds, hf, ratio: theirs ? ours.tokensPerS / theirs : null,
+      sinkflexTokensPerCpuS: ours.tokensPerCpuS, hfTokensPerCpuS: theirsCpu, ratioCpu: theirsCpu ? ours.tokensPerCpuS / theirsCpu : null,
+    });
   }
   printTable(
-    `KV-cache greedy decoding (prompt ${prompt} + ${newTokens} new tokens per sequence, prefill included), new tokens/s`,
-    ["batch", "sinkflex", "HF generate (PyTorch)", "sinkflex / HF"],
+    `KV-cache greedy decoding (prompt ${prompt} + ${newTokens} new tokens per sequence, prefill included), new tokens/s and new tokens per CPU second`,
+    ["batch", "sinkflex", "HF generate (PyTorch)", "sinkflex / HF", "sinkflex per CPU s", "HF per CPU s", "sinkflex / HF, CPU time"],
     rows.map((r: any) => [
       String(r.batch), fmt(r.sinkflexTokensPerS, 0),
       r.hf && !r.hf.error ? fmt(r.hf.tokens_per_s, 0) : `peer unavailable${r.hf?.error ? ` (${r.hf.error})` : ""}`,
-      r.ratio === null ? "-" : fmt(r.ratio, 2),
+      r.ratio === null ? "-" : fmt(r.ratio, 2), fmt(r.sinkflexTokensPerCpuS, 0), fmt(r.hfTokensPerCpuS, 0), r.ratioCpu === null ? "-" : fmt(r.ratioCpu, 2),
     ]),
   );
   out.decode = rows;
 }
 
 /** Greedy decoding of `batch` prompts on `engine`, after a warm-up of the same batch (8 prompt tokens, 2 new); new tokens/s. */
-async function sinkflexDecode(engine: EmbeddedEngine, batch: number, prompt: number, newTokens: number): Promise<{ tokensPerS: number; seconds: number }> {
+async function sinkflexDecode(
+  engine: EmbeddedEngine, batch: number, prompt: number, newTokens: number,
+): Promise<{ tokensPerS: number; seconds: number; cpuSeconds: number; tokensPerCpuS: number }> {
   const V = engine.config.vocabSize;
   const prompts = Array.from({ length: batch }, (_, b) => randomTokens(prompt, V, 500 + b));
   const warm = await Promise.all(prompts.map((p) => engine.session(p.slice(0, 8))));
   await engine.sampleBatch(warm, warm.map(() => ({ temperature: 0, maxTokens: 2 })));
   for (const w of warm) w.close();
   const t0 = performance.now();
+  const c0 = process.cpuUsage();
   const sessions = [];
   for (const p of prompts) sessions.push(await engine.session(p));
   const res = await engine.sampleBatch(sessions, sessions.map(() => ({ temperature: 0, maxTokens: newTokens })));
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = cpuSeconds(c0);
   for (const s of sessions) s.close();
-  return { tokensPerS: res.reduce((a, r) => a + r.tokens.length, 0) / seconds, seconds };
+  const produced = res.reduce((a, r) => a + r.tokens.length, 0);
+  return { tokensPerS: produced / seconds, seconds, cpuSeconds: cpu, tokensPerCpuS: produced / cpu };
 }
 
 /** llama.cpp through node-llama-cpp (bench/peers/llama_cpp.mjs) decoding `gguf`; its JSON answer, or { error }. */
@@ -547,8 +577,22 @@ async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>
         tps(r.llamaCpp) ? fmt(best(r) / tps(r.llamaCpp)!, 2) : "-", tps(r.hf) ? fmt(best(r) / tps(r.hf)!, 2) : "-",
       ]),
     );
+    // The same runs in new tokens per CPU second of each contender's process (other load does not count).
+    const perCpu = (r: any) => (r && !r.error && typeof r.cpu_seconds === "number" ? (r.produced ?? r.new_tokens * r.batch) / r.cpu_seconds : null);
+    const bestCpu = (r: any) => Math.max(r.fp32.tokensPerCpuS, r.bf16.tokensPerCpuS);
+    printTable(
+      "The same decoding, new tokens per CPU second",
+      ["batch", "sinkflex fp32", "sinkflex bf16", "llama.cpp F16", "HF generate fp32", "best sinkflex / llama.cpp", "best sinkflex / HF"],
+      rows.map((r: any) => [
+        String(r.batch), fmt(r.fp32.tokensPerCpuS, 1), fmt(r.bf16.tokensPerCpuS, 1), fmt(perCpu(r.llamaCpp), 1), fmt(perCpu(r.hf), 1),
+        perCpu(r.llamaCpp) ? fmt(bestCpu(r) / perCpu(r.llamaCpp)!, 2) : "-", perCpu(r.hf) ? fmt(bestCpu(r) / perCpu(r.hf)!, 2) : "-",
+      ]),
+    );
     console.log("targets: batch 1 >= llama.cpp F16; batch 32 >= 2x HF generate");
-    out.decode05b = rows.map((r: any) => ({ ...r, ratioVsLlamaCpp: tps(r.llamaCpp) ? best(r) / tps(r.llamaCpp)! : null, ratioVsHf: tps(r.hf) ? best(r) / tps(r.hf)! : null }));
+    out.decode05b = rows.map((r: any) => ({
+      ...r, ratioVsLlamaCpp: tps(r.llamaCpp) ? best(r) / tps(r.llamaCpp)! : null, ratioVsHf: tps(r.hf) ? best(r) / tps(r.hf)! : null,
+      ratioVsLlamaCppCpu: perCpu(r.llamaCpp) ? bestCpu(r) / perCpu(r.llamaCpp)! : null, ratioVsHfCpu: perCpu(r.hf) ? bestCpu(r) / perCpu(r.hf)! : null,
+    }));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -615,7 +659,7 @@ function loraMemoryChild(o: Options, run: LoraMemoryRun): void {
   const tStep = performance.now();
   console.log(JSON.stringify({
     run, dtype: spec.dtype, seq: T, params: parameterCount(QWEN25_05B), lora: BENCH_LORA, loraParams: loraParamCount(cfg, BENCH_LORA),
-    maxRssBytes: process.resourceUsage().maxRSS * 1024, weightBytes: weightBytes(engine.weights), packedBytes: engine.model.packed?.bytes ?? 0,
+    activationCheckpointing: engine.checkpointsBatch(T), maxRssBytes: process.resourceUsage().maxRSS * 1024, weightBytes: weightBytes(engine.weights), packedBytes: engine.model.packed?.bytes ?? 0,
     buildSeconds: (tBuilt - t0) / 1000, stepSeconds: (tStep - tBuilt) / 1000,
   }));
 }
@@ -684,11 +728,11 @@ function loraMemorySection(o: Options, out: Record<string, unknown>) {
   const T = o.quick ? 512 : 4096;
   printTable(
     `Peak memory, one LoRA training step (rank ${BENCH_LORA.rank}, alpha ${BENCH_LORA.alpha}, ${BENCH_LORA.targets.join("/")}; forward + backward + AdamW on the adapter) of a Qwen2.5-0.5B shape (random weights), batch 1 x seq ${T}`,
-    ["", "peak RSS (GiB)", "target (GiB)", "fits", "weights (GiB)", "packed copies (GiB)", "adapter params", "step (s)"],
+    ["", "peak RSS (GiB)", "target (GiB)", "fits", "weights (GiB)", "packed copies (GiB)", "adapter params", "activation checkpointing", "step (s)"],
     results.map((m, i) => m.error
-      ? [LORA_MEMORY_RUNS[runs[i]!].label, "failed", String(limitGiB), "-", "-", "-", "-", "-"]
+      ? [LORA_MEMORY_RUNS[runs[i]!].label, "failed", String(limitGiB), "-", "-", "-", "-", "-", "-"]
       : [LORA_MEMORY_RUNS[runs[i]!].label, fmt(gib(m.maxRssBytes), 2), String(limitGiB), gib(m.maxRssBytes) < limitGiB ? "yes" : "NO",
-        fmt(gib(m.weightBytes), 2), fmt(gib(m.packedBytes), 2), String(m.loraParams), fmt(m.stepSeconds, 1)]),
+        fmt(gib(m.weightBytes), 2), fmt(gib(m.packedBytes), 2), String(m.loraParams), m.activationCheckpointing ? "on" : "off", fmt(m.stepSeconds, 1)]),
   );
   for (const m of results) if (m.error) console.log(`memory: ${m.error}`);
   out.memoryLora = Object.fromEntries(results.map((m, i) => [runs[i]!, m.error ? m : { ...m, peakGiB: gib(m.maxRssBytes), targetGiB: limitGiB, fits: gib(m.maxRssBytes) < limitGiB }]));

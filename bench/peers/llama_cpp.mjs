@@ -2,7 +2,7 @@
  * llama.cpp (through node-llama-cpp) as a decoding peer of the engine benchmark: greedy decoding of a GGUF
  * (bench/peers/gguf_qwen2.py writes one from a checkpoint) at a batch of sequences, prompt and new tokens
  * given as token ids, on the CPU with the benchmark's thread count. Prints one JSON line: tokens_per_s
- * (new tokens, prefill included in the time), or {"error": ...} when node-llama-cpp is missing or fails, so
+ * (new tokens, prefill included in the time) and cpu_seconds (this process's CPU time over the same run), or {"error": ...} when node-llama-cpp is missing or fails, so
  * the benchmark prints "peer unavailable" and goes on. Not a dependency of sinkflex and never run at its
  * run time; it never builds or downloads llama.cpp (build: "never": only a prebuilt binary node-llama-cpp
  * ships in its platform package runs).
@@ -60,9 +60,12 @@ async function main() {
   await Promise.all(sequences.map((s, b) => decode(s, prompts[b].slice(0, 8), 2)));
   for (const s of sequences) await s.clearHistory();
   const t0 = performance.now();
+  const c0 = process.cpuUsage();
   const produced = (await Promise.all(sequences.map((s, b) => decode(s, prompts[b], cmd.new_tokens)))).reduce((a, n) => a + n, 0);
   const seconds = (performance.now() - t0) / 1000;
-  console.log(JSON.stringify({ seconds, tokens_per_s: produced / seconds, produced, build: llama.buildType, cpuMathCores: llama.cpuMathCores }));
+  const c = process.cpuUsage(c0);
+  const cpu_seconds = (c.user + c.system) / 1e6;
+  console.log(JSON.stringify({ seconds, tokens_per_s: produced / seconds, produced, cpu_seconds, build: llama.buildType, cpuMathCores: llama.cpuMathCores }));
   await context.dispose();
   await model.dispose();
   await llama.dispose();

@@ -163,13 +163,14 @@ def train_step(cmd):
         return out.loss.item()
 
     step()  # warm-up (allocations, optimizer state)
-    times = []
+    times, cpu = [], []
     for _ in range(cmd.get("steps", 2)):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     best = min(times)
-    return {"best_s": best, "tokens_per_s": B * T / best, "times": times,
+    return {"best_s": best, "tokens_per_s": B * T / best, "times": times, "cpu_times": cpu, "best_cpu_s": min(cpu),
             "params": sum(p.numel() for p in model.parameters())}
 
 
@@ -210,11 +211,12 @@ def decode(cmd):
     with torch.inference_mode():
         model.generate(input_ids=ids[:, :8], attention_mask=mask[:, :8], max_new_tokens=2, do_sample=False,
                        pad_token_id=0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = model.generate(input_ids=ids, attention_mask=mask, **kw)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     produced = (out.shape[1] - P) * B
-    return {"seconds": dt, "tokens_per_s": produced / dt, "new_tokens": int(out.shape[1] - P)}
+    return {"seconds": dt, "tokens_per_s": produced / dt, "new_tokens": int(out.shape[1] - P), "batch": B,
+            "produced": produced, "cpu_seconds": cpu}
 
 
 def main():
