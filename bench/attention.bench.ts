@@ -57,7 +57,18 @@
  *             initialized on). JSON keys pipeline.runs[i].{variant, heldOutSuccess, perSuite, wallSeconds,
  *             attention}, pipeline.sinkLogitStep0.{epsilon, maxLogitChangeCalibration, maxLogitChangeHeldOut}
  *
+ *   recipe-runs (only with --recipe-runs, not part of the default sections)
+ *             the demo's recipe (configs/demo.yaml, as `sinkflex demo --minutes M` scales and plans it)
+ *             trained three times from the same seed, each under the same M-minute budget: full
+ *             attention, the fixed first-K layout (sink-window, the recipe's own K = 4, W = 512) and
+ *             attention.mode profile (the policy's own sinks, token sinks pinned with pinBudget 4). The
+ *             machine is calibrated once and every run gets the same planned counts and deadlines, so
+ *             the runs differ by their attention only. JSON keys recipeRuns.{minutes, plan,
+ *             calibrationSeconds, runs[i].{variant, attention, heldOutSuccess, successes, tasks,
+ *             beforeRl, perSuite, wallSeconds, sftSteps, grpoSteps, mask, profile}}
+ *
  * Usage: npm run bench:attention -- [--checkpoint DIR] [--steps N] [--quick] [--only train,decode,session,episode,sinklogit,pipeline] [--json FILE]
+ *        npm run bench:attention -- --recipe-runs [--minutes M] [--json FILE]
  *        (--quick: a tiny model and a short run to check the benchmark itself; its figures mean little)
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -75,6 +86,9 @@ import {
 import { buildModel } from "../src/model/instance.js";
 import { loadConfigFile, validateConfig } from "../src/pipeline/config.js";
 import { train as trainPipeline } from "../src/pipeline/train.js";
+import { planBudgetRun, type BudgetPlan } from "../src/pipeline/budget.js";
+import { calibrate, plannedConfig, planRecipe } from "../src/pipeline/demo.js";
+import { demoRecipe } from "../src/pipeline/demo-recipe.js";
 import { makeChatEnv } from "../src/pipeline/tasks.js";
 import { registerBundledEnvs } from "../src/envs/index.js";
 import { ChatTemplate } from "../src/model/chat-template.js";
@@ -101,6 +115,9 @@ interface Options {
   evalSequences: number;
   triggerRate: number;
   triggers: number;
+  /** --recipe-runs: the demo's recipe under three attention layouts, each in `minutes`. */
+  recipeRuns: boolean;
+  minutes: number;
 }
 
 const HELP = `npm run bench:attention -- [options]
@@ -119,12 +136,16 @@ const HELP = `npm run bench:attention -- [options]
   --only LIST          sections: train (train, probe, ppl, kl), decode, session, session-trained, episode,
                        sinklogit, pipeline (default: all seven)
   --json FILE          write every figure as JSON
+  --recipe-runs        instead of the sections: the demo's recipe trained with full attention, the fixed
+                       first-K layout and attention.mode profile, each under the same time budget
+  --minutes M          each recipe run's time budget (default 10; the demo's own is 20)
   --quick              a tiny model and a short run (checks the benchmark itself)`;
 
 function parseArgs(argv: string[]): Options {
   const o: Options = {
     steps: 1200, batch: 4, seq: 512, quick: false, only: new Set(["train", "decode", "session", "session-trained", "episode", "sinklogit", "pipeline"]), json: null, sinkAt: 3, lr: 5e-3,
     weightDecay: 0.1, checkpoint: null, lowThreshold: 0.1, evalSequences: 16, triggerRate: 0.08, triggers: 6,
+    recipeRuns: false, minutes: 10,
   };
   let stepsGiven = false;
   let seqGiven = false;
@@ -154,6 +175,8 @@ function parseArgs(argv: string[]): Options {
     else if (a === "--trigger-rate") o.triggerRate = num();
     else if (a === "--triggers") o.triggers = num();
     else if (a === "--low-threshold") o.lowThreshold = num();
+    else if (a === "--recipe-runs") o.recipeRuns = true;
+    else if (a === "--minutes") o.minutes = num();
     else if (a === "--help" || a === "-h") {
       console.log(HELP);
       process.exit(0);
@@ -165,6 +188,7 @@ function parseArgs(argv: string[]): Options {
     o.evalSequences = Math.min(o.evalSequences, 4);
   }
   if (!(o.seq >= 32 && o.seq % 4 === 0)) throw new Error(`--seq must be a multiple of 4, at least 32; got ${o.seq}`);
+  if (!(o.minutes >= 2)) throw new Error(`--minutes must be at least 2 (a recipe run calibrates nothing itself but still prepares, trains and evaluates twice); got ${o.minutes}`);
   return o;
 }
 
@@ -872,12 +896,102 @@ async function pipelineSection(): Promise<Record<string, unknown>> {
   return { recipe: "configs/demo-quick.yaml", runs, sinkLogitStep0 };
 }
 
+// ------------------------------------------------------------------------------------------ recipe runs
+
+/** The layouts --recipe-runs compares on the demo's recipe (whose own attention section is the second). */
+const RECIPE_VARIANTS: { variant: string; attention: Record<string, unknown> }[] = [
+  { variant: "full attention", attention: { mode: "full" } },
+  { variant: "fixed first-K (sink-window)", attention: { mode: "sink-window", sinks: 4, window: 512 } },
+  { variant: "profile (own sinks, pinned token sinks)", attention: { mode: "profile", sinks: 4, window: 512, pinBudget: 4 } },
+];
+
+/**
+ * The demo's recipe three times (see the file comment): one calibration and plan, as `sinkflex demo`
+ * makes them (without its naive replay), then each layout trained under the plan's counts with the
+ * deadlines runDemo sets, from its own start.
+ */
+async function recipeRunsSection(o: Options): Promise<Record<string, unknown>> {
+  const runsDir = mkdtempSync(join(tmpdir(), "sinkflex-attention-recipe-"));
+  const budgetMs = o.minutes * 60_000;
+  // --quick: the demo's smoke-test recipe as written, without calibration or deadlines (checks the mode itself).
+  const recipe = demoRecipe({ runsDir, minutes: o.minutes, quick: o.quick });
+  let plan: BudgetPlan | null = null;
+  let calibrationSeconds = 0;
+  if (!o.quick) {
+    process.stderr.write(`recipe-runs: calibrating this machine on ${recipe.path} (once for the three runs)\n`);
+    const t0 = performance.now();
+    const cal = await calibrate(recipe.config, {});
+    calibrationSeconds = (performance.now() - t0) / 1000;
+    // Every run gets the whole budget: the calibration is not part of any.
+    plan = planBudgetRun(budgetMs, { ...cal, elapsedMs: 0 }, planRecipe(recipe.config, recipe.scale, 0));
+    for (const line of plan.lines) process.stderr.write(`  ${line}\n`);
+  }
+  const planned = plan ? plannedConfig(recipe.config, plan) : recipe.config;
+  const runs: Record<string, unknown>[] = [];
+  const successOf = (table: Record<string, { successes: number; trials: number }> | undefined) => {
+    const t = Object.values(table ?? {}).reduce((a, e) => ({ s: a.s + e.successes, n: a.n + e.trials }), { s: 0, n: 0 });
+    return { successes: t.s, tasks: t.n, rate: t.n ? t.s / t.n : 0 };
+  };
+  for (const v of RECIPE_VARIANTS) {
+    process.stderr.write(`recipe-runs: ${v.variant}${plan ? ` (${o.minutes} minutes)` : ""}\n`);
+    const cfg = validateConfig({ ...planned, name: `recipe-${v.variant.replace(/[^a-z0-9]+/gi, "-")}`, attention: v.attention });
+    const start = performance.now();
+    // runDemo's deadlines: the evaluation after RL done by the end less the margin; SFT ends where the
+    // plan's SFT ends (15% slack), or at 52% of the budget, leaving both evaluations and GRPO's floor.
+    let budget = {};
+    if (plan) {
+      const evalBy = start + budgetMs - plan.ms.margin;
+      const grpoFloor = Math.min(plan.grpoSteps, recipe.scale?.grpoMinSteps ?? 1) * (plan.ms.grpo / Math.max(1, plan.grpoSteps));
+      const sftDeadline = Math.min(evalBy - (plan.ms.evalBefore + plan.ms.evalAfter) - grpoFloor, Math.max(start + 0.52 * budgetMs, start + 1.15 * (plan.ms.prep + plan.ms.sft)));
+      budget = { sftDeadline, evalBy };
+    }
+    const r = await trainPipeline(cfg, { quiet: true, ...budget });
+    const wallSeconds = (performance.now() - start) / 1000;
+    const after = successOf(r.evalAfter);
+    const before = successOf(r.evalBefore);
+    const perSuite = Object.fromEntries(Object.entries(r.evalAfter ?? {}).map(([k, e]) => [k, { successes: e.successes, tasks: e.trials, rate: e.rate, beforeRl: r.evalBefore?.[k]?.rate ?? null }]));
+    const final = join(r.runDir, "final");
+    const mask = existsSync(join(final, "sinkflex_attention.json")) ? JSON.parse(readFileSync(join(final, "sinkflex_attention.json"), "utf8")) : null;
+    const setup = readFileSync(join(r.runDir, "metrics.jsonl"), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>).find((m) => m.attentionProfile);
+    runs.push({
+      variant: v.variant, attention: v.attention, heldOutSuccess: after.rate, successes: after.successes, tasks: after.tasks, beforeRl: before, perSuite,
+      wallSeconds, sftSteps: r.sft?.steps ?? 0, sftAllSteps: r.sft?.allSteps ?? 0, grpoSteps: r.rewardCurve.length, grpoPlannedSteps: cfg.grpo.steps, mask,
+      profile: setup?.attentionProfile ?? null,
+    });
+  }
+  table(`recipe runs (${recipe.path.split("/").slice(-2).join("/")}, seed ${planned.seed}, ${plan ? `${o.minutes} minutes each, the same planned counts` : "--quick: as written, no budget"})`, [
+    ["variant", "mask (window, sinks)", "held-out success after RL", "after SFT", "SFT steps", "GRPO steps", "wall seconds"],
+    ...runs.map((r) => {
+      const m = r.mask as { window: number; sinks: number } | null;
+      const b = r.beforeRl as { successes: number; tasks: number; rate: number };
+      return [String(r.variant), m ? `${m.window}, ${m.sinks}` : "full", `${r.successes}/${r.tasks} (${(r.heldOutSuccess as number).toFixed(3)})`, `${b.successes}/${b.tasks} (${b.rate.toFixed(3)})`,
+        `${r.sftSteps as number}/${r.sftAllSteps as number}`, `${r.grpoSteps as number}/${r.grpoPlannedSteps as number}`, (r.wallSeconds as number).toFixed(0)];
+    }),
+  ]);
+  const suites = Object.keys((runs[0]!.perSuite as Record<string, unknown>) ?? {});
+  table("recipe runs, held-out success after RL per suite", [
+    ["variant", ...suites],
+    ...runs.map((r) => [String(r.variant), ...suites.map((s) => {
+      const e = (r.perSuite as Record<string, { successes: number; tasks: number }>)[s]!;
+      return `${e.successes}/${e.tasks}`;
+    })]),
+  ]);
+  for (const r of runs) if (r.profile) console.log(`\n${String(r.variant)}: layout ${JSON.stringify(r.profile)}`);
+  rmSync(runsDir, { recursive: true, force: true });
+  return { recipe: recipe.path.split("/").slice(-2).join("/"), minutes: plan ? o.minutes : null, calibrationSeconds, plan: plan?.lines ?? null, runs };
+}
+
 // ------------------------------------------------------------------------------------------ main
 
 async function main(): Promise<void> {
   const o = parseArgs(process.argv.slice(2));
   const out: Record<string, unknown> = { kernels: getKernels().describe() };
   console.log(`# sinkflex attention benchmark (${getKernels().describe()})`);
+  if (o.recipeRuns) {
+    out.recipeRuns = await recipeRunsSection(o);
+    if (o.json) writeFileSync(o.json, `${JSON.stringify(out, null, 2)}\n`);
+    return;
+  }
   let trained: EmbeddedEngine | null = null;
   let trainedReused = false;
   if (o.only.has("train")) {
