@@ -35,6 +35,9 @@ from .attention import (
 
 META_FILE = "sinkflex.json"
 OPTIMIZER_FILE = "sinkflex_optimizer.pt"
+SINK_PROFILE_FILE = "sinkflex_sink_profile.json"
+"""The sink profile a policy was laid out with (attention.mode profile, measured on the embedded engine):
+read at load, answered to the client (its pin rule) and written back by save, as is."""
 TOKENIZER_FILE = re.compile(
     r"^(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|chat_template\.(jinja|json)|sinkflex-vocab.*)$"
 )
@@ -139,6 +142,7 @@ class TorchEngine:
         self.optimizer_step = 0
         self.source_dir: Optional[str] = None
         self.attention_record: Optional[dict] = None
+        self.sink_profile: Optional[dict] = None
         self.sink_window = SinkWindow()
         self.sink_logits = False
         self.generator = torch.Generator(device="cpu").manual_seed(0)
@@ -192,6 +196,14 @@ class TorchEngine:
             self._load_optimizer(opath)
         self.source_dir = directory
         self.attention_record = attention
+        self.sink_profile = None
+        ppath = os.path.join(directory, SINK_PROFILE_FILE)
+        if os.path.isfile(ppath):
+            try:
+                with open(ppath) as f:
+                    self.sink_profile = json.load(f)
+            except ValueError as e:
+                raise EngineError(f"{ppath}: not valid JSON ({e}); write the profile again (sinkflex sinks) or remove the file")
         self.pending = None
         return {
             "vocabSize": self.vocab_size,
@@ -201,6 +213,7 @@ class TorchEngine:
             "attention": {"window": sink_window.window, "sinks": sink_window.sinks, "sinkLogit": self.sink_logits,
                           "kernel": self.kernel, "why": self.kernel_reason},
             "optimizerRestored": self.optimizer is not None,
+            **({"sinkProfile": self.sink_profile} if self.sink_profile is not None else {}),
         }
 
     def _trainable(self) -> List[tuple]:
@@ -287,6 +300,9 @@ class TorchEngine:
             if self.attention_record is not None:
                 with open(os.path.join(tmp, ATTENTION_FILE), "w") as f:
                     json.dump(self.attention_record, f, indent=2)
+            if self.sink_profile is not None:
+                with open(os.path.join(tmp, SINK_PROFILE_FILE), "w") as f:
+                    json.dump(self.sink_profile, f, indent=2)
             if self.source_dir and os.path.isdir(self.source_dir):
                 for name in os.listdir(self.source_dir):
                     if TOKENIZER_FILE.match(name):

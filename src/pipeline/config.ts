@@ -526,13 +526,11 @@ export const TrainConfigSchema = z
     } else {
       if (cfg.model.lora) ctx.addIssue({ code: "custom", path: ["model", "lora"], message: 'LoRA trains on the embedded engine only: drop model.lora, or use engine.backend "embedded"' });
       // The torch worker runs the embedded engine's mask (sink window, packed documents, pinned positions,
-      // sink logits it was saved with); what it cannot do is set attention up: the sinks' profile and the
-      // sink logit's initialization measure the policy on the embedded engine (stages/attention-profile.ts).
-      if (cfg.attention.mode === "profile") {
-        ctx.addIssue({ code: "custom", path: ["attention", "mode"], message: 'attention.mode "profile" measures the policy on the embedded engine: use mode "sink-window" (or "full") with engine.backend "torch", or the embedded engine' });
-      }
-      if (cfg.attention.sinkLogit) {
-        ctx.addIssue({ code: "custom", path: ["attention", "sinkLogit"], message: 'the sink logit is initialized on the embedded engine, so a run on engine.backend "torch" cannot add it: set it false, or train it on the embedded engine (the torch worker runs checkpoints saved with sink logits)' });
+      // sink logits) and evicts as it does; the profile and the sink logit are set up on the embedded
+      // engine before the policy goes to the worker (stages/prepare.ts). Re-probing during GRPO reads the
+      // policy's attention scores, which only the embedded engine exposes.
+      if (cfg.attention.reprobeEvery > 0) {
+        ctx.addIssue({ code: "custom", path: ["attention", "reprobeEvery"], message: 're-probing reads the policy\'s attention scores during GRPO, which the torch worker does not expose: set 0 with engine.backend "torch" (the profile measured before training stays), or use the embedded engine' });
       }
       if (cfg.engine.url && (cfg.engine.python || cfg.engine.device || cfg.engine.threads)) {
         ctx.addIssue({ code: "custom", path: ["engine", "url"], message: "python, device and threads choose how a worker is started; with url the worker is already running: drop them" });

@@ -33,15 +33,14 @@ export function torchConfig(runsDir: string, name: string) {
 }
 
 describe("the torch engine backend's config", () => {
-  it("takes the sink window and packed prefixes, refuses what sets attention up on the embedded engine and worker options without the torch backend, naming the field", () => {
+  it("takes the sink window and packed prefixes, refuses re-probing during GRPO and worker options without the torch backend, naming the field", () => {
     const base = parityConfig("runs", "x");
     const torch = validateConfig({ ...base, engine: { backend: "torch" }, attention: { mode: "sink-window", window: 64, sinks: 4 } });
     expect(torch.sft.packPrefixes && torch.grpo.packPrefixes).toBe(true);
     expect(torch.attention).toMatchObject({ mode: "sink-window", window: 64, sinks: 4 });
     expect(() => validateConfig({ ...base, engine: { device: "cuda" } })).toThrow(/engine\.device: only applies to engine\.backend "torch"/);
     expect(() => validateConfig({ ...base, engine: { backend: "torch", url: "http://x" } })).toThrow(/engine\.url: a worker address like unix:/);
-    expect(() => validateConfig({ ...torch, attention: { mode: "sink-window", window: 64, sinks: 4, sinkLogit: true } })).toThrow(/attention\.sinkLogit: the sink logit is initialized on the embedded engine/);
-    expect(() => validateConfig({ ...torch, attention: { mode: "profile" } })).toThrow(/attention\.mode: attention\.mode "profile" measures the policy on the embedded engine/);
+    expect(() => validateConfig({ ...torch, attention: { mode: "profile", window: 64, reprobeEvery: 3 } })).toThrow(/attention\.reprobeEvery: re-probing reads the policy's attention scores/);
     expect(validateConfig({ ...base }).engine).toEqual({ backend: "embedded", threads: 0 });
   });
 });

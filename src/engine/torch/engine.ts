@@ -74,6 +74,11 @@ export class TorchEngine implements Engine {
   attention: WorkerAttention = { window: 0, sinks: 0, sinkLogit: false, kernel: "", why: "" };
   /** The tokenizer files that go with the model, when the caller named them. */
   tokenizerDir: string | undefined;
+  /**
+   * The sink profile the checkpoint was laid out with (its sinkflex_sink_profile.json, as written; set by
+   * load), undefined without one. The worker writes it back with every save.
+   */
+  sinkProfile: Record<string, unknown> | undefined;
   private usable = 0;
   private nextSid = 1;
   /** Counts loads: a load drops every session's keys in the worker (recomputed on next use), evictions included. */
@@ -100,6 +105,7 @@ export class TorchEngine implements Engine {
     this.parameters = header.parameters as number;
     this.architecture = header.architecture as string;
     this.attention = header.attention as WorkerAttention;
+    this.sinkProfile = header.sinkProfile as Record<string, unknown> | undefined;
     this.usable = 0;
     this.generation++;
   }

@@ -82,7 +82,14 @@ export function setUpAttention(ctx: RunContext, data: RunConversations, start: S
   const a = ctx.cfg.attention;
   const engine = start.policy.engine;
   if (!(engine instanceof EmbeddedEngine)) {
-    if (a.mode === "profile" || a.sinkLogit) throw new AttentionSetupError("attention.mode profile and attention.sinkLogit need the embedded engine");
+    // The torch worker runs what its checkpoint holds: a new run sets attention up on the embedded engine
+    // before handing the policy over (prepare.ts), so here it only checks a continued checkpoint.
+    if (a.sinkLogit && !engine.attention.sinkLogit) {
+      throw new AttentionSetupError(`${from ?? "the policy"} has no sink logits, but attention.sinkLogit is true; a run cannot add them midway: start a new run, or set attention.sinkLogit: false`);
+    }
+    if (a.mode === "profile" && !engine.sinkProfile) {
+      throw new AttentionSetupError(`${from ?? "the policy"} has no sink profile (${SINK_PROFILE_FILE}), but attention.mode is "profile"; a run cannot lay its policy out midway: start a new run, or use mode "sink-window"`);
+    }
     return;
   }
   const cfg = engine.config;
@@ -172,10 +179,10 @@ function logLayout(ctx: RunContext, profile: SinkProfile, layout: ProfileLayout,
 export function pinRuleOf(cfg: Pick<TrainConfig, "attention">, policy: Policy): SinkPinRule | undefined {
   const a = cfg.attention;
   const engine = policy.engine;
-  if (a.mode !== "profile" || !(engine instanceof EmbeddedEngine) || !engine.sinkProfile) return undefined;
+  if (a.mode !== "profile" || !engine.sinkProfile) return undefined;
   const profile = parseProfile(engine.sinkProfile, "the policy's sink profile");
   // The slots the policy runs with (a continued run keeps its checkpoint's), and what they leave of the budget.
-  const slots = engine.model.attention.sinks;
+  const slots = engine instanceof EmbeddedEngine ? engine.model.attention.sinks : engine.attention.sinks;
   const budget = Math.max(0, a.pinBudget - Math.max(0, slots - a.sinks));
   const tokenIds = secondarySinkTokens(profile).map((t) => t.tokenId).sort((x, y) => x - y);
   return budget > 0 && tokenIds.length > 0 ? { tokenIds, budget, slots } : undefined;

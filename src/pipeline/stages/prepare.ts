@@ -11,7 +11,7 @@
 import { COPY_DRILL_SOURCE, copyDrillExamples } from "../../recipes/index.js";
 import type { LeadExtension, SftExample } from "../../rl/index.js";
 import { setMatmulPrecision } from "../../kernels/index.js";
-import { drillLossSteps, drillMaxExamples } from "../config.js";
+import { drillLossSteps, drillMaxExamples, type EngineConfig } from "../config.js";
 import { join } from "node:path";
 import { createLoraAdapter, EmbeddedEngine } from "../../engine/index.js";
 import { createPolicy, onBackend, openPolicy, type Policy } from "../policy.js";
@@ -78,6 +78,8 @@ export async function prepareData(ctx: RunContext, prep: PrepPool, what: { episo
   return data;
 }
 
+const EMBEDDED: EngineConfig = { backend: "embedded", threads: 0 };
+
 /**
  * The policy: resumed from `resumed` (a checkpoint and its state), loaded from `model.checkpoint`, or a
  * fresh model over the data's vocabulary. Sets the process's matrix precision first.
@@ -89,11 +91,14 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
   const matmul = setMatmulPrecision(cfg.model.matmul);
   if (matmul !== cfg.model.matmul) ctx.log(`model.matmul is "${cfg.model.matmul}", but this CPU (or OS) has no bf16 unit for it (AMX or AVX512-BF16): matrix products stay ${matmul}`);
   let start: Start;
+  // On the torch backend a new run sets its attention up (the profile, the sink logit) on the embedded
+  // engine, which measures the policy, and then hands the policy to the worker; a resumed run's checkpoint has it.
+  const setUpFirst = !resumed && cfg.engine.backend !== "embedded" && (cfg.attention.mode === "profile" || cfg.attention.sinkLogit);
   if (resumed) {
     start = { policy: await openPolicy(resumed.dir, cfg.engine, loadMaskOf(ctx)), state: resumed.state, from: resumed.dir };
     ctx.log(`resuming from ${resumed.dir} (${resumed.state.stage} step ${resumed.state.step})`);
   } else if (cfg.model.checkpoint) {
-    start = { policy: await openPolicy(cfg.model.checkpoint, cfg.engine, loadMaskOf(ctx)), state: initialState() };
+    start = { policy: await openPolicy(cfg.model.checkpoint, setUpFirst ? EMBEDDED : cfg.engine, loadMaskOf(ctx)), state: initialState() };
     const { lora } = cfg.model;
     // A LoRA run trains a fresh adapter (B = 0: the policy starts as the checkpoint); its checkpoints are adapter folders.
     if (lora && start.policy.engine instanceof EmbeddedEngine) {
@@ -105,10 +110,11 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
     // with smaller pieces, down to bytes): rendering all of them would cost as much again as the SFT data.
     const step = Math.max(1, Math.ceil(data.conversations.length / VOCAB_SAMPLE));
     const fresh = createPolicy(cfg.model.init!, data.conversations.filter((_, i) => i % step === 0), cfg.seed, attentionOf(cfg));
-    start = { policy: await onBackend(fresh, cfg.engine, join(ctx.run.path, "initial-model")), state: initialState() };
+    start = { policy: setUpFirst ? fresh : await onBackend(fresh, cfg.engine, join(ctx.run.path, "initial-model")), state: initialState() };
   }
   // attention.mode profile / attention.sinkLogit: the policy's own sinks and sink logit (attention-profile.ts).
   setUpAttention(ctx, data, start, resumed?.dir ?? cfg.model.checkpoint);
+  if (setUpFirst) start.policy = await onBackend(start.policy, cfg.engine, join(ctx.run.path, "initial-model"));
   const { engine } = start.policy;
   const params = engine instanceof EmbeddedEngine ? (engine.weights.data16 ?? engine.weights.data).length : engine.parameters;
   const runsOn = engine instanceof EmbeddedEngine
