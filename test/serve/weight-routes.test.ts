@@ -4,6 +4,7 @@
  * (src/rollout/remote-sampler.ts) driving them: least-loaded sampling over two servers, a server that
  * goes away mid-run, and a server that does not allow reloads.
  */
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -152,6 +153,30 @@ describe("the replica pool over sinkflex serve", () => {
     expect(pool.policyVersion).toBe(3);
     const served = await scored(b.url, "tiny");
     (await expected(other)).forEach((x, i) => expect(served[i]).toBeCloseTo(x, 5));
+  });
+
+  it("keeps a `sinkflex serve --allow-reload` process in step", async () => {
+    const child = spawn(process.execPath, ["bin/sinkflex.mjs", "serve", base, "--port", "0", "--model-name", "tiny", "--allow-reload"], { stdio: ["ignore", "pipe", "pipe"] });
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = "";
+        child.stdout.on("data", (d: Buffer) => {
+          out += d.toString();
+          const m = /at (http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(out);
+          if (m) resolve(m[1]!);
+        });
+        child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+        child.on("exit", (code) => reject(new Error(`serve exited with ${code}: ${out}`)));
+      });
+      const pool = new ReplicaPool({ urls: [url], model: "tiny", sync: "reload" });
+      expect(await pool.syncWeights(other, 2)).toMatchObject({ version: 2, replicas: 1, dropped: [] });
+      const served = await scored(url, "tiny");
+      (await expected(other)).forEach((x, i) => expect(served[i]).toBeCloseTo(x, 5));
+      const [r] = await pool.sampleBatch([await pool.session(ids)], [{ maxTokens: 3 }]);
+      expect(r!.tokens).toHaveLength(3);
+    } finally {
+      child.kill("SIGTERM");
+    }
   });
 
   it("fails a sync on servers that do not allow reloads, saying how to start them", async () => {
