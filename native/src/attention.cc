@@ -2,7 +2,10 @@
 // flash-style: the backward recomputes probabilities from the saved log-sum-exp), and attention of new
 // tokens against a paged KV cache. Both work on blocks of up to 64 queries: the kv rows any of them keeps
 // are gathered into dense buffers, and scores, probabilities and gradients are small GEMMs on the calling
-// thread. Work is split over (batch, kv head, query blocks) so no two tasks write the same output. With the
+// thread, one per product for all the query heads of a kv head (their rows stacked, so K and V are packed
+// once per block and dK, dV are summed over the heads inside the product; the block's mask is added as the
+// softmax reads each row). Work is split over (batch, kv head, query blocks) so no two tasks write the same
+// output. With the
 // matmul precision at bf16, the training kernels hand over to attention_bf16.cc's fused ones where those
 // apply (AVX512-BF16, head sizes that are multiples of 32 up to 128). Decoding (one new token) has AVX-512
 // and AVX2 kernels for head sizes up to 128 (AVX2: multiples of 8) and a portable one for the rest.
@@ -91,9 +94,14 @@ static void gatherRows(const float* base, const std::vector<int>& cols, size_t r
   for (size_t c = 0; c < cols.size(); c++) std::copy(base + cols[c] * rowStride, base + cols[c] * rowStride + D, dst + c * D);
 }
 
-// Masked entries of a score row are -inf on entry. Turns the row into probabilities exp(s - lse) (0 where
-// masked) and returns lse (including the sink logit, if any).
-SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink) {
+// Masked entries of a score row are -inf on entry, or -inf in `bias` (the row's additive mask, added first;
+// null = none). Turns the row into probabilities exp(s - lse) (0 where masked) and returns lse (including
+// the sink logit, if any).
+SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink, const float* bias = nullptr) {
+  if (bias) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) s[j] += bias[j];
+  }
   const float mx = maxOf(s, n, hasSink ? sink : -INFINITY);
   if (mx == -INFINITY) {
     for (int j = 0; j < n; j++) s[j] = 0.f;
@@ -112,11 +120,13 @@ SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink) {
   return mx + std::log(sum);
 }
 
-// P = exp(s - lse) (0 where masked, -inf in s); dS = P * (dP - delta) * scale written over dP.
-SFX_CLONES static void backwardRow(float* s, float* dp, int n, float lse, float delta, float scale) {
+// P = exp(s + bias - lse) (0 where masked: -inf in the row's additive mask `bias`), written over s;
+// dS = P * (dP - delta) * scale written over dP.
+SFX_CLONES static void backwardRow(float* s, const float* bias, float* dp, int n, float lse, float delta, float scale) {
 #pragma omp simd
   for (int j = 0; j < n; j++) {
-    float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - lse);
+    const float x = s[j] + bias[j];
+    float p = x == -INFINITY ? 0.f : expApprox(x - lse);
     s[j] = p;
     dp[j] = p * (dp[j] - delta) * scale;
   }
@@ -165,12 +175,37 @@ SFX_CLONES static void blockMask(const MaskCtx& mc, int t0, int R, const std::ve
   }
 }
 
-// Scores of one (query block, head): S [R, n] = scale * Q K^T + bias (the block's mask: -inf where masked).
-static void blockScores(int R, int n, const float* bias, const float* Q, int ldq, const float* Kc, int D, float scale,
-                        float* S) {
-  std::copy(bias, bias + static_cast<size_t>(R) * n, S);
-  sgemmSerial(false, true, R, n, D, scale, Q, ldq, Kc, D, 1.f, S, n);
+// The rows of one query block for the G query heads of one kv head, stacked head by head into a dense
+// [G * R, D] buffer (row g * R + r is query t0 + r of head kvh * G + g; `src` points at that block's first
+// row of head kvh * G, rows H * D apart), and back.
+static void gatherHeads(const float* src, int G, int R, int D, int ld, float* dst) {
+  for (int g = 0; g < G; g++)
+    for (int r = 0; r < R; r++) {
+      const float* from = src + static_cast<size_t>(r) * ld + static_cast<size_t>(g) * D;
+      std::copy(from, from + D, dst + (static_cast<size_t>(g) * R + r) * D);
+    }
 }
+static void scatterHeads(const float* src, int G, int R, int D, int ld, float* dst) {
+  for (int g = 0; g < G; g++)
+    for (int r = 0; r < R; r++) {
+      const float* from = src + (static_cast<size_t>(g) * R + r) * D;
+      std::copy(from, from + D, dst + static_cast<size_t>(r) * ld + static_cast<size_t>(g) * D);
+    }
+}
+
+// Scores of one query block for the G heads of a kv head at once: S [G * R, n] = scale * Qg K^T, without the
+// block's mask (bias [R, n], 0 or -inf, the same for every head), which the softmax adds row by row. One
+// product for the group, so K is packed once and the product has G * R rows.
+static void groupScores(int G, int R, int n, const float* Qg, const float* Kc, int D, float scale, float* S) {
+  sgemmSerial(false, true, G * R, n, D, scale, Qg, D, Kc, D, 0.f, S, n);
+}
+
+// The scratch of one thread for a forward block.
+struct ForwardScratch {
+  std::vector<int> cols;
+  std::vector<float> Kc, Vc, S, bias, Qg, Og;
+};
+static thread_local ForwardScratch tForward;
 
 void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, const float* k, const float* v,
                       const float* sinkLogit, float* out, float* lse) {
@@ -179,31 +214,47 @@ void attentionForward(const AttnShape& sh, const AttnMask& m, const float* q, co
   std::vector<int32_t> ds = docPositions(B, T, m.docIds);
   const int nBlocks = (T + kQBlock - 1) / kQBlock;
   const size_t kvRow = static_cast<size_t>(KVH) * D;
-  // tasks: (b, kv head, query block); each computes S = Q K^T and O = P V with small GEMMs
+  // tasks: (b, kv head, query block); each computes S = Q K^T and O = P V for the kv head's G query heads
+  // together (their queries stacked), with small GEMMs
   parallelFor(B * KVH * nBlocks, [&](int task) {
     int qb = task % nBlocks, bk = task / nBlocks, b = bk / KVH, kvh = bk % KVH;
     int t0 = qb * kQBlock, t1 = std::min(T, t0 + kQBlock), R = t1 - t0;
     MaskCtx mc{m, T, ds.data(), b};
-    std::vector<int> cols;
-    blockColumns(mc, t0, t1, cols);
-    const int n = static_cast<int>(cols.size());
-    std::vector<float> Kc(static_cast<size_t>(n) * D), Vc(static_cast<size_t>(n) * D), S(static_cast<size_t>(R) * n), bias;
+    ForwardScratch& sc = tForward;
+    blockColumns(mc, t0, t1, sc.cols);
+    const int n = static_cast<int>(sc.cols.size());
+    const int ld = H * D;
+    const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + static_cast<size_t>(kvh) * G) * D;
+    if (n == 0) {
+      for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++) {
+          const int h = kvh * G + g;
+          lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] = softmaxRow(nullptr, 0, sinkLogit != nullptr, sinkLogit ? sinkLogit[h] : 0.f);
+          float* o = out + qo + static_cast<size_t>(r) * ld + static_cast<size_t>(g) * D;
+          std::fill(o, o + D, 0.f);
+        }
+      return;
+    }
+    sc.Kc.resize(static_cast<size_t>(n) * D);
+    sc.Vc.resize(static_cast<size_t>(n) * D);
+    sc.S.resize(static_cast<size_t>(G) * R * n);
+    sc.Qg.resize(static_cast<size_t>(G) * R * D);
+    sc.Og.resize(static_cast<size_t>(G) * R * D);
     const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
-    gatherRows(k + base, cols, kvRow, D, Kc.data());
-    gatherRows(v + base, cols, kvRow, D, Vc.data());
-    blockMask(mc, t0, R, cols, bias);
-    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-      const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
-      blockScores(R, n, bias.data(), q + qo, H * D, Kc.data(), D, sh.scale, S.data());
+    gatherRows(k + base, sc.cols, kvRow, D, sc.Kc.data());
+    gatherRows(v + base, sc.cols, kvRow, D, sc.Vc.data());
+    blockMask(mc, t0, R, sc.cols, sc.bias);
+    gatherHeads(q + qo, G, R, D, ld, sc.Qg.data());
+    groupScores(G, R, n, sc.Qg.data(), sc.Kc.data(), D, sh.scale, sc.S.data());
+    for (int g = 0; g < G; g++) {
+      const int h = kvh * G + g;
       for (int r = 0; r < R; r++)
         lse[(static_cast<size_t>(b) * T + t0 + r) * H + h] =
-            softmaxRow(S.data() + static_cast<size_t>(r) * n, n, sinkLogit != nullptr, sinkLogit ? sinkLogit[h] : 0.f);
-      if (n == 0) {
-        for (int r = 0; r < R; r++) std::fill(out + qo + static_cast<size_t>(r) * H * D, out + qo + static_cast<size_t>(r) * H * D + D, 0.f);
-      } else {
-        sgemmSerial(false, false, R, D, n, 1.f, S.data(), n, Vc.data(), D, 0.f, out + qo, H * D);
-      }
+            softmaxRow(sc.S.data() + (static_cast<size_t>(g) * R + r) * n, n, sinkLogit != nullptr, sinkLogit ? sinkLogit[h] : 0.f,
+                       sc.bias.data() + static_cast<size_t>(r) * n);
     }
+    sgemmSerial(false, false, G * R, D, n, 1.f, sc.S.data(), n, sc.Vc.data(), D, 0.f, sc.Og.data(), D);
+    scatterHeads(sc.Og.data(), G, R, D, ld, out + qo);
   });
 }
 
@@ -269,7 +320,7 @@ void backwardTasks(const AttnShape& sh, const AttnMask& m, float* dK, float* dV,
 // The scratch of one thread for a backward block.
 struct BackwardScratch {
   std::vector<int> cols;
-  std::vector<float> Kc, Vc, dKc, dVc, S, dP, bias;
+  std::vector<float> Kc, Vc, dKc, dVc, S, dP, bias, Qg, dOg, dQg;
 };
 static thread_local BackwardScratch tBackward;
 
@@ -279,36 +330,44 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
   if (attentionBackwardBf16(sh, m, q, k, v, sinkLogit, out, lse, dOut, dQ, dK, dV, dSinkLogit)) return;
   const int T = sh.T, H = sh.H, KVH = sh.KVH, D = sh.D, G = H / KVH;
   const size_t kvRow = static_cast<size_t>(KVH) * D;
+  // Each block takes the kv head's G query heads together (queries, output gradients and scores stacked
+  // head by head): five products per block instead of five per head, K and V packed once, and dK, dV
+  // summed over the group's heads inside one product of depth G * R.
   backwardTasks(sh, m, dK, dV, sinkLogit ? dSinkLogit : nullptr, [&](const MaskCtx& mc, int kvh, int t0, int t1, float* dKb, float* dVb, size_t stride, float* sinkPart) {
-    const int b = mc.b, R = t1 - t0;
+    const int b = mc.b, R = t1 - t0, GR = G * R, ld = H * D;
     BackwardScratch& sc = tBackward;
     std::vector<int>& cols = sc.cols;
     const size_t base = static_cast<size_t>(b) * T * kvRow + static_cast<size_t>(kvh) * D;
+    const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + static_cast<size_t>(kvh) * G) * D;
     blockColumns(mc, t0, t1, cols);
     const int n = static_cast<int>(cols.size());
+    if (n == 0) {
+      for (int r = 0; r < R; r++) std::fill(dQ + qo + static_cast<size_t>(r) * ld, dQ + qo + static_cast<size_t>(r) * ld + static_cast<size_t>(G) * D, 0.f);
+      return;
+    }
     sc.Kc.resize(static_cast<size_t>(n) * D);
     sc.Vc.resize(static_cast<size_t>(n) * D);
     sc.dKc.assign(static_cast<size_t>(n) * D, 0.f);
     sc.dVc.assign(static_cast<size_t>(n) * D, 0.f);
-    sc.S.resize(static_cast<size_t>(R) * n);
-    sc.dP.resize(static_cast<size_t>(R) * n);
+    sc.S.resize(static_cast<size_t>(GR) * n);
+    sc.dP.resize(static_cast<size_t>(GR) * n);
+    sc.Qg.resize(static_cast<size_t>(GR) * D);
+    sc.dOg.resize(static_cast<size_t>(GR) * D);
+    sc.dQg.resize(static_cast<size_t>(GR) * D);
     gatherRows(k + base, cols, kvRow, D, sc.Kc.data());
     gatherRows(v + base, cols, kvRow, D, sc.Vc.data());
     blockMask(mc, t0, R, cols, sc.bias);
-    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-      const size_t qo = ((static_cast<size_t>(b) * T + t0) * H + h) * D;
-      const int ld = H * D;
-      if (n == 0) {
-        for (int r = 0; r < R; r++) std::fill(dQ + qo + static_cast<size_t>(r) * ld, dQ + qo + static_cast<size_t>(r) * ld + D, 0.f);
-        continue;
-      }
-      blockScores(R, n, sc.bias.data(), q + qo, ld, sc.Kc.data(), D, sh.scale, sc.S.data());
-      sgemmSerial(false, true, R, n, D, 1.f, dOut + qo, ld, sc.Vc.data(), D, 0.f, sc.dP.data(), n);
+    gatherHeads(q + qo, G, R, D, ld, sc.Qg.data());
+    gatherHeads(dOut + qo, G, R, D, ld, sc.dOg.data());
+    groupScores(G, R, n, sc.Qg.data(), sc.Kc.data(), D, sh.scale, sc.S.data());
+    sgemmSerial(false, true, GR, n, D, 1.f, sc.dOg.data(), D, sc.Vc.data(), D, 0.f, sc.dP.data(), n);
+    for (int g = 0; g < G; g++) {
+      const int h = kvh * G + g;
       for (int r = 0; r < R; r++) {
         const size_t ro = (static_cast<size_t>(b) * T + t0 + r) * H + h;
         const float l = lse[ro];
-        float* sRow = sc.S.data() + static_cast<size_t>(r) * n;
-        float* dpRow = sc.dP.data() + static_cast<size_t>(r) * n;
+        float* sRow = sc.S.data() + (static_cast<size_t>(g) * R + r) * n;
+        float* dpRow = sc.dP.data() + (static_cast<size_t>(g) * R + r) * n;
         if (std::isinf(l) && l < 0) {
           std::fill(sRow, sRow + n, 0.f);
           std::fill(dpRow, dpRow + n, 0.f);
@@ -316,13 +375,14 @@ void attentionBackward(const AttnShape& sh, const AttnMask& m, const float* q, c
         }
         const float delta = dotD(dOut + ro * D, out + ro * D, D);
         if (sinkLogit) sinkPart[h] -= std::exp(sinkLogit[h] - l) * delta;
-        backwardRow(sRow, dpRow, n, l, delta, sh.scale);
+        backwardRow(sRow, sc.bias.data() + static_cast<size_t>(r) * n, dpRow, n, l, delta, sh.scale);
       }
-      // dQ = dS K; dK += dS^T Q; dV += P^T dO
-      sgemmSerial(false, false, R, D, n, 1.f, sc.dP.data(), n, sc.Kc.data(), D, 0.f, dQ + qo, ld);
-      sgemmSerial(true, false, n, D, R, 1.f, sc.dP.data(), n, q + qo, ld, 1.f, sc.dKc.data(), D);
-      sgemmSerial(true, false, n, D, R, 1.f, sc.S.data(), n, dOut + qo, ld, 1.f, sc.dVc.data(), D);
     }
+    // dQ = dS K; dK += dS^T Q; dV += P^T dO (the last two summed over the group's heads)
+    sgemmSerial(false, false, GR, D, n, 1.f, sc.dP.data(), n, sc.Kc.data(), D, 0.f, sc.dQg.data(), D);
+    scatterHeads(sc.dQg.data(), G, R, D, ld, dQ + qo);
+    sgemmSerial(true, false, n, D, GR, 1.f, sc.dP.data(), n, sc.Qg.data(), D, 1.f, sc.dKc.data(), D);
+    sgemmSerial(true, false, n, D, GR, 1.f, sc.S.data(), n, sc.dOg.data(), D, 1.f, sc.dVc.data(), D);
     for (int ci = 0; ci < n; ci++) {
       float* dk = dKb + cols[ci] * stride;
       float* dv = dVb + cols[ci] * stride;
