@@ -8,7 +8,9 @@
 #   4. GRPO sampled by two vLLM replicas on the same GPU while the torch engine trains (config `sampler`,
 #      sync "reload": vLLM's weight-transfer routes with the disk backend), on a Qwen2.5-0.5B-shaped random
 #      checkpoint: each step's sampler/trainer log-prob gap and the replicas' weight_version after it
-#      (vllm in its own virtual environment .venv-vllm; skipped with SKIP_VLLM=1);
+#      (vllm-loop.json); then the routes alone against transformers, full weights and a PEFT adapter on a
+#      third replica with LoRA on (vllm-routes.json); vllm in its own virtual environment .venv-vllm,
+#      skipped with SKIP_VLLM=1;
 # and writes every result as JSON under OUT (default gpu-check-out/). It is not run by CI (no GPU there).
 # Usage: scripts/gpu-check.sh [OUT]
 set -euo pipefail
@@ -88,19 +90,23 @@ for f in Path(sys.argv[2]).iterdir():
     if f.is_file() and f.suffix in (".json", ".jinja", ".txt"):
         shutil.copy(f, Path(sys.argv[1]) / f.name)
 PY
-  PORTS="8101 8102"
+  # Replicas one after another (each sizes its memory from what is free): two for the loop (weight
+  # transfer with the disk backend, dev mode), a third with LoRA on for the adapter route.
   PIDS=""
-  for port in $PORTS; do
-    VLLM_SERVER_DEV_MODE=1 "$VLLM_VENV/bin/vllm" serve "$CKPT" --served-model-name policy --port "$port" --host 127.0.0.1 \
-      --dtype bfloat16 --gpu-memory-utilization 0.3 --max-model-len 4096 --enable-prefix-caching \
-      --logprobs-mode processed_logprobs --weight-transfer-config '{"backend": "disk"}' > "$OUT/vllm-$port.log" 2>&1 &
+  start_vllm() {  # port, then the environment and arguments of that replica
+    local port=$1; shift
+    env "${@:1:1}" "$VLLM_VENV/bin/vllm" serve "$CKPT" --served-model-name policy --port "$port" --host 127.0.0.1 \
+      --dtype bfloat16 --gpu-memory-utilization 0.25 --max-model-len 4096 --enable-prefix-caching \
+      --logprobs-mode processed_logprobs "${@:2}" > "$OUT/vllm-$port.log" 2>&1 &
     PIDS="$PIDS $!"
-  done
+    for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 5; done
+    echo "gpu-check: vLLM on port $port did not start (see $OUT/vllm-$port.log)" >&2
+    return 1
+  }
   trap 'kill $PIDS 2>/dev/null || true' EXIT
-  for port in $PORTS; do
-    for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 5; done
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "gpu-check: vLLM on port $port did not start (see $OUT/vllm-$port.log)" >&2; exit 1; }
-  done
+  PORTS="8101 8102"
+  for port in $PORTS; do start_vllm "$port" VLLM_SERVER_DEV_MODE=1 --weight-transfer-config '{"backend": "disk"}' || exit 1; done
+  start_vllm 8103 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora --max-lora-rank 8 --max-loras 2 || exit 1
   cat > "$WORK/vllm-loop.json" <<JSON
 {
   "name": "vllm-loop", "runsDir": "$WORK/runs", "seed": 0,
@@ -130,6 +136,89 @@ result = {"steps": [{k: r.get(k) for k in keep} for r in steps], "replicaWeightI
 json.dump(result, open(out, "w"), indent=2)
 print(json.dumps(result["steps"][-1] if steps else {"error": "no GRPO step ran"}), "synced:", result["synced"])
 PY
+
+  # The routes alone, against transformers: both loop replicas reload a perturbed copy of the checkpoint
+  # and the third loads a PEFT adapter; each one's prompt log-probs must then be the new weights' (bf16:
+  # closer to them than a quarter of the distance to the old ones). Writes vllm-routes.json.
+  "$VENV/bin/python" -m pip install -q peft
+  "$VENV/bin/python" - "$CKPT" "$WORK" "$WORK/expected.json" <<'PY'
+# The expected log-probs: a perturbed copy of the checkpoint and a PEFT adapter on it, scored teacher-forced.
+import json, shutil, sys, torch
+from pathlib import Path
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+ckpt, work, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+ids = list(range(1000, 1064))
+def logprobs(model):
+    x = torch.tensor([ids], device=dev)
+    with torch.no_grad():
+        logits = model(x).logits.float()
+    return torch.log_softmax(logits[0, :-1], -1).gather(-1, x[0, 1:, None])[:, 0].tolist()
+def tokenizer_files(dst):
+    for f in ckpt.iterdir():
+        if f.is_file() and f.suffix in (".json", ".jinja", ".txt") and f.name not in ("config.json", "generation_config.json"):
+            shutil.copy(f, dst / f.name)
+load = lambda: AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(dev)
+torch.manual_seed(1)
+m = load()
+before = logprobs(m)
+with torch.no_grad():
+    for p in m.parameters():
+        p.add_(torch.randn_like(p) * 0.05)
+m.save_pretrained(work / "perturbed", safe_serialization=True)
+tokenizer_files(work / "perturbed")
+full = logprobs(m)
+del m
+pm = get_peft_model(load(), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+with torch.no_grad():
+    for n, p in pm.named_parameters():
+        if "lora_B" in n:
+            p.copy_(torch.randn_like(p) * 0.2)
+pm.save_pretrained(work / "adapter")
+json.dump({"ids": ids, "base": before, "full": full, "lora": logprobs(pm)}, open(out, "w"))
+PY
+  cat > "$WORK/route-check.mts" <<'TS'
+// The weight-update routes on running servers: the replica pool reloads full weights on `reload` URLs
+// and loads a PEFT adapter on the `lora` URL; each server's prompt log-probs before and after, against
+// the expected ones (expected.json), as the largest absolute difference.
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+// Run from the checkout's root.
+const { ReplicaPool } = await import(pathToFileURL(join(process.cwd(), "src/rollout/index.ts")).href);
+
+const [expectedFile, out, work, loraURL, ...reloadURLs] = process.argv.slice(2);
+const want = JSON.parse(readFileSync(expectedFile!, "utf8")) as { ids: number[]; base: number[]; full: number[]; lora: number[] };
+async function scored(url: string, model: string): Promise<number[]> {
+  const res = await fetch(`${url}/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model, prompt: want.ids, max_tokens: 0, echo: true, logprobs: 0 }) });
+  if (!res.ok) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  const lp = ((await res.json()) as { choices: { logprobs: { token_logprobs: (number | null)[] } }[] }).choices[0]!.logprobs.token_logprobs;
+  return lp.slice(1, want.ids.length) as number[];
+}
+const gap = (a: number[], b: number[]) => Math.max(...a.map((x, i) => Math.abs(x - b[i]!)));
+const against = async (url: string, model: string, wanted: number[]) => {
+  const s = await scored(url, model);
+  return { toBase: gap(s, want.base), toWanted: gap(s, wanted) };
+};
+const result: Record<string, unknown> = {};
+const full = new ReplicaPool({ urls: reloadURLs, model: "policy", sync: "reload" });
+result.reloadBefore = await Promise.all(reloadURLs.map((u) => against(u, "policy", want.full)));
+result.reloadSync = await full.syncWeights(`${work}/perturbed`, 1_000_000);
+result.reloadAfter = await Promise.all(reloadURLs.map((u) => against(u, "policy", want.full)));
+const lora = new ReplicaPool({ urls: [loraURL!], model: "policy", sync: "lora" });
+result.loraBefore = await against(loraURL!, "policy", want.lora);
+result.loraSync = await lora.syncWeights(`${work}/adapter`, 1);
+result.loraAfter = await against(loraURL!, "policy-v1", want.lora);
+// Passed: each server now answers with the new weights' log-probs, closer to them than to the old ones.
+const after = [...(result.reloadAfter as { toBase: number; toWanted: number }[]), result.loraAfter as { toBase: number; toWanted: number }];
+result.passed = after.every((a) => a.toWanted < a.toBase / 4);
+writeFileSync(out!, JSON.stringify(result, null, 2));
+console.log(JSON.stringify(result));
+TS
+  npx tsx "$WORK/route-check.mts" "$WORK/expected.json" "$OUT/vllm-routes.json" "$WORK" http://127.0.0.1:8103/v1 $(for p in $PORTS; do echo "http://127.0.0.1:$p/v1"; done) \
+    || echo "gpu-check: the vLLM route check failed" >&2
   kill $PIDS 2>/dev/null || true
 fi
 echo "gpu-check: results in $OUT/"
