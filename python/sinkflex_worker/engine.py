@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from . import lora as lora_files
 from .attention import (
     ATTENTION_FILE, AttentionError, AttentionPass, KVBuffer, SinkWindow, attach_sink_logits, attention_pass, check_doc_ids,
     choose_kernel, document_positions, keep_mask, read_sink_window, register, sink_logit_tensors,
@@ -143,6 +144,9 @@ class TorchEngine:
         self.source_dir: Optional[str] = None
         self.attention_record: Optional[dict] = None
         self.sink_profile: Optional[dict] = None
+        self.lora: Optional[lora_files.LoraSpec] = None
+        """The adapter trained instead of the weights (peft wraps the model), or None."""
+        self.lora_base: Optional[str] = None
         self.sink_window = SinkWindow()
         self.sink_logits = False
         self.generator = torch.Generator(device="cpu").manual_seed(0)
@@ -152,6 +156,48 @@ class TorchEngine:
     # ---- checkpoints ------------------------------------------------------------------------------------
 
     def load(self, directory: str) -> dict:
+        """A checkpoint folder, or a PEFT LoRA adapter folder: its base checkpoint with the adapter on top
+        (trained further by optim_step, as the embedded engine's loadEngine does)."""
+        if not lora_files.is_adapter_dir(directory):
+            self.lora, self.lora_base = None, None
+            return self._load_checkpoint(directory)
+        try:
+            spec, base, meta = lora_files.read_adapter_config(directory)
+        except lora_files.LoraError as e:
+            raise EngineError(str(e))
+        self.lora = None
+        info = self._load_checkpoint(base)
+        info = dict(info, **self.enable_lora(spec.describe()))
+        try:
+            lora_files.load_weights(self.model, spec, directory)
+        except lora_files.LoraError as e:
+            raise EngineError(str(e))
+        self.policy_version = int(meta.get("policyVersion", 0))
+        opath = os.path.join(directory, OPTIMIZER_FILE)
+        if os.path.isfile(opath):
+            self._load_optimizer(opath)
+        info.update(policyVersion=self.policy_version, optimizerRestored=self.optimizer is not None)
+        return info
+
+    def enable_lora(self, spec: dict) -> dict:
+        """Wraps the loaded model with a fresh LoRA adapter ({rank, alpha, targets}; B = 0, so the outputs
+        are the base's); from then on only the adapter trains and save writes adapter folders."""
+        model = self._model()
+        if self.lora is not None:
+            raise EngineError("enable_lora: this engine trains a LoRA adapter already; load the adapter's folder instead")
+        if self.dist is not None:
+            raise EngineError("LoRA is not supported under FSDP (torchrun); run one worker process")
+        try:
+            s = lora_files.LoraSpec.of(spec.get("rank"), spec.get("alpha"), spec.get("targets"), "lora")
+            self.model = lora_files.attach(model, s)
+        except lora_files.LoraError as e:
+            raise EngineError(str(e))
+        self.model.eval()
+        self.lora, self.lora_base = s, self.source_dir
+        self.optimizer, self.optimizer_step, self.pending = None, 0, None
+        return {"lora": dict(s.describe(), trainable=lora_files.trainable_count(self.model))}
+
+    def _load_checkpoint(self, directory: str) -> dict:
         from transformers import AutoModelForCausalLM
 
         if not os.path.isfile(os.path.join(directory, "config.json")):
@@ -277,6 +323,8 @@ class TorchEngine:
         """A Hugging Face folder; with `optimizer`, the AdamW state as well (sinkflex_optimizer.pt, by
         parameter name; under FSDP gathered from every rank's shards)."""
         model = self._model()
+        if self.lora is not None:
+            return self._save_adapter(directory, optimizer)
         full = None
         opt_state = self._optimizer_state() if optimizer else None  # under FSDP every rank enters the gather
         if self.dist is not None:  # every rank enters the gather; rank 0 writes the folder
@@ -307,6 +355,26 @@ class TorchEngine:
                 for name in os.listdir(self.source_dir):
                     if TOKENIZER_FILE.match(name):
                         shutil.copyfile(os.path.join(self.source_dir, name), os.path.join(tmp, name))
+            if os.path.exists(directory):
+                shutil.rmtree(directory)
+            os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _save_adapter(self, directory: str, optimizer: bool) -> None:
+        """The adapter alone, in the embedded engine's PEFT files (lora.py), with the base's tokenizer files."""
+        parent = os.path.dirname(os.path.abspath(directory))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
+        try:
+            meta = {"policyVersion": self.policy_version, "optimizerStep": self.optimizer_step}
+            lora_files.save(self.model, self.lora, tmp, os.path.abspath(self.lora_base), meta)
+            if optimizer and self.optimizer is not None:
+                torch.save({"state": self._optimizer_state(), "step": self.optimizer_step}, os.path.join(tmp, OPTIMIZER_FILE))
+            for name in os.listdir(self.lora_base):
+                if TOKENIZER_FILE.match(name):
+                    shutil.copyfile(os.path.join(self.lora_base, name), os.path.join(tmp, name))
             if os.path.exists(directory):
                 shutil.rmtree(directory)
             os.replace(tmp, directory)
@@ -386,7 +454,7 @@ class TorchEngine:
         """The model on ids [B, Tq] at RoPE positions pos [B, Tq] under keep [B, Tq, S]; logits [B, Tq or 1, V]."""
         p = AttentionPass(keep=keep.to(self.device), kernel=self.kernel, kv=kv)
         with attention_pass(p), self._autocast():
-            kw = _logits_kwargs(self.model) if last else {}
+            kw = _logits_kwargs(lora_files.base_of(self.model)) if last else {}
             return self.model(input_ids=ids.to(self.device), position_ids=pos.to(self.device), use_cache=False, **kw).logits
 
     # Sessions under the sink-window mask hold their sink slots, pinned positions and last W computed

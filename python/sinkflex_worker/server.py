@@ -123,6 +123,11 @@ class Connection:
             for s in self.sessions.values():  # caches of the old weights: recomputed on next use
                 s.drop_cache()
             return info, None
+        if op == "enable_lora":
+            info = eng.enable_lora({"rank": h.get("rank"), "alpha": h.get("alpha"), "targets": h.get("targets")})
+            for s in self.sessions.values():  # the adapter changes nothing at first, but the model object is new
+                s.drop_cache()
+            return info, None
         if op == "save":
             eng.save(_str(h, "dir"), optimizer=bool(h.get("optimizer", False)))
             return {}, None

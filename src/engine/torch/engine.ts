@@ -79,6 +79,11 @@ export class TorchEngine implements Engine {
    * load), undefined without one. The worker writes it back with every save.
    */
   sinkProfile: Record<string, unknown> | undefined;
+  /**
+   * The LoRA adapter trained instead of the weights (set by load of an adapter folder, or enableLora);
+   * null when every weight trains. Saves then write the adapter alone, in the embedded engine's PEFT files.
+   */
+  lora: WorkerLora | null = null;
   private usable = 0;
   private nextSid = 1;
   /** Counts loads: a load drops every session's keys in the worker (recomputed on next use), evictions included. */
@@ -106,8 +111,19 @@ export class TorchEngine implements Engine {
     this.architecture = header.architecture as string;
     this.attention = header.attention as WorkerAttention;
     this.sinkProfile = header.sinkProfile as Record<string, unknown> | undefined;
+    this.lora = (header.lora as WorkerLora | undefined) ?? null;
     this.usable = 0;
     this.generation++;
+  }
+
+  /**
+   * Trains a fresh LoRA adapter (peft: A kaiming-uniform, B = 0, so the policy starts as the loaded
+   * weights) instead of the weights, on the targets' projections; the AdamW state starts over.
+   */
+  async enableLora(lora: { rank: number; alpha: number; targets: readonly string[] }): Promise<void> {
+    this.alive();
+    const { header } = await this.client.call("enable_lora", { rank: lora.rank, alpha: lora.alpha, targets: [...lora.targets] });
+    this.lora = header.lora as WorkerLora;
   }
 
   /** The ids sampling may produce (0 .. usableTokens-1); the embedding's rows past them are padding. */
@@ -337,6 +353,16 @@ export interface WorkerAttention {
   /** "flex" (FlexAttention) or "eager" (an explicit mask), and why it was chosen. */
   kernel: string;
   why: string;
+}
+
+/** A LoRA adapter the worker trains (its load or enable_lora answer). */
+export interface WorkerLora {
+  rank: number;
+  alpha: number;
+  /** Short names: q, k, v, o, gate, up, down. */
+  targets: string[];
+  /** Trainable parameters. */
+  trainable: number;
 }
 
 /** A KV-cache session held by the torch worker; its token ids are mirrored here. */
