@@ -1,7 +1,8 @@
 /**
- * GRPO sampled by policy servers while the embedded engine trains (config `sampler`): two real
+ * GRPO sampled by policy servers while the engine trains (config `sampler`): two real
  * `sinkflex serve --allow-reload` replicas on loopback, kept in step through vLLM's weight-update routes
- * (full weights, and a LoRA adapter), and a replica that is gone. The servers are started on the SFT
+ * (full weights, and a LoRA adapter), a replica that is gone, and the torch engine as the trainer
+ * (skipped with a printed reason where Python lacks torch). The servers are started on the SFT
  * checkpoint; every step they must serve the trainer's weights, which shows as a log-prob gap of ~0
  * between what they sampled and what the trainer computes, and as each server's log-probs equal to the
  * final checkpoint's.
@@ -15,9 +16,11 @@ import { openServer } from "../../src/cli/commands/serve.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { loadPolicy } from "../../src/pipeline/policy.js";
 import { train } from "../../src/pipeline/train.js";
+import { torchUnavailable } from "../engine/torch-helpers.js";
 import { PARITY_ENV_ID, registerParityEnv } from "./parity-env.js";
 
 registerParityEnv();
+const noTorch = torchUnavailable();
 const scratch = mkdtempSync(join(tmpdir(), "remote-sampler-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
@@ -215,5 +218,34 @@ describe("GRPO with policy servers as the sampler", () => {
     await expect(train(config("all-dead", [dead]), { quiet: true, skipEval: true })).rejects.toThrow(
       new RegExp(`no policy server took the weights of version \\d+ .*${dead.replace(/[/.]/g, "\\$&")}: its update to version \\d+ failed: cannot reach`),
     );
+  }, 600_000);
+
+  (noTorch ? it.skip : it)(`the torch engine trains while the replicas sample: they load the folders its worker writes${noTorch ? ` (${noTorch})` : ""}`, async () => {
+    const a = await replica();
+    const b = await replica();
+    const result = await train(
+      validateConfig({
+        name: "torch",
+        runsDir: join(scratch, "runs"),
+        seed: 5,
+        suites: SUITES,
+        model: { checkpoint: sftCheckpoint },
+        engine: { backend: "torch", threads: 1 },
+        sft: { enabled: false },
+        grpo: { ...GRPO, packPrefixes: false },
+        sampler: { kind: "openai", urls: [a.url, b.url], model: "policy", sync: "reload" },
+      }),
+      { quiet: true, skipEval: true },
+    );
+    const steps = records(join(result.runDir, "metrics.jsonl")).filter((r) => r.stage === "grpo");
+    expect(steps.map((r) => r.step)).toEqual([1, 2]);
+    // Two engines in fp32 on the same weights (the worker's torch, the servers' embedded engine): rounding
+    // apart, while the weights move every step.
+    for (const r of steps) {
+      expect(r.logprobGap.absMean).toBeLessThan(1e-3);
+      expect(r.gradNorm).toBeGreaterThan(0);
+    }
+    const last = steps[1]!.policyVersion as number;
+    for (const s of [a, b]) expect(await fetch(s.url.replace(/\/v1$/, "/weight_info")).then((r) => r.json())).toEqual({ weight_version: String(last) });
   }, 600_000);
 });
