@@ -524,7 +524,8 @@ export const TrainConfigSchema = z
         if (cfg.engine[k] !== undefined) ctx.addIssue({ code: "custom", path: ["engine", k], message: 'only applies to engine.backend "torch"; set the backend, or drop it' });
       }
     } else {
-      if (cfg.model.lora) ctx.addIssue({ code: "custom", path: ["model", "lora"], message: 'LoRA trains on the embedded engine only: drop model.lora, or use engine.backend "embedded"' });
+      // LoRA trains through peft in the worker; the weights' dtype is the embedded engine's setting.
+      if (cfg.model.dtype !== "fp32") ctx.addIssue({ code: "custom", path: ["model", "dtype"], message: 'holds the embedded engine\'s weights in bf16; the torch worker holds fp32 weights (bf16 autocast on CUDA): drop model.dtype with engine.backend "torch"' });
       // The torch worker runs the embedded engine's mask (sink window, packed documents, pinned positions,
       // sink logits) and evicts as it does; the profile and the sink logit are set up on the embedded
       // engine before the policy goes to the worker (stages/prepare.ts). Re-probing during GRPO reads the

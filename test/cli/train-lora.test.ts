@@ -2,7 +2,7 @@
 // RoPE, the embedding sized to a trimmed Qwen3 vocabulary so the folder has real tokenizer files): SFT and a
 // GRPO step train the adapter alone, every checkpoint is a PEFT adapter folder naming the base, the base
 // checkpoint is untouched, and the final adapter loads on its base with a changed policy. Also: model.lora
-// without model.checkpoint, or with the torch engine, is refused at validation.
+// without model.checkpoint, and model.dtype bf16 with the torch engine, are refused at validation.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -84,10 +84,11 @@ describe("sinkflex train with model.lora", () => {
     }
   }, 600_000);
 
-  it("refuses model.lora without a checkpoint or on the torch engine", () => {
+  it("refuses model.lora without a checkpoint, and model.dtype bf16 on the torch engine", () => {
     const cfg = config("/nowhere/base");
     expect(() => validateConfig({ ...cfg, model: { init: {}, lora: LORA } })).toThrow(/model.lora trains an adapter on a pretrained model: set model.checkpoint/);
-    expect(() => validateConfig({ ...cfg, engine: { backend: "torch" } })).toThrow(/LoRA trains on the embedded engine only/);
+    expect(validateConfig({ ...cfg, engine: { backend: "torch" } }).model.lora).toMatchObject({ rank: 4 }); // peft in the worker
+    expect(() => validateConfig({ ...cfg, model: { ...cfg.model, dtype: "bf16" }, engine: { backend: "torch" } })).toThrow(/model\.dtype: holds the embedded engine's weights in bf16/);
     expect(() => validateConfig({ ...cfg, model: { checkpoint: "/x", lora: { ...LORA, targets: ["qkv"] } } })).toThrow(ConfigError);
     // validation does not need the checkpoint folder to exist
     expect(validateConfig(cfg).model.lora).toMatchObject({ rank: 4, dropout: 0 });

@@ -101,9 +101,14 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
     start = { policy: await openPolicy(cfg.model.checkpoint, setUpFirst ? EMBEDDED : cfg.engine, loadMaskOf(ctx)), state: initialState() };
     const { lora } = cfg.model;
     // A LoRA run trains a fresh adapter (B = 0: the policy starts as the checkpoint); its checkpoints are adapter folders.
-    if (lora && start.policy.engine instanceof EmbeddedEngine) {
-      start.policy.engine.enableLora(createLoraAdapter(start.policy.engine.config, { ...lora, alpha: lora.alpha ?? lora.rank }, cfg.seed));
-      ctx.log(`LoRA: rank ${lora.rank}, alpha ${lora.alpha ?? lora.rank} on ${lora.targets.join(", ")}: ${(start.policy.engine.lora!.data.length / 1e6).toFixed(3)}M trainable parameters`);
+    const engine = start.policy.engine;
+    if (lora && engine instanceof EmbeddedEngine) {
+      engine.enableLora(createLoraAdapter(engine.config, { ...lora, alpha: lora.alpha ?? lora.rank }, cfg.seed));
+      ctx.log(`LoRA: rank ${lora.rank}, alpha ${lora.alpha ?? lora.rank} on ${lora.targets.join(", ")}: ${(engine.lora!.data.length / 1e6).toFixed(3)}M trainable parameters`);
+    } else if (lora && !(engine instanceof EmbeddedEngine)) {
+      // On the torch worker peft adds the adapter (its own initialization; B = 0 all the same).
+      await engine.enableLora({ rank: lora.rank, alpha: lora.alpha ?? lora.rank, targets: lora.targets });
+      ctx.log(`LoRA: rank ${lora.rank}, alpha ${lora.alpha ?? lora.rank} on ${lora.targets.join(", ")}: ${(engine.lora!.trainable / 1e6).toFixed(3)}M trainable parameters (peft, in the torch worker)`);
     }
   } else {
     // The vocabulary is read off an even sample of the conversations (ids the sample lacks are spelled
