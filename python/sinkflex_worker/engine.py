@@ -8,9 +8,11 @@ sequences across ranks (gradients summed by the reduce-scatter), save gathers th
 
 Attention is the embedded engine's: the checkpoint's sink-window mask (sinkflex_attention.json), its
 per-head sink logits when it has them, document ids and pinned positions (attention.py). Sessions keep
-their own keys and values (per layer [KVH, n, D]; the model runs with use_cache=False), and `sample_batch`
-decodes several sessions in one forward per token. It does not know sockets or frames (server.py) nor
-any loss: backward receives dLoss/dLogprobs from the caller.
+their own keys and values (per layer [KVH, n, D], with each key's position; the model runs with
+use_cache=False); under the sink-window mask they evict as the embedded engine's sessions do (their sink
+slots, pinned positions and last W positions stay), and `sample_batch` decodes several sessions in one
+forward per token. A LoRA adapter (peft, lora.py) may train instead of the weights. It does not know
+sockets or frames (server.py) nor any loss: backward receives dLoss/dLogprobs from the caller.
 """
 from __future__ import annotations
 
