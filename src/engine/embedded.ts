@@ -19,7 +19,9 @@
  * several rows (batched decoding, prefill) reuse packed copies of the weight matrices, which every weight
  * change drops (`weightsChanged`). With `dtype: "bf16"` the weight matrices are held only as bf16 (half the
  * memory; products accumulate in fp32): such an engine samples, scores and trains a LoRA adapter, which
- * then runs beside the frozen bf16 weights instead of merged into them; training every weight needs fp32.
+ * then runs beside the frozen bf16 weights instead of merged into them, or trains every weight with an
+ * fp32 master copy (created at the first optimStep: AdamW updates the master, which is rounded into the
+ * bf16 weights).
  *
  * This file does not know environments, rollouts or losses: a loss arrives as a function of log-probs.
  */
@@ -31,7 +33,7 @@ import { getKernels } from "../kernels/index.js";
 import { loadCheckpoint, saveCheckpoint } from "../model/index.js";
 import type { ModelConfig } from "../model/index.js";
 import {
-  buildModel, convertWeights, FULL_ATTENTION, heldData, randomWeights, weightDtype, type AttentionInit, type ModelWeights,
+  buildModel, convertWeights, FULL_ATTENTION, heldData, randomWeights, roundToBf16, weightDtype, type AttentionInit, type ModelWeights,
   type WeightDtype,
 } from "../model/index.js";
 import { AdamW } from "../model/index.js";
@@ -82,8 +84,8 @@ export interface EmbeddedEngineOptions {
   /** Kernel set; default: `getKernels()` (native, or the reference when the addon is missing). */
   kernels?: Kernels;
   /**
-   * How the weights are held: "fp32", or "bf16" (the weight matrices only as bf16, half the memory; they
-   * then do not train: sampling, scoring and LoRA training only). Weights given in the other dtype are
+   * How the weights are held: "fp32", or "bf16" (the weight matrices only as bf16, half the memory; full
+   * training then keeps an fp32 master copy of every parameter beside them). Weights given in the other dtype are
    * converted (drop them afterwards to free them); default: as given (`loadEngine`, `createRandomModel`:
    * fp32).
    */
@@ -172,6 +174,12 @@ export class EmbeddedEngine implements Engine {
   private gradBuf: Float32Array | null = null;
   private gradViews: ModelParams<Float32Array> | null = null;
   private adamw: AdamW | null = null;
+  /**
+   * bf16 weights trained in full: the fp32 master copy of every parameter (layout of `weights.entries`)
+   * that AdamW updates and that is rounded into the bf16 weights after each step. Made from the weights at
+   * the first optimStep; null until then, with fp32 weights and with a LoRA adapter.
+   */
+  private masterBuf: Float32Array | null = null;
   /** The LoRA adapter being trained (merged into `weights`), or null when the engine trains every weight. */
   private loraState: { adapter: LoraAdapter; grads: LoraGrads } | null = null;
   readonly pool: KvBlockPool;
@@ -193,6 +201,15 @@ export class EmbeddedEngine implements Engine {
   private readonly maxForwardTokens: number;
   private readonly checkpointing: boolean | "auto";
   private disposed = false;
+  private static liveCount = 0;
+
+  /**
+   * Engines made in this process and not yet disposed. Code that makes an engine for something that then
+   * fails must dispose it: a leak shows here.
+   */
+  static get live(): number {
+    return EmbeddedEngine.liveCount;
+  }
 
   constructor(weights: ModelWeights, opts: EmbeddedEngineOptions = {}) {
     this.weights = convertWeights(weights, opts.dtype ?? weightDtype(weights));
@@ -213,6 +230,7 @@ export class EmbeddedEngine implements Engine {
     if (!(typeof this.checkpointing === "boolean" || this.checkpointing === "auto")) {
       throw new EngineError(`activationCheckpointing must be true, false or "auto" (got ${JSON.stringify(opts.activationCheckpointing)})`);
     }
+    EmbeddedEngine.liveCount++;
     if (!(Number.isInteger(this.maxForwardTokens) && this.maxForwardTokens >= 1)) {
       throw new EngineError(`maxForwardTokens must be an integer >= 1 (got ${opts.maxForwardTokens})`);
     }
@@ -225,23 +243,23 @@ export class EmbeddedEngine implements Engine {
    */
   get grads(): Float32Array {
     if (this.loraState) return this.loraState.grads.data;
-    this.trainable();
-    if (!this.gradBuf) this.gradBuf = new Float32Array(this.weights.data.length);
+    if (!this.gradBuf) this.gradBuf = new Float32Array(heldData(this.weights).length);
     return this.gradBuf;
+  }
+
+  /**
+   * bf16 weights trained in full: the fp32 master copy of every parameter that AdamW updates (made from the
+   * weights on first use); null with fp32 weights or a LoRA adapter, whose parameters are fp32 already.
+   */
+  get master(): Float32Array | null {
+    if (this.loraState || this.dtype !== "bf16") return null;
+    if (!this.masterBuf) this.masterBuf = convertWeights(this.weights, "fp32").data;
+    return this.masterBuf;
   }
 
   /** How the weights are held ("fp32" or "bf16"). */
   get dtype(): WeightDtype {
     return weightDtype(this.weights);
-  }
-
-  /** Throws unless every weight may train (fp32 weights): bf16 weights are frozen. */
-  private trainable(): void {
-    if (this.dtype === "bf16") {
-      throw new EngineError(
-        "the weights are held in bf16, which do not train; train a LoRA adapter on them (model.lora), or hold the weights in fp32 (model.dtype: fp32) to train every weight",
-      );
-    }
   }
 
   /** The trained LoRA adapter, or null when every weight trains. */
@@ -264,6 +282,7 @@ export class EmbeddedEngine implements Engine {
     this.gradBuf = null;
     this.gradViews = null;
     this.adamw = null;
+    this.masterBuf = null;
     this.accumulated = 0;
     this.weightsChanged();
     for (const s of this.sessions) s.invalidate();
@@ -465,7 +484,6 @@ export class EmbeddedEngine implements Engine {
   ): { loss: number; metrics: Record<string, number> } {
     this.alive();
     if (sequences.length === 0) throw new EngineError("forwardBackward: no sequences");
-    if (!this.loraState) this.trainable();
     const batch = this.pack(sequences, masks);
     const ws = this.trainWs;
     trainForward(this.model, ws, batch, true, { checkpoint: this.checkpointsBatch(batch.ids.length) });
@@ -514,21 +532,34 @@ export class EmbeddedEngine implements Engine {
     return this.optimStepSync(hparams);
   }
 
-  /** AdamW on the accumulated gradients (clipped to maxGradNorm), then zeroes them; bumps policyVersion. */
+  /**
+   * AdamW on the accumulated gradients (clipped to maxGradNorm), then zeroes them; bumps policyVersion.
+   * bf16 weights trained in full: AdamW updates the fp32 master, which is then rounded (to nearest even)
+   * into the bf16 matrices and copied into the fp32 norms, biases and sink logits.
+   */
   optimStepSync(hparams: OptimHparams): { gradNorm: number } {
     this.alive();
     const lora = this.loraState?.adapter;
     // With a merged adapter: take the old one out of the weights, step it, merge the new one.
     const merged = lora && !this.model.lora;
     if (merged) mergeLora(this.kernels, this.model.params, lora, -1);
-    const { gradNorm, skipped } = this.optimizer.update(this.kernels, lora ? lora.data : this.weights.data, this.grads, hparams);
+    const master = this.master;
+    const { gradNorm, skipped } = this.optimizer.update(this.kernels, lora ? lora.data : master ?? this.weights.data, this.grads, hparams);
     if (merged) mergeLora(this.kernels, this.model.params, lora, 1);
+    if (master && !skipped) this.roundMaster(master);
     this.weightsChanged();
     this.grads.fill(0);
     this.accumulated = 0;
     if (skipped) throw new EngineError(`optimStep: the gradient norm is ${gradNorm}; the step was skipped and gradients dropped`);
     this.policyVersion++;
     return { gradNorm };
+  }
+
+  /** bf16 weights: the master rounded into the bf16 buffer, its vectors copied into the fp32 ones the model reads. */
+  private roundMaster(master: Float32Array): void {
+    const w = this.weights;
+    roundToBf16(master, w.data16!);
+    for (const e of w.entries) w.vectors?.get(e.name)?.set(master.subarray(e.offset, e.offset + e.size));
   }
 
   /**
@@ -567,12 +598,15 @@ export class EmbeddedEngine implements Engine {
       }
       return;
     }
+    // bf16 weights trained in full: the fp32 master travels with the optimizer state (the exact resume);
+    // the checkpoint itself holds the bf16 weights, the master rounded.
     const extraFiles = opts.optimizer
       ? [{
           name: OPTIMIZER_FILE,
           tensors: new Map([
             ["exp_avg", { shape: [this.optimizer.size], data: this.optimizer.m }],
             ["exp_avg_sq", { shape: [this.optimizer.size], data: this.optimizer.v }],
+            ...(this.masterBuf ? [["master", { shape: [this.masterBuf.length], data: this.masterBuf }] satisfies [string, { shape: number[]; data: Float32Array }]] : []),
           ]),
         }]
       : [];
@@ -617,6 +651,7 @@ export class EmbeddedEngine implements Engine {
       this.weights.data16!.set(ck.data16!);
       // the norms, biases and sink logits: the model's fp32 views are the weights' vectors
       for (const [name, v] of ck.vectors!) this.weights.vectors!.get(name)?.set(v);
+      this.masterBuf = null; // made again from these weights, unless the optimizer state holds one
     } else {
       this.weights.data.set(ck.data);
     }
@@ -668,6 +703,15 @@ export class EmbeddedEngine implements Engine {
     opt.m.set(m.data);
     opt.v.set(v.data);
     opt.step = typeof step === "number" ? step : 0;
+    // bf16 weights trained in full: the saved master, when this engine keeps one; without it the master is
+    // made from the loaded bf16 weights.
+    const master = t.get("master");
+    if (master && this.master) {
+      if (master.data.length !== this.master.length) throw new EngineError(`${p}: its master copy does not match this model's parameters; delete the file to start the optimizer fresh`);
+      this.master.set(master.data);
+      this.roundMaster(this.master); // the checkpoint's norms and biases were written as bf16: the master's are exact
+      this.weightsChanged();
+    }
   }
 
   /** The ids sampling may produce (0 .. usableTokens-1); the embedding's rows past them are padding. */
@@ -687,6 +731,7 @@ export class EmbeddedEngine implements Engine {
 
   /** Closes every session (pending samples are rejected) and refuses further calls. */
   dispose(): void {
+    if (!this.disposed) EmbeddedEngine.liveCount--;
     this.disposed = true;
     this.model.packed?.clear();
     for (const s of [...this.sessions]) {

@@ -7,7 +7,7 @@
 export { ATTENTION_MODES, type AttentionChoice, type AttentionMode, checkMaskConfig, describeSinkWindow, MaskError, parseSinkWindowRecord, resolveSinkWindow, SINK_PROFILE_FILE, SINK_WINDOW_FILE, SINK_WINDOW_FORMAT, type SinkWindow, sinkWindowOf, sinkWindowRecord } from "./sink-window.js";
 export { cachedForward, CachedWorkspace, type KvStorage, layerActivationBytes, type Model, packSequences, trainBackward, trainForward, type TrainForwardOptions, TrainWorkspace, xWT } from "./transformer.js";
 export { ATTENTION_INITS, type AttentionInit, buildModel, convertWeights, FULL_ATTENTION, type ModelWeights, randomWeights, weightBytes, weightDtype } from "./instance.js";
-export { bindParams, type ModelParams, paramLayout, WEIGHT_DTYPES, type WeightDtype, type WeightMatrix } from "./params.js";
+export { bindParams, type ModelParams, paramLayout, roundToBf16, WEIGHT_DTYPES, type WeightDtype, type WeightMatrix } from "./params.js";
 export { ChatTemplate } from "./chat-template.js";
 export { checkpointFamily, familyForConfig, TOOL_CONVENTIONS, TOOL_FORMATS, templateToolFormat, toolConvention, type ToolConvention, type ToolFormat } from "./families/index.js";
 export { loadQwen3Tokenizer, qwen3TokenizerDir, Tokenizer } from "./tokenizer.js";

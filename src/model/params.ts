@@ -24,8 +24,8 @@ export type WeightMatrix = Float32Array | Uint16Array;
 /**
  * How a model's weights are held in memory: "fp32" (every parameter fp32, the default), or "bf16" (the weight
  * matrices as bfloat16 and nothing else of them: half the memory; products read bf16 and accumulate in
- * fp32). bf16 weights do not train: a model held in bf16 samples, scores and trains a LoRA adapter (fp32)
- * on top of them.
+ * fp32). A model held in bf16 samples, scores, trains a LoRA adapter (fp32) on top of its weights, or
+ * trains every weight through an fp32 master copy that the engine rounds into them after each step.
  */
 export const WEIGHT_DTYPES = ["fp32", "bf16"] as const;
 export type WeightDtype = (typeof WEIGHT_DTYPES)[number];

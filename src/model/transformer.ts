@@ -482,13 +482,11 @@ function gatherScored(ws: TrainWorkspace, b: PackedBatch, C: number, c0: number,
  * (same layout as the parameters). With `G` null the base weights are frozen (no gradient is computed for
  * them); `lora`, when given, accumulates the gradients of its adapters' A and B (the model's weights
  * hold the adapters merged, see lora.ts, or `m.lora` is this adapter, run beside bf16 weights: then the
- * adapters' input gradients are added too). bf16 weights take no gradient: `G` must be null.
+ * adapters' input gradients are added too). Weights held in bf16 take fp32 gradients in `G` like fp32 ones
+ * (the optimizer updates an fp32 master copy of them: the engine's).
  */
 export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLogprob: Float32Array, G: ModelParams<Float32Array> | null, lora?: LoraGrads): void {
   const { cfg, params: P, kernels: k } = m;
-  if (G && P.embed instanceof Uint16Array) {
-    throw new RangeError("trainBackward: the weights are held in bf16, which do not train; train a LoRA adapter on them, or hold the weights in fp32");
-  }
   if (m.lora && m.lora !== lora) throw new RangeError("trainBackward: the model runs a LoRA adapter beside its weights; pass that adapter's gradients as `lora`");
   // With the adapter beside the weights, its input gradients join each projection's.
   const side = m.lora !== undefined;

@@ -2,8 +2,8 @@
  * Weights held in bf16 (`dtype: "bf16"`): log-probs and decoding logits against the same model in fp32 on
  * each SIMD path (AVX512-BF16 dot products, AVX2 and portable widening), LoRA training on a bf16 base
  * against the same adapter merged into an fp32 base, the memory the weights take, bf16 checkpoints
- * (loaded without an fp32 step, saved as BF16), the refusal to train bf16 weights, and model.dtype in a
- * run config.
+ * (loaded without an fp32 step, saved as BF16), full training of bf16 weights through an fp32 master copy
+ * (against fp32 training; the master saved with the optimizer state), and model.dtype in a run config.
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -12,7 +12,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createRandomModel, EmbeddedEngine, loadEngine } from "../../src/engine/embedded.js";
 import { bf16Unit, loadNativeKernels, referenceKernels } from "../../src/kernels/index.js";
-import { convertWeights, createLoraAdapter, loadCheckpoint, randomWeights, weightBytes } from "../../src/model/index.js";
+import { convertWeights, createLoraAdapter, loadCheckpoint, randomWeights, roundToBf16, weightBytes } from "../../src/model/index.js";
+import { widenBf16 } from "../../src/model/params.js";
 import { readSafetensorsHeader } from "../../src/model/safetensors.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { BF16_TEST_CONFIG, compareBf16, type Bf16Comparison } from "./bf16-compare.js";
@@ -28,6 +29,23 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
  * widening the bf16 weights to fp32 (AVX2, portable) computes exactly the fp32 model of the rounded weights.
  */
 const TOL = { logprob: 0.05, decode: 0.08, unitRounding: 0.03, widened: 1e-4 };
+
+/**
+ * Full training of bf16 weights through an fp32 master against fp32 training, after the first step (the
+ * held weights then differ from the fp32 run's by bf16 rounding, and AdamW's normalized steps turn small
+ * gradient differences into steps of up to lr): losses (absolute, of about 5 to 2.6), gradients, masters
+ * after 4 steps of lr 1e-2 and log-probs (each relative to its largest value). Measured on the reference
+ * kernels: 4.2e-3, 1.3e-2, 7.4e-3, 4.9e-3; the bounds are about 2.5 times those.
+ */
+const TOL_MASTER = { loss: 1e-2, grad: 3.5e-2, weight: 2e-2, logprob: 1.5e-2 };
+
+/** How many elements of two equally long arrays differ (0 = the same bits; cheaper to report than a diff). */
+function differing(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).toBe(b.length);
+  let n = 0;
+  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) n++;
+  return n;
+}
 
 function expectWithin(r: Bf16Comparison, widened: boolean): void {
   expect(r.logprobDiff).toBeGreaterThan(0); // the weights really are bf16
@@ -95,10 +113,79 @@ describe("bf16 weights: training", () => {
   const lora = { rank: 4, alpha: 8, targets: ["q", "k", "v", "o", "gate", "up", "down"] as ("q" | "k" | "v" | "o" | "gate" | "up" | "down")[] };
   const seqs = [randomTokens(5, 30, cfg.vocabSize), randomTokens(6, 17, cfg.vocabSize)];
 
-  it("full training of bf16 weights is refused, saying what to do", () => {
-    const e = createRandomModel(cfg, 7, { kernels: referenceKernels, dtype: "bf16" });
-    expect(() => e.forwardBackwardSync(seqs, meanCrossEntropy())).toThrow(/held in bf16, which do not train; train a LoRA adapter .*model\.dtype: fp32/);
-    expect(() => e.grads).toThrow(/held in bf16/);
+  // Full training of bf16 weights: AdamW updates an fp32 master, rounded into the bf16 weights after each
+  // step, against fp32 training of the same (bf16-representable) weights, on the reference kernels (which
+  // compute exactly the fp32 model of the rounded weights). Step 0's gradients are the same; after that the
+  // bf16 run's forward reads weights rounded from its master (relative error up to 2^-9), so its gradients,
+  // masters and log-probs drift from the fp32 run's by about that much.
+  it("trains every weight through an fp32 master, as fp32 training does within bf16 rounding", () => {
+    const base = randomWeights(cfg, 7, { std: 0.08, dtype: "bf16" });
+    const e16 = new EmbeddedEngine(base, { kernels: referenceKernels });
+    const e32 = new EmbeddedEngine(convertWeights(base, "fp32"), { kernels: referenceKernels });
+    expect(e16.master).not.toBeNull();
+    expect(e32.master).toBeNull();
+    const losses: number[] = [];
+    for (let step = 0; step < 4; step++) {
+      const a = e16.forwardBackwardSync(seqs, meanCrossEntropy());
+      const b = e32.forwardBackwardSync(seqs, meanCrossEntropy());
+      losses.push(a.loss);
+      expect(Math.abs(a.loss - b.loss)).toBeLessThan(step === 0 ? 1e-5 : TOL_MASTER.loss);
+      expectSameValues(e16.grads, e32.grads, step === 0 ? 1e-5 : TOL_MASTER.grad);
+      e16.optimStepSync({ lr: 1e-2 });
+      e32.optimStepSync({ lr: 1e-2 });
+      // the held weights are the master rounded to nearest; the norms and biases are the master's exactly
+      expect(differing(e16.weights.data16!, roundToBf16(e16.master!))).toBe(0);
+      const norm = e16.weights.entries.find((x) => x.name.endsWith("input_layernorm.weight"))!;
+      expect(differing(e16.model.params.layers[0]!.inputNorm, e16.master!.subarray(norm.offset, norm.offset + norm.size))).toBe(0);
+    }
+    expect(losses[3]!).toBeLessThan(losses[0]!); // it trains
+    expectSameValues(e16.master!, e32.weights.data, TOL_MASTER.weight);
+    const lp16 = e16.logprobsSync(seqs);
+    const lp32 = e32.logprobsSync(seqs);
+    lp16.forEach((x, i) => expectSameValues(x, lp32[i]!, TOL_MASTER.logprob));
+  });
+
+  it("the master keeps updates too small for bf16, which reach the held weights once they add up", () => {
+    const e = createRandomModel(cfg, 7, { kernels: referenceKernels, std: 0.08, dtype: "bf16" });
+    const start = e.weights.data16!.slice();
+    const held = () => e.weights.data16!.reduce((n, x, i) => n + (x !== start[i] ? 1 : 0), 0);
+    // AdamW moves each weight by about lr a step: 1e-5 is under half of bf16's spacing near 0.08 (2.4e-4)
+    e.forwardBackwardSync(seqs, meanCrossEntropy());
+    e.optimStepSync({ lr: 1e-5, weightDecay: 0 });
+    const master1 = e.master!.slice();
+    const moved = master1.reduce((n, x, i) => n + (x !== widenBf16(start.subarray(i, i + 1))[0] ? 1 : 0), 0);
+    const heldAfter1 = held();
+    expect(moved).toBeGreaterThan(0.5 * master1.length);
+    expect(heldAfter1).toBeLessThan(0.2 * moved);
+    for (let i = 0; i < 30; i++) {
+      e.forwardBackwardSync(seqs, meanCrossEntropy());
+      e.optimStepSync({ lr: 1e-5, weightDecay: 0 });
+    }
+    expect(held()).toBeGreaterThan(4 * heldAfter1 + 100);
+  });
+
+  it("a checkpoint holds the bf16 weights; with the optimizer state the master too, for an exact resume", () => {
+    const e = createRandomModel(cfg, 9, { kernels: referenceKernels, std: 0.08, dtype: "bf16" });
+    for (let i = 0; i < 2; i++) {
+      e.forwardBackwardSync(seqs, meanCrossEntropy());
+      e.optimStepSync({ lr: 1e-3 });
+    }
+    const dir = join(tmp, "bf16-full");
+    e.saveSync(dir, { optimizer: true });
+    const resumed = loadEngine(dir, { kernels: referenceKernels, dtype: "bf16" });
+    expect(differing(resumed.weights.data16!, e.weights.data16!)).toBe(0);
+    expect(differing(resumed.master!, e.master!)).toBe(0);
+    for (const x of [e, resumed]) {
+      x.forwardBackwardSync(seqs, meanCrossEntropy());
+      x.optimStepSync({ lr: 1e-3 });
+    }
+    expect(differing(resumed.master!, e.master!)).toBe(0);
+    expect(differing(resumed.weights.data16!, e.weights.data16!)).toBe(0);
+    // without the optimizer state the master starts again from the bf16 weights
+    const plain = join(tmp, "bf16-full-plain");
+    e.saveSync(plain);
+    const fresh = loadEngine(plain, { kernels: referenceKernels, dtype: "bf16" });
+    expect(differing(fresh.master!, convertWeights(fresh.weights, "fp32").data)).toBe(0);
   });
 
   // A LoRA adapter beside bf16 weights against the same adapter merged into an fp32 copy of those
