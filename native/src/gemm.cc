@@ -20,6 +20,7 @@
 
 #include "cpu.h"
 #include "gemm_args.h"
+#include "gemm_neon.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -38,6 +39,10 @@ namespace sfx {
 // ------------------------------------------------------------------------------------------- cpu
 
 static Simd detectSimd() {
+#if defined(__aarch64__)
+  const char* level = std::getenv("SINKFLEX_SIMD");  // NEON is part of AArch64: no check needed
+  return level && !std::strcmp(level, "portable") ? Simd::Portable : Simd::Neon;
+#endif
   Simd best = Simd::Portable;
 #ifdef SFX_X86
   unsigned a, b, c, d;
@@ -76,6 +81,7 @@ const char* simdName(Simd s) {
   switch (s) {
     case Simd::Avx512: return "avx512";
     case Simd::Avx2: return "avx2";
+    case Simd::Neon: return "neon";
     default: return "portable";
   }
 }
@@ -273,6 +279,9 @@ static KernelInfo pickKernel() {
     default: break;
   }
 #endif
+#if defined(__aarch64__)
+  if (simdLevel() == Simd::Neon) return {microNeon, kNeonMR, kNeonNR, nullptr, 0};  // gemm_neon.cc
+#endif
   return {microPortable, kPortMR, kPortNR, nullptr, 0};
 }
 
@@ -421,6 +430,9 @@ static void packA(const GemmArgs& g, int i0, int mc, int p0, int kc, int MR, flo
     }
   }
 #endif
+#if defined(__aarch64__)
+  if (MR == kNeonMR && simdLevel() == Simd::Neon) s = packANeon(g, i0, mc, p0, kc, Ap);
+#endif
   for (; s < mc; s += MR) {
     int mr = std::min(MR, mc - s);
     float* dst = Ap + static_cast<size_t>(s) * kc;
@@ -464,6 +476,7 @@ static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, flo
   if (!g.tb) {
     if (NR == 32) return packBRows<32>(g, p0, kc, j0, nc, Bp);
     if (NR == 16) return packBRows<16>(g, p0, kc, j0, nc, Bp);
+    if (NR == 12) return packBRows<12>(g, p0, kc, j0, nc, Bp);  // NEON
     for (int s = 0; s < nc; s += NR) {
       int nr = std::min(NR, nc - s);
       float* dst = Bp + static_cast<size_t>(s) * kc;

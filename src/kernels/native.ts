@@ -44,7 +44,7 @@ export interface NativeAddon {
   attentionForward(...args: unknown[]): void;
   attentionBackward(...args: unknown[]): void;
   attentionCached(...args: unknown[]): void;
-  info(): { simd: "avx512" | "avx2" | "portable"; threads: number; bf16Unit: Bf16Unit; matmul: MatmulPrecision };
+  info(): { simd: "avx512" | "avx2" | "neon" | "portable"; threads: number; bf16Unit: Bf16Unit; matmul: MatmulPrecision };
   setThreads(n: number): void;
   setMatmulPrecision(p: MatmulPrecision): MatmulPrecision;
   peakGflops(seconds: number, threads: number): number;

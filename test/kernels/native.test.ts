@@ -701,7 +701,7 @@ describe("SIMD levels and kernel selection", () => {
   it("getKernels picks native by default and honours the override", () => {
     expect(getKernels().name).toBe(process.env.SINKFLEX_KERNELS === "reference" ? "reference" : "native");
     expect(getKernels("reference").name).toBe("reference");
-    expect(getKernels("native").describe()).toMatch(/^native \((avx512|avx2|portable), \d+ threads?\)$/);
+    expect(getKernels("native").describe()).toMatch(/^native \((avx512|avx2|neon|portable), \d+ threads?\)$/);
     const prev = process.env.SINKFLEX_KERNELS;
     process.env.SINKFLEX_KERNELS = "fast";
     try {
