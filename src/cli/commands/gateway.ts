@@ -10,9 +10,9 @@
 import { basename } from "node:path";
 import type { Command } from "commander";
 import type { EmbeddedEngine } from "../../engine/index.js";
-import type { WeightDtype } from "../../model/index.js";
+import type { ToolFormat, WeightDtype } from "../../model/index.js";
 import { GatewayServer, type GatewayOptions } from "../../gateway/index.js";
-import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype } from "./served-checkpoint.js";
+import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype, parseToolFormat, TOOL_FORMAT_HELP } from "./served-checkpoint.js";
 
 export interface OpenGatewayOptions extends Partial<Omit<GatewayOptions, "sampler" | "codec" | "template">> {
   /** How the weights are held in memory (default fp32). */
@@ -27,9 +27,11 @@ export async function openGateway(checkpoint: string, opts: OpenGatewayOptions =
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
   const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype);
-  const gateway = new GatewayServer({ sampler: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
+  let gateway: GatewayServer;
   let url: string;
   try {
+    // building the gateway (its options, the tool format's parser) fails as listening does: the engine goes
+    gateway = new GatewayServer({ sampler: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir) });
     url = await gateway.listen(opts.port ?? 0, host);
   } catch (err) {
     engine.dispose();
@@ -63,10 +65,11 @@ export function registerGatewayCommands(program: Command): void {
     .option("--max-context <n>", "largest prompt + completion per call in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
     .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
     .option("--dtype <dtype>", DTYPE_HELP, parseDtype, "fp32")
+    .option("--tool-format <format>", TOOL_FORMAT_HELP, parseToolFormat)
     .action(
       async (
         checkpoint: string,
-        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxSessions: number; maxCalls: number; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype },
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxSessions: number; maxCalls: number; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype; toolFormat?: ToolFormat },
       ) => {
         const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
         const warning = exposure(o.host, apiKey, o.insecure);
@@ -83,6 +86,7 @@ export function registerGatewayCommands(program: Command): void {
           maxContextTokens: o.maxContext,
           dtype: o.dtype,
           maxBodyBytes: o.maxBody,
+          toolFormat: o.toolFormat,
         });
         console.log(`sinkflex gateway: ${checkpoint} at ${url} (POST ${url}/sessions opens a session and returns its baseURL). Ctrl-C stops.`);
         await new Promise<void>((r) => {

@@ -10,9 +10,9 @@
 import { basename } from "node:path";
 import type { Command } from "commander";
 import type { EmbeddedEngine } from "../../engine/index.js";
-import type { WeightDtype } from "../../model/index.js";
+import type { ToolFormat, WeightDtype } from "../../model/index.js";
 import { OpenAIServer, type ServeOptions } from "../../serve/index.js";
-import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype } from "./served-checkpoint.js";
+import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype, parseToolFormat, TOOL_FORMAT_HELP } from "./served-checkpoint.js";
 
 export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" | "codec" | "template">> {
   /** How the weights are held in memory (default fp32). */
@@ -32,9 +32,11 @@ export async function openServer(checkpoint: string, opts: OpenServerOptions = {
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
   const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype);
-  const server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir), reload: opts.allowReload ? engine : undefined });
+  let server: OpenAIServer;
   let url: string;
   try {
+    // building the server (its options, the tool format's parser) fails as listening does: the engine goes
+    server = new OpenAIServer({ sampler: engine, scorer: engine, codec, template, ...opts, maxContextTokens, modelName: opts.modelName ?? basename(dir), reload: opts.allowReload ? engine : undefined });
     url = await server.listen(opts.port ?? 0, host);
   } catch (err) {
     engine.dispose();
@@ -66,11 +68,12 @@ export function registerServeCommands(program: Command): void {
     .option("--max-context <n>", "largest prompt + completion in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
     .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
     .option("--dtype <dtype>", DTYPE_HELP, parseDtype, "fp32")
+    .option("--tool-format <format>", TOOL_FORMAT_HELP, parseToolFormat)
     .option("--allow-reload", "accept weight updates from a trainer (vLLM's routes: /update_weights with a checkpoint folder, /v1/load_lora_adapter; docs/serve.md)", false)
     .action(
       async (
         checkpoint: string,
-        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype; allowReload: boolean },
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype; allowReload: boolean; toolFormat?: ToolFormat },
       ) => {
         const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
         const warning = exposure(o.host, apiKey, o.insecure);
@@ -86,6 +89,7 @@ export function registerServeCommands(program: Command): void {
           dtype: o.dtype,
           maxBodyBytes: o.maxBody,
           allowReload: o.allowReload,
+          toolFormat: o.toolFormat,
         });
         console.log(`sinkflex serve: ${checkpoint} at ${url} (POST ${url}/chat/completions, ${url}/completions; GET ${url}/models). Ctrl-C stops.`);
         await new Promise<void>((r) => {

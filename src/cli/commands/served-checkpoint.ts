@@ -3,14 +3,14 @@
  * `--insecure` beyond loopback), a checkpoint folder loaded into the embedded engine with its tokenizer,
  * chat template (with the checkpoint family's tool format where the template's text declares none) and
  * trimmed vocabulary, the context limit checked against the model's positions, and
- * the integer option parser. Each failure is a usage error that says what to pass instead.
+ * the option parsers (integers, `--dtype`, `--tool-format`). Each failure is a usage error that says what to pass instead.
  *
  * This file loads; it serves nothing (src/serve, src/gateway do).
  */
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
-import { ChatTemplate, checkpointFamily, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
+import { ChatTemplate, checkpointFamily, TOOL_FORMATS, type ToolFormat, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
 import { Tokenizer } from "../../model/index.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/index.js";
 import { checkExposure } from "../../serve/index.js";
@@ -36,7 +36,8 @@ export interface ServedCheckpoint {
 
 /**
  * Loads `checkpoint` for serving, its weights held as `dtype` (default fp32; bf16 halves their memory);
- * the engine is disposed again if a check fails.
+ * the engine is disposed again if anything after loading the weights fails (a check, the tokenizer, the
+ * vocabulary, the chat template).
  */
 export function loadServedCheckpoint(checkpoint: string, maxContext?: number, dtype?: WeightDtype): ServedCheckpoint {
   const dir = resolve(checkpoint);
@@ -45,27 +46,30 @@ export function loadServedCheckpoint(checkpoint: string, maxContext?: number, dt
     throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
   }
   const engine = loadEngine(dir, { dtype });
-  const positions = engine.config.maxPositionEmbeddings;
-  const maxContextTokens = maxContext ?? positions;
-  if (maxContextTokens > positions) {
-    engine.dispose();
-    throw new UsageError(
-      `--max-context ${maxContextTokens} is more than the model's ${positions} positions (max_position_embeddings in ${dir}/config.json); pass --max-context ${positions} or less, or leave it out`,
-    );
+  try {
+    const positions = engine.config.maxPositionEmbeddings;
+    const maxContextTokens = maxContext ?? positions;
+    if (maxContextTokens > positions) {
+      throw new UsageError(
+        `--max-context ${maxContextTokens} is more than the model's ${positions} positions (max_position_embeddings in ${dir}/config.json); pass --max-context ${positions} or less, or leave it out`,
+      );
+    }
+    const tokenizer = Tokenizer.fromDir(dir);
+    const vocab = TrimmedVocab.load(dir);
+    const codec = tokenCodec(tokenizer, vocab);
+    if (codec.size > engine.config.vocabSize) {
+      throw new UsageError(
+        `the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`,
+      );
+    }
+    engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
+    // The family's tool format where the template's text declares none (Phi-3), as the pipeline's policy.
+    const template = ChatTemplate.fromTokenizer(tokenizer, "auto", checkpointFamily(dir)?.toolFormat);
+    return { dir, engine, codec, template, maxContextTokens };
+  } catch (err) {
+    engine.dispose(); // whatever failed after the weights loaded: no engine is left behind
+    throw err;
   }
-  const tokenizer = Tokenizer.fromDir(dir);
-  const vocab = TrimmedVocab.load(dir);
-  const codec = tokenCodec(tokenizer, vocab);
-  if (codec.size > engine.config.vocabSize) {
-    engine.dispose();
-    throw new UsageError(
-      `the model has ${engine.config.vocabSize} embedding rows but the tokenizer${vocab ? " (trimmed)" : ""} has ${codec.size} ids; the checkpoint's tokenizer files do not belong to its weights`,
-    );
-  }
-  engine.usableTokens = codec.size; // embedding rows past the tokenizer's ids are padding: never sampled
-  // The family's tool format where the template's text declares none (Phi-3), as the pipeline's policy.
-  const template = ChatTemplate.fromTokenizer(tokenizer, "auto", checkpointFamily(dir)?.toolFormat);
-  return { dir, engine, codec, template, maxContextTokens };
 }
 
 /** The commander parser of `--dtype`: fp32 or bf16. */
@@ -73,6 +77,18 @@ export function parseDtype(v: string): WeightDtype {
   if (!(WEIGHT_DTYPES as readonly string[]).includes(v)) throw new UsageError(`--dtype must be ${WEIGHT_DTYPES.join(" or ")}, got "${v}"`);
   return v as WeightDtype;
 }
+
+/** The commander parser of `--tool-format`: one of the tool-call formats the families use. */
+export function parseToolFormat(v: string): ToolFormat {
+  if (!(TOOL_FORMATS as readonly string[]).includes(v)) {
+    throw new UsageError(`--tool-format must be one of ${TOOL_FORMATS.join(", ")}, got "${v}"; leave it out to read the format the checkpoint's chat template (or family) declares`);
+  }
+  return v as ToolFormat;
+}
+
+/** The help of `--tool-format`. */
+export const TOOL_FORMAT_HELP =
+  `the tool-call format sampled turns are read in: ${TOOL_FORMATS.join(", ")} (hermes: Qwen's tool_call blocks, llama3-json: Llama 3.1's JSON calls, phi3-hermes: Hermes blocks in Phi-3's turns; default: the checkpoint's chat template's, else its family's)`;
 
 /** The help of `--dtype`. */
 export const DTYPE_HELP = "how the weights are held in memory: fp32, or bf16 (the weight matrices as bf16: half the memory, products accumulate in fp32)";

@@ -15,6 +15,7 @@ import { setMatmulPrecision } from "../../kernels/index.js";
 import { UsageError } from "../usage-error.js";
 import { startDashboard } from "../../dashboard/index.js";
 import { openInBrowser } from "./dashboard.js";
+import { parseToolFormat, TOOL_FORMAT_HELP } from "./served-checkpoint.js";
 
 /** Stops the run cleanly on the first Ctrl-C (after saving); a second one exits at once. */
 export function installStopHandler(): { shouldStop: () => boolean; dispose: () => void } {
@@ -102,21 +103,26 @@ export function registerTrainCommands(program: Command): void {
     .option("--stage <stage>", `run one stage of a run, from its run folder (its saved config and the latest checkpoint of the stage before): ${STAGES.join(", ")}; a whole run is prepare, sft, evaluate, grpo, evaluate`)
     .option("--run <folder>", "with --stage: the run folder (default: the one --config names)")
     .option("--name <name>", "run name (overrides the config's name; the run folder is <runsDir>/<name>)")
+    .option("--tool-format <format>", `${TOOL_FORMAT_HELP}; overrides the config's rollout.toolFormat`, parseToolFormat)
     .option("--quiet", "no progress lines")
     .option("--no-dashboard", "do not serve the dashboard during the run")
     .option("--no-open", "serve the dashboard but do not open a browser")
-    .action(async (opts: { config?: string; resume?: boolean; stage?: string; run?: string; name?: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
+    .action(async (opts: { config?: string; resume?: boolean; stage?: string; run?: string; name?: string; toolFormat?: string; quiet?: boolean; dashboard: boolean; open: boolean }) => {
       if (opts.stage !== undefined && !(STAGES as readonly string[]).includes(opts.stage)) throw new UsageError(`--stage must be one of ${STAGES.join(", ")}, got ${JSON.stringify(opts.stage)}`);
       if (opts.run !== undefined && opts.stage === undefined) throw new UsageError("--run names the run folder of --stage; pass --stage too (a whole run takes --config alone)");
       if (opts.stage !== undefined && opts.resume) throw new UsageError("--stage always continues the stage from the run's latest checkpoint; drop --resume");
       if (opts.config === undefined && opts.run === undefined) throw new UsageError(opts.stage ? "--stage needs the run folder: pass --run FOLDER (or --config FILE, whose runsDir and name give it)" : "pass --config FILE (the training config)");
       if (opts.config !== undefined && !existsSync(opts.config)) throw new UsageError(`no config file at ${opts.config}`);
       if (opts.run !== undefined && !existsSync(opts.run)) throw new UsageError(`no run folder at ${opts.run}`);
+      if (opts.toolFormat !== undefined && opts.stage !== undefined) {
+        throw new UsageError("--stage runs with the run folder's saved config; drop --tool-format (set rollout.toolFormat in the config of a new run)");
+      }
       let cfg;
       try {
         if (opts.config !== undefined) {
           cfg = loadConfigFile(opts.config);
           if (opts.name) cfg = validateConfig({ ...cfg, name: opts.name }, opts.config);
+          if (opts.toolFormat) cfg = validateConfig({ ...cfg, rollout: { ...cfg.rollout, toolFormat: opts.toolFormat } }, opts.config);
         }
       } catch (err) {
         if (err instanceof ConfigError) throw new UsageError(err.message);
@@ -158,6 +164,7 @@ export function registerTrainCommands(program: Command): void {
     .option("--max-turns <n>", "turns per episode", "20")
     .option("--json <file>", "also write the table as JSON")
     .option("--config <file>", "evaluate as a training config does (a run's config.json): its suites with their options and held-out tasks, its eval settings, turn limits, attention and seed")
+    .option("--tool-format <format>", `${TOOL_FORMAT_HELP}; overrides --config's rollout.toolFormat`, parseToolFormat)
     .action(async (checkpoint: string, opts: Record<string, string | string[]>, command: Command) => {
       registerBundledEnvs();
       let cfg;
@@ -167,6 +174,7 @@ export function registerTrainCommands(program: Command): void {
           if (given.length) throw new UsageError(`--config takes the suites and evaluation settings from ${opts.config as string}; drop ${given.map((o) => `--${o.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(", ")}`);
           if (!existsSync(opts.config as string)) throw new UsageError(`no config file at ${opts.config as string}`);
           cfg = loadConfigFile(opts.config as string);
+          if (opts.toolFormat) cfg = validateConfig({ ...cfg, rollout: { ...cfg.rollout, toolFormat: opts.toolFormat } }, opts.config as string);
         } else {
           cfg = validateConfig({
             seed: Number(opts.seed),
@@ -174,6 +182,7 @@ export function registerTrainCommands(program: Command): void {
             model: { checkpoint },
             eval: { tasksPerSuite: Number(opts.tasks), samples: Number(opts.samples), temperature: Number(opts.temperature) },
             grpo: { maxTurns: Number(opts.maxTurns) },
+            ...(opts.toolFormat ? { rollout: { toolFormat: opts.toolFormat } } : {}),
           }, "the eval options");
         }
       } catch (err) {
