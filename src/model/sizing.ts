@@ -92,6 +92,11 @@ export interface Sizing {
   optimizer: number;
   /** The adapter's own fp32 weights (0 without LoRA). */
   adapter: number;
+  /**
+   * Full fine-tuning of bf16 weights: the fp32 master copy AdamW updates (the engine rounds it into the bf16
+   * weights); counted in `totalBf16` only. 0 with LoRA (the adapter is fp32 already).
+   */
+  masterBf16: number;
   referenceFp32: number;
   referenceBf16: number;
   kvCacheFp32: number;
@@ -119,6 +124,7 @@ export function sizeModel(cfg: ModelConfig, req: SizingRequest): Sizing {
     gradients: trainable * 4,
     optimizer: trainable * 8,
     adapter: req.lora ? trainable * 4 : 0,
+    masterBf16: req.lora ? 0 : parameters * 4,
     referenceFp32: req.reference ? parameters * 4 : 0,
     referenceBf16: req.reference ? parameters * 2 : 0,
     kvCacheFp32: kvPerTokenFp32 * tokens,
@@ -128,7 +134,7 @@ export function sizeModel(cfg: ModelConfig, req: SizingRequest): Sizing {
   return {
     ...s,
     totalFp32: s.weightsFp32 + s.adapter + s.gradients + s.optimizer + s.referenceFp32 + s.kvCacheFp32,
-    totalBf16: s.weightsBf16 + s.adapter + s.gradients + s.optimizer + s.referenceBf16 + s.kvCacheBf16,
+    totalBf16: s.weightsBf16 + s.masterBf16 + s.adapter + s.gradients + s.optimizer + s.referenceBf16 + s.kvCacheBf16,
   };
 }
 

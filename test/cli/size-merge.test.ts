@@ -41,8 +41,11 @@ describe("sinkflex size", () => {
       kvPerTokenFp32: 64, kvCacheFp32: SMALL_KV, kvCacheBf16: SMALL_KV / 2,
     });
     expect(full.totalFp32).toBe(SMALL_PARAMS * (4 + 4 + 8 + 4) + SMALL_KV);
+    // full training of bf16 weights keeps an fp32 master copy of every parameter beside them
+    expect(full.masterBf16).toBe(SMALL_PARAMS * 4);
+    expect(full.totalBf16).toBe(SMALL_PARAMS * (2 + 4 + 4 + 8 + 2) + SMALL_KV / 2);
     const lora = sizeModel(cfg, { lora: { rank: 2, alpha: 4, targets: ["q", "v"] }, context: 100, concurrency: 3, reference: false });
-    expect(lora).toMatchObject({ trainable: SMALL_LORA, gradients: SMALL_LORA * 4, optimizer: SMALL_LORA * 8, adapter: SMALL_LORA * 4, referenceFp32: 0 });
+    expect(lora).toMatchObject({ trainable: SMALL_LORA, gradients: SMALL_LORA * 4, optimizer: SMALL_LORA * 8, adapter: SMALL_LORA * 4, masterBf16: 0, referenceFp32: 0 });
     expect(lora.totalBf16).toBe(SMALL_PARAMS * 2 + SMALL_LORA * 16 + SMALL_KV / 2);
     expect(() => sizeModel(cfg, { context: 0, concurrency: 1, reference: false })).toThrow(/context must be an integer >= 1/);
     expect(formatBytes(3 * 2 ** 30)).toBe("3.00 GiB");

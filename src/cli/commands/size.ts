@@ -86,7 +86,7 @@ export function formatSizing(s: Sizing, r: { from: string; lora?: LoraConfig; co
     `per device, one model copy; activations not counted`,
     `  ${"".padEnd(44)} ${"fp32 weights".padStart(12)} ${"bf16 weights".padStart(12)}`,
     row("weights", s.weightsFp32, s.weightsBf16),
-    ...(r.lora ? [row("adapter weights (fp32)", s.adapter, s.adapter)] : []),
+    ...(r.lora ? [row("adapter weights (fp32)", s.adapter, s.adapter)] : [row("fp32 master copy (training bf16 weights)", 0, s.masterBf16)]),
     row("gradients (fp32, trainable only)", s.gradients, s.gradients),
     row("AdamW moments (2 x fp32, trainable only)", s.optimizer, s.optimizer),
     row(r.reference ? "KL reference (frozen copy)" : "KL reference (none: KL 0)", s.referenceFp32, s.referenceBf16),
