@@ -505,43 +505,52 @@ class TorchEngine:
             s.evicted_to = max(s.evicted_to, computed - W)
 
     def _prefill(self, ss: List[Session], extra: int):
-        """Computes every pending token of the sessions in one forward (left-padded, so each session's last
-        token is the call's last column) and sets their last logits. Returns the buffer (room for `extra`
-        more columns), each row's computed count [A] and pinned positions."""
+        """Computes every pending token of the sessions and sets their last logits: one forward of them
+        all (left-padded, so each session's last token is the call's last column); under the sink-window
+        mask in pieces of max(W, 16) tokens, the buffer compacted after each, so a long prefill holds about
+        K + 2W keys at its peak (as the embedded engine's). Returns the buffer (room for `extra` more
+        columns), each row's computed count [A] and pinned positions."""
         for s in ss:
             if not s.tokens:
                 raise EngineError("the session is empty; append a prompt first")
             fresh = s.logits_for == len(s.tokens) and s.logits is not None
             if not fresh and s.cached >= len(s.tokens):  # the last token is cached but its logits are gone
                 s.keep_cached(len(s.tokens) - 1)
-        n = torch.tensor([len(s.tokens) if (s.logits_for == len(s.tokens) and s.logits is not None) else s.cached for s in ss])
-        p = torch.tensor([len(s.tokens) for s in ss]) - n
+        done = torch.tensor([len(s.tokens) if (s.logits_for == len(s.tokens) and s.logits is not None) else s.cached for s in ss])
+        left = torch.tensor([len(s.tokens) for s in ss]) - done
         pinned = [torch.tensor(s.pinned, dtype=torch.long) for s in ss]
-        C, P = max(s.kept_positions for s in ss), int(p.max())
+        W = self.sink_window.window
+        piece = max(W, 16) if W > 0 else max(int(left.max()), 1)
+        C = max(s.kept_positions for s in ss)
         pos0 = torch.full((len(ss), C), -1, dtype=torch.long)
         for b, s in enumerate(ss):
             if s.kept_positions:
                 pos0[b, : s.kept_positions] = s.kv_pos
-        kv = KVBuffer([s.kv for s in ss], pos0, capacity=C + P + extra)
-        if P > 0:
+        kv = KVBuffer([s.kv for s in ss], pos0, capacity=C + min(int(left.max()), piece) + extra)
+        while int(left.max()) > 0:
+            take = left.clamp(max=piece)
+            P = int(take.max())
             ids = torch.zeros((len(ss), P), dtype=torch.long)
             for b, s in enumerate(ss):
-                if int(p[b]):
-                    ids[b, P - int(p[b]):] = torch.tensor(s.tokens[int(n[b]):])
+                t = int(take[b])
+                if t:
+                    ids[b, P - t:] = torch.tensor(s.tokens[int(done[b]): int(done[b]) + t])
             slot = torch.arange(P)[None]
-            real = slot >= P - p[:, None]
-            q = n[:, None] + slot - (P - p[:, None])  # each pending token's position in its session
+            real = slot >= P - take[:, None]
+            q = done[:, None] + slot - (P - take[:, None])  # each token's position in its session
+            C = kv.length
             kv.push(torch.where(real, q, -1))
             keep = self._buffer_keep(kv, q.clamp(min=0), pinned)
             own = torch.arange(C + P)[None, None, :] == (C + slot)[:, :, None]  # a padding query keeps itself
             keep = torch.where(real[:, :, None], keep, own)
             last = self._run(ids, q.clamp(min=0), keep, kv, last=True)[:, -1].float().cpu()
+            done, left = done + take, left - take
             for b, s in enumerate(ss):
-                if int(p[b]):
+                if int(take[b]) and not int(left[b]):
                     s.logits, s.logits_for = last[b], len(s.tokens)
-            if self.sink_window.window > 0:
-                kv.compact(self._retained(kv, n + p, pinned), headroom=extra)
-        return kv, n + p, pinned
+            if W > 0:
+                kv.compact(self._retained(kv, done, pinned), headroom=extra if not int(left.max()) else piece)
+        return kv, done, pinned
 
     @torch.no_grad()
     def next_logits(self, s: Session) -> torch.Tensor:

@@ -164,3 +164,24 @@ def test_full_attention_keeps_every_key(tmp_path):
     assert s.kept_positions == s.cached == 21 and s.evicted_to == 0
     e.truncate(s, 3)
     assert s.kept_positions == 3
+
+
+def test_a_long_prefill_goes_in_pieces_and_holds_a_bounded_buffer(engine, monkeypatch):
+    """A 100-token prompt is computed in pieces of 16 (max(W, 16)): no model call sees more than
+    K + W + 2 * 16 key columns, and the log-probs are the teacher-forced ones."""
+    from sinkflex_worker import attention
+
+    widest = []
+    real_extend = attention.KVBuffer.extend
+
+    def extend(self, layer, k, v):
+        out = real_extend(self, layer, k, v)
+        widest.append(out[0].shape[2])
+        return out
+
+    monkeypatch.setattr(attention.KVBuffer, "extend", extend)
+    s = Session(tokens=_tokens(20, 100))
+    r = engine.sample(s, {"maxTokens": 5, "seed": 2}, [])
+    assert max(widest) <= K + W + 2 * 16
+    lp = _teacher_forced(engine, s)
+    assert np.abs(lp[99:] - np.array(r["logprobs"])).max() < TOL
