@@ -185,8 +185,9 @@ const ModelSection = z
     matmul: z.enum(MATMUL_PRECISIONS).default("fp32"),
     /**
      * How the weights are held in memory: "fp32", or "bf16" (the weight matrices only as bf16, half the
-     * memory; products read bf16 and accumulate in fp32). bf16 weights are frozen: with "bf16", model.lora
-     * trains an fp32 adapter beside them, and the reference policy is held in bf16 too.
+     * memory; products read bf16 and accumulate in fp32). With "bf16", model.lora trains an fp32 adapter
+     * beside the frozen weights; without it every weight trains through an fp32 master copy the engine
+     * rounds into them after each step (docs/model.md). The reference policy is held in bf16 too.
      */
     dtype: z.enum(WEIGHT_DTYPES).default("fp32"),
     /**
@@ -206,8 +207,8 @@ const ModelSection = z
   .strict()
   .refine((m) => (m.checkpoint ? !m.init : !!m.init), { message: "set exactly one of model.checkpoint or model.init" })
   .refine((m) => !m.lora || !!m.checkpoint, { message: "model.lora trains an adapter on a pretrained model: set model.checkpoint", path: ["lora"] })
-  .refine((m) => m.dtype !== "bf16" || !!m.lora, {
-    message: "model.dtype bf16 holds the weights frozen in bf16, so only a LoRA adapter can train: set model.lora, or use model.dtype fp32 to train every weight",
+  .refine((m) => m.dtype !== "bf16" || !!m.checkpoint, {
+    message: "model.dtype bf16 holds a checkpoint's weights in bf16, and a model.init policy starts in fp32: set model.checkpoint, or leave model.dtype at fp32",
     path: ["dtype"],
   });
 

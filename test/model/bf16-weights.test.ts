@@ -259,11 +259,12 @@ describe("bf16 weights: checkpoints", () => {
 
 describe("bf16 weights: model.dtype in a run config", () => {
   const suites = [{ env: "sinkflex/arith-v0" }];
-  it("defaults to fp32, takes bf16 with a LoRA adapter, and refuses bf16 where every weight would train", () => {
+  it("defaults to fp32, takes bf16 with a LoRA adapter and for full training of a checkpoint, refuses it on model.init", () => {
     expect(validateConfig({ suites, model: { init: {} } }).model.dtype).toBe("fp32");
     const lora = { rank: 4, targets: ["q", "v"] };
     expect(validateConfig({ suites, model: { checkpoint: "ck", lora, dtype: "bf16" } }).model.dtype).toBe("bf16");
-    expect(() => validateConfig({ suites, model: { checkpoint: "ck", dtype: "bf16" } })).toThrow(/model\.dtype.*only a LoRA adapter can train: set model\.lora, or use model\.dtype fp32/);
+    expect(validateConfig({ suites, model: { checkpoint: "ck", dtype: "bf16" } }).model.dtype).toBe("bf16");
+    expect(() => validateConfig({ suites, model: { init: {}, dtype: "bf16" } })).toThrow(/model\.dtype.*a model\.init policy starts in fp32: set model\.checkpoint, or leave model\.dtype at fp32/);
     expect(() => validateConfig({ suites, model: { checkpoint: "ck", lora, dtype: "fp16" } })).toThrow(/model\.dtype/);
   });
 });
