@@ -6,16 +6,17 @@ import { buildProgram } from "../../src/cli/index.js";
 import { parseToolFormat } from "../../src/cli/commands/served-checkpoint.js";
 import { runCli } from "../run-cli.js";
 
-const COMMANDS = [
-  ["serve", "some-checkpoint"],
-  ["gateway", "some-checkpoint"],
-  ["eval", "some-checkpoint"],
-  ["train", "--config", "some-config.yaml"],
-] as const;
+/** Each command with the arguments before the flag. */
+const COMMANDS: [string, string[]][] = [
+  ["serve", ["some-checkpoint"]],
+  ["gateway", ["some-checkpoint"]],
+  ["eval", ["some-checkpoint"]],
+  ["train", ["--config", "some-config.yaml"]],
+];
 
 describe("--tool-format", () => {
-  it.each(COMMANDS)("%s: an unknown format is refused, naming the formats", async (...args) => {
-    const res = await runCli([...args, "--tool-format", "xml"]);
+  it.each(COMMANDS)("%s: an unknown format is refused, naming the formats", async (name, args) => {
+    const res = await runCli([name, ...args, "--tool-format", "xml"]);
     expect(res.code).not.toBe(0);
     expect(res.output).toMatch(/--tool-format must be one of hermes, llama3-json, phi3-hermes, got "xml"; leave it out to read the format the checkpoint's chat template \(or family\) declares/);
   });
