@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attention_mask.h"
+#include "attention_neon.h"
 #include "cpu.h"
 #include "kernels.h"
 #include "simd_math.h"
@@ -704,6 +705,15 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         }
         if (simdLevel() == Simd::Avx2 && D <= 128 && D % 8 == 0) {
           kDecodeGroupAvx2[D / 8 - 1](G, D, n, sh.scale, q + qo, kb, vb, sc.rowOff.data(), sink, sc.s.data(), out + qo, pf);
+          continue;
+        }
+#endif
+#if defined(__aarch64__)
+        if (simdLevel() == Simd::Neon && D % 4 == 0) {  // attention_neon.cc
+          float* s = sc.s.data();
+          decodeScoresNeon(G, D, n, sh.scale, q + qo, kb, sc.rowOff.data(), s);
+          for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, hasSink, hasSink ? sink[g] : 0.f);
+          decodeValuesNeon(G, D, n, s, vb, sc.rowOff.data(), out + qo);
           continue;
         }
 #endif

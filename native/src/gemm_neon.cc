@@ -3,9 +3,9 @@
 // check: gemm.cc's driver (blocking, packing of B, threads) picks these when simdLevel() is Neon.
 // The kernel holds the 8 x 12 tile of C in 24 of the 32 q registers; each step of depth loads three vectors
 // of a B row and two of the A sliver and does 24 FMAs, each multiplying a B vector by one lane of A
-// (vfmaq_laneq_f32, so A needs no broadcast). A sliver of at most 4 rows (few rows: decoding) computes only
-// those 4; each row's values are the same as in a full sliver (the same FMAs in the same order), so a row
-// of C never depends on how many rows the product has.
+// (vfmaq_laneq_f32, so A needs no broadcast). A sliver of 1, 2 or at most 4 rows (few rows: decoding)
+// computes only those; each row's values are the same as in a full sliver (the same FMAs in the same
+// order), so a row of C never depends on how many rows the product has.
 // Not here: the x86 kernels, the portable kernel, packing of B and the driver (gemm.cc); bf16 (gemm_bf16.cc).
 #include "gemm_neon.h"
 
@@ -18,7 +18,7 @@ namespace sfx {
 
 #define SFX_NEON_ROWS(X) X(0, a0, 0) X(1, a0, 1) X(2, a0, 2) X(3, a0, 3) X(4, a1, 0) X(5, a1, 1) X(6, a1, 2) X(7, a1, 3)
 
-// kRows: 8 (a full sliver) or 4 (a sliver of at most 4 rows; rows 4-7 are not computed).
+// kRows: 8 (a full sliver), or 1, 2 or 4 for a sliver of at most that many rows (the rest are not computed).
 template <int kRows>
 __attribute__((always_inline)) static inline void microNeonBody(int kc, const float* Ap, const float* Bp, float* C,
                                                                 int ldc, float beta, int mr, int nr) {
@@ -92,8 +92,13 @@ __attribute__((always_inline)) static inline void microNeonBody(int kc, const fl
 #undef SFX_NEON_ROWS
 
 void microNeon(int kc, const float* Ap, const float* Bp, float* C, int ldc, float beta, int mr, int nr) {
-  if (mr <= 4) microNeonBody<4>(kc, Ap, Bp, C, ldc, beta, mr, nr);
-  else microNeonBody<8>(kc, Ap, Bp, C, ldc, beta, mr, nr);
+  switch (mr) {
+    case 1: return microNeonBody<1>(kc, Ap, Bp, C, ldc, beta, mr, nr);
+    case 2: return microNeonBody<2>(kc, Ap, Bp, C, ldc, beta, mr, nr);
+    case 3:
+    case 4: return microNeonBody<4>(kc, Ap, Bp, C, ldc, beta, mr, nr);
+    default: return microNeonBody<8>(kc, Ap, Bp, C, ldc, beta, mr, nr);
+  }
 }
 
 int packANeon(const GemmArgs& g, int i0, int mc, int p0, int kc, float* Ap) {
