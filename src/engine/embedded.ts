@@ -230,10 +230,10 @@ export class EmbeddedEngine implements Engine {
     if (!(typeof this.checkpointing === "boolean" || this.checkpointing === "auto")) {
       throw new EngineError(`activationCheckpointing must be true, false or "auto" (got ${JSON.stringify(opts.activationCheckpointing)})`);
     }
-    EmbeddedEngine.liveCount++;
     if (!(Number.isInteger(this.maxForwardTokens) && this.maxForwardTokens >= 1)) {
       throw new EngineError(`maxForwardTokens must be an integer >= 1 (got ${opts.maxForwardTokens})`);
     }
+    EmbeddedEngine.liveCount++;
   }
 
   /**
@@ -1191,8 +1191,7 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
   if (isLoraAdapterDir(dir)) {
     // A PEFT adapter folder: its base checkpoint with the adapter on top (trained further by optimStep).
     const engine = loadEngine(loraBaseDir(dir), opts);
-    engine.loadLoraSync(dir);
-    return engine;
+    return disposedOnThrow(engine, () => engine.loadLoraSync(dir));
   }
   const ck = loadCheckpoint(dir, { dtype: opts.dtype });
   const engine = new EmbeddedEngine(ck, {
@@ -1202,8 +1201,19 @@ export function loadEngine(dir: string, opts: EmbeddedEngineOptions = {}): Embed
     // The mask the checkpoint was trained with, unless settings are given (that differ: an error).
     attention: opts.overrideAttention && opts.attention ? opts.attention : resolveSinkWindow(ck.attention, opts.attention, dir),
   });
-  engine.restoreOptimizer(dir, ck.meta?.optimizerStep);
+  disposedOnThrow(engine, () => engine.restoreOptimizer(dir, ck.meta?.optimizerStep));
   engine.sinkProfile = ck.sinkProfile;
   engine.checkpointDir = resolve(dir);
+  return engine;
+}
+
+/** Runs `step` on a new engine; if it throws, the engine is disposed before the error goes on. */
+function disposedOnThrow(engine: EmbeddedEngine, step: () => void): EmbeddedEngine {
+  try {
+    step();
+  } catch (err) {
+    engine.dispose();
+    throw err;
+  }
   return engine;
 }

@@ -1,6 +1,7 @@
 // `sinkflex serve` and `sinkflex gateway` (openServer, openGateway) dispose the engine they loaded on every
 // path that fails after the weights were loaded: building the server or gateway (an unknown tool format),
-// a broken tokenizer.json, a context limit past the model's positions; and on close. EmbeddedEngine.live
+// a broken tokenizer.json, optimizer state that does not fit the weights (loadEngine itself), a context
+// limit past the model's positions; and on close. EmbeddedEngine.live
 // counts the engines not yet disposed.
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,12 +10,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openGateway } from "../../src/cli/commands/gateway.js";
 import { openServer } from "../../src/cli/commands/serve.js";
 import { EmbeddedEngine } from "../../src/engine/embedded.js";
+import { writeSafetensors } from "../../src/model/safetensors.js";
 import { qwen3TokenizerDir } from "../../src/model/tokenizer.js";
 import { stockCodec, tinyEngine } from "../rollout/helpers.js";
 
 let root: string;
 let dir: string;
 let broken: string;
+let badOptimizer: string;
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "sinkflex-release-"));
@@ -28,6 +31,12 @@ beforeAll(async () => {
   broken = join(root, "broken");
   cpSync(dir, broken, { recursive: true });
   writeFileSync(join(broken, "tokenizer.json"), "{ not json");
+  badOptimizer = join(root, "bad-optimizer");
+  cpSync(dir, badOptimizer, { recursive: true });
+  writeSafetensors(join(badOptimizer, "optimizer.safetensors"), [
+    ["exp_avg", { shape: [3], data: new Float32Array(3) }],
+    ["exp_avg_sq", { shape: [3], data: new Float32Array(3) }],
+  ]);
 });
 
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -47,6 +56,12 @@ describe.each(opens)("%s releases its engine", (_name, open) => {
   it("when the tokenizer cannot be read", async () => {
     const before = EmbeddedEngine.live;
     await expect(open(broken, {})).rejects.toThrow();
+    expect(EmbeddedEngine.live).toBe(before);
+  });
+
+  it("when the checkpoint's optimizer state does not fit its weights (inside loadEngine)", async () => {
+    const before = EmbeddedEngine.live;
+    await expect(open(badOptimizer, {})).rejects.toThrow(/does not match this model's parameters/);
     expect(EmbeddedEngine.live).toBe(before);
   });
 
