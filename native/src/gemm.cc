@@ -503,6 +503,11 @@ static void packB(const GemmArgs& g, int p0, int kc, int j0, int nc, int NR, flo
         pack8Rows(g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0, static_cast<size_t>(g.ldb), kc, 1.f, dst + j, NR);
     }
 #endif
+#if defined(__aarch64__)
+    if (simdLevel() == Simd::Neon)
+      for (; j + 4 <= nr; j += 4)
+        packRows4Neon(g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0, static_cast<size_t>(g.ldb), kc, 1.f, dst + j, NR);
+#endif
     for (; j + 4 <= nr; j += 4) {
       const float* s0 = g.B + static_cast<size_t>(j0 + s + j) * g.ldb + p0;
       const float* s1 = s0 + g.ldb;

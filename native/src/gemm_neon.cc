@@ -1,6 +1,7 @@
-// The fp32 GEMM's NEON code for AArch64 (Apple Silicon, Graviton): an 8 x 12 register-blocked micro-kernel
-// and the packing of A into its 8-row slivers. NEON is part of every AArch64 CPU, so there is no run-time
-// check: gemm.cc's driver (blocking, packing of B, threads) picks these when simdLevel() is Neon.
+// The fp32 GEMM's NEON code for AArch64 (Apple Silicon, Graviton): an 8 x 12 register-blocked micro-kernel,
+// the packing of A into its 8-row slivers and the 4 x 4 transposes that pack a B stored transposed. NEON
+// is part of every AArch64 CPU, so there is no run-time check: gemm.cc's driver (blocking, the rest of the
+// packing, threads) picks these when simdLevel() is Neon.
 // The kernel holds the 8 x 12 tile of C in 24 of the 32 q registers; each step of depth loads three vectors
 // of a B row and two of the A sliver and does 24 FMAs, each multiplying a B vector by one lane of A
 // (vfmaq_laneq_f32, so A needs no broadcast). A sliver of 1, 2 or at most 4 rows (few rows: decoding)
@@ -101,12 +102,34 @@ void microNeon(int kc, const float* Ap, const float* Bp, float* C, int ldc, floa
   }
 }
 
+void packRows4Neon(const float* src, size_t ld, int kc, float alpha, float* dst, int ostride) {
+  const float32x4_t va = vdupq_n_f32(alpha);
+  int p = 0;
+  for (; p + 4 <= kc; p += 4) {
+    const float* r = src + p;
+    const float32x4_t r0 = vld1q_f32(r), r1 = vld1q_f32(r + ld), r2 = vld1q_f32(r + 2 * ld), r3 = vld1q_f32(r + 3 * ld);
+    // rows r0-r3 to columns: transpose the 2 x 2 blocks of lanes, then of 64-bit halves
+    const float32x4_t t0 = vtrn1q_f32(r0, r1), t1 = vtrn2q_f32(r0, r1), t2 = vtrn1q_f32(r2, r3), t3 = vtrn2q_f32(r2, r3);
+    const float32x4_t c0 = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    const float32x4_t c1 = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    const float32x4_t c2 = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    const float32x4_t c3 = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    float* d = dst + static_cast<size_t>(p) * ostride;
+    vst1q_f32(d, vmulq_f32(va, c0));
+    vst1q_f32(d + ostride, vmulq_f32(va, c1));
+    vst1q_f32(d + 2 * ostride, vmulq_f32(va, c2));
+    vst1q_f32(d + 3 * ostride, vmulq_f32(va, c3));
+  }
+  for (; p < kc; p++)
+    for (int i = 0; i < 4; i++) dst[static_cast<size_t>(p) * ostride + i] = alpha * src[i * ld + p];
+}
+
 int packANeon(const GemmArgs& g, int i0, int mc, int p0, int kc, float* Ap) {
   const int full = mc / kNeonMR * kNeonMR;
-  const float32x4_t va = vdupq_n_f32(g.alpha);
   const size_t lda = static_cast<size_t>(g.lda);
   if (g.ta) {
     // A stored [K, M]: each stored row hands 8 contiguous values to every sliver.
+    const float32x4_t va = vdupq_n_f32(g.alpha);
     const size_t sliverStride = static_cast<size_t>(kc) * kNeonMR;
     for (int p = 0; p < kc; p++) {
       const float* row = g.A + static_cast<size_t>(p0 + p) * lda + i0;
@@ -118,30 +141,12 @@ int packANeon(const GemmArgs& g, int i0, int mc, int p0, int kc, float* Ap) {
     }
     return full;
   }
-  // A stored [M, K]: 4 x 4 transposes of each half of the sliver (rows 0-3 and 4-7), 4 steps of depth at a time.
+  // A stored [M, K]: each sliver is two 4-row transposes (rows 0-3 to lanes 0-3, rows 4-7 to lanes 4-7).
   for (int s = 0; s < full; s += kNeonMR) {
     const float* src = g.A + static_cast<size_t>(i0 + s) * lda + p0;
     float* dst = Ap + static_cast<size_t>(s) * kc;
-    int p = 0;
-    for (; p + 4 <= kc; p += 4) {
-      for (int h = 0; h < 2; h++) {
-        const float* r = src + static_cast<size_t>(4 * h) * lda + p;
-        const float32x4_t r0 = vld1q_f32(r), r1 = vld1q_f32(r + lda), r2 = vld1q_f32(r + 2 * lda), r3 = vld1q_f32(r + 3 * lda);
-        // rows r0-r3 to columns: transpose the 2 x 2 blocks of lanes, then of 64-bit halves
-        const float32x4_t t0 = vtrn1q_f32(r0, r1), t1 = vtrn2q_f32(r0, r1), t2 = vtrn1q_f32(r2, r3), t3 = vtrn2q_f32(r2, r3);
-        const float32x4_t c0 = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
-        const float32x4_t c1 = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
-        const float32x4_t c2 = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
-        const float32x4_t c3 = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
-        float* d = dst + static_cast<size_t>(p) * kNeonMR + 4 * h;
-        vst1q_f32(d, vmulq_f32(va, c0));
-        vst1q_f32(d + kNeonMR, vmulq_f32(va, c1));
-        vst1q_f32(d + 2 * kNeonMR, vmulq_f32(va, c2));
-        vst1q_f32(d + 3 * kNeonMR, vmulq_f32(va, c3));
-      }
-    }
-    for (; p < kc; p++)
-      for (int i = 0; i < kNeonMR; i++) dst[static_cast<size_t>(p) * kNeonMR + i] = g.alpha * src[i * lda + p];
+    packRows4Neon(src, lda, kc, g.alpha, dst, kNeonMR);
+    packRows4Neon(src + 4 * lda, lda, kc, g.alpha, dst + 4, kNeonMR);
   }
   return full;
 }
