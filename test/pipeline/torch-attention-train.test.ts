@@ -3,16 +3,20 @@
 // trained by the worker) and attention.mode "profile" (the sinks probed on the embedded engine, the
 // policy laid out and handed to the worker) each run SFT -> eval -> GRPO -> eval end to end; the final
 // checkpoint the worker wrote carries the sink logits / the profile and the mask, and gives the same
-// log-probs in the embedded engine as in the worker (1e-4, fp32). attention.reprobeEvery, which reads the
+// log-probs in the embedded engine as in the worker (1e-4, fp32); with a profile whose token sinks are
+// pinned, the worker's rollouts record the layout's pins (its sessions were given them). attention.reprobeEvery, which reads the
 // policy's attention scores during GRPO, is refused on torch naming the field. Skipped with a printed
 // reason when the Python side is missing (a failure when SINKFLEX_REQUIRE_TORCH=1).
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { countPins, SINK_PROFILE_FORMAT, sequencePins, type SinkProfile } from "../../src/attention/index.js";
 import { loadEngine } from "../../src/engine/embedded.js";
 import { openTorchEngine } from "../../src/engine/torch/index.js";
 import { validateConfig } from "../../src/pipeline/config.js";
+import { openPolicy } from "../../src/pipeline/policy.js";
+import { pinRuleOf } from "../../src/pipeline/stages/attention-profile.js";
 import { train } from "../../src/pipeline/train.js";
 import { maxDiff, torchUnavailable } from "../engine/torch-helpers.js";
 import { parityConfig, registerParityEnv } from "./parity-env.js";
@@ -97,5 +101,36 @@ describe("the torch backend's attention config", () => {
     const p = await checkpointParity(final);
     expect(p).toMatchObject({ sinkProfile: true, attention: { window: 8, sinks: setup!.attentionProfile.sinks } });
     expect(p.diff).toBeLessThan(1e-4);
+  }, 900_000);
+
+  it("attention.mode profile with pinned token sinks: the worker's GRPO rollouts record the layout's pins", async () => {
+    // every token a secondary sink (as test/pipeline/pinned-sinks.test.ts's profile): 3 pins per sequence
+    const profile: SinkProfile = {
+      format: SINK_PROFILE_FORMAT, model: "hand-written", numLayers: 1, numHeads: 2,
+      settings: { delta: 32, threshold: 0.3, headFraction: 0.25, queries: 64 }, sequences: 1, tokens: 100,
+      layers: [{ layer: 0, positions: [{ position: 0, tokenId: 0, mass: 0.5, heads: [0] }], tokens: Array.from({ length: 4000 }, (_, id) => ({ tokenId: id, occurrences: 2, sinkOccurrences: 2, mass: 0.5 })) }],
+      layersWithoutSinks: [], prefix: [0, 0, 0, 0],
+    };
+    const file = join(scratch, "profile.json");
+    writeFileSync(file, JSON.stringify(profile));
+    const attention = { mode: "profile", profile: file, sinks: 2, window: 16, pinBudget: 3 };
+    const { result, final } = await run("torch-pins", attention);
+    const policy = await openPolicy(final, { backend: "torch", threads: 1 });
+    let rule;
+    try {
+      rule = pinRuleOf({ attention: validateConfig({ ...parityConfig("runs", "x"), engine: { backend: "torch" }, attention }).attention }, policy)!;
+    } finally {
+      policy.engine.dispose();
+    }
+    expect(rule).toMatchObject({ budget: 3, slots: 2 });
+    const dir = join(result.runDir, "trajectories");
+    const records = readdirSync(dir).filter((n) => n.startsWith("grpo-")).flatMap((n) =>
+      readFileSync(join(dir, n), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as { tokens?: number[]; lossMask?: number[]; pinned?: number[] }));
+    const withTokens = records.filter((r) => r.tokens);
+    expect(withTokens.length).toBeGreaterThan(0);
+    for (const r of withTokens) {
+      expect(r.pinned).toEqual([...sequencePins(rule, r.tokens!, r.lossMask!)]);
+      expect(countPins(r.pinned!)).toBe(3);
+    }
   }, 900_000);
 });
