@@ -128,7 +128,9 @@ export async function runGrpo(ctx: RunContext, policy: Policy, reference: Engine
     mode: options.rolloutMode ?? "incremental",
     templateVars: policy.templateVars,
     toolFormat: cfg.rollout.toolFormat,
-    pins: rolloutPins(pinRuleOf(cfg, policy)),
+    // Pinned secondary sinks (attention.mode profile) where the policy's own engine samples: a remote
+    // sampler's sessions keep no pins, so its trajectories carry no flags and train without.
+    pins: remote ? undefined : rolloutPins(pinRuleOf(cfg, policy)),
   });
   const stepsLeft = Array.from({ length: totalGrpo - state.step }, (_, i) => state.step + 1 + i);
   const tasks = async function* (): AsyncGenerator<SuiteGroupTask> {
