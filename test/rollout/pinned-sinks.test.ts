@@ -2,12 +2,13 @@
 // under a sink window with a pin rule (a chat-template special token, the run's token sink) records the
 // pinned flags the sessions were given, equal to attention's `sequencePins` of the tokens; the behaviour
 // log-probs equal the teacher-forced ones under those flags (1e-5, fp32) with pins far beyond the window,
-// and GRPO's update scores the policy and the reference with the same flags (packed and unpacked).
+// and GRPO's update scores the policy and the reference with the same flags, as SFT does (packed and
+// unpacked).
 import { describe, expect, it } from "vitest";
 import { countPins, pinFlags, sequencePins, type SinkPinRule } from "../../src/attention/index.js";
 import { createRandomModel, type EmbeddedEngine } from "../../src/engine/embedded.js";
 import { parseHfConfig } from "../../src/model/config.js";
-import { grpoUpdate, type GrpoHparams, type TrainSequence } from "../../src/rl/index.js";
+import { grpoUpdate, sftTrain, type GrpoHparams, type SftExample, type TrainSequence } from "../../src/rl/index.js";
 import { checkTrajectory, Rollout, trajectoryToJSON, type Trajectory } from "../../src/rollout/index.js";
 import { groupTask, stockCodec, template } from "./helpers.js";
 
@@ -85,6 +86,21 @@ describe("pinned secondary sinks in rollout and training", () => {
       // without the flags the trainer scores other keys than the sampler kept
       const off = await grpoUpdate(engine, reference, [group(false)], { ...hp, packPrefixes });
       expect(Math.abs(off.importanceWeightMean - 1)).toBeGreaterThan(1e-4);
+    }
+    // SFT on the same tokens: its loss is the mean NLL of the teacher-forced log-probs under the flags.
+    const examples: SftExample[] = trajs.map((t) => ({ tokens: t.segments[0]!.tokens, lossMask: t.segments[0]!.lossMask, pinned: t.segments[0]!.pinned }));
+    let nll = 0;
+    let count = 0;
+    for (const ex of examples) {
+      const [lp] = await engine.logprobs([ex.tokens], { pinned: [ex.pinned!] });
+      for (let i = 1; i < ex.tokens.length; i++) if (ex.lossMask[i]) [nll, count] = [nll - lp![i - 1]!, count + 1];
+    }
+    const sftHp = { epochs: 1, batchSize: 2, lr: 0, weightDecay: 0, maxGradNorm: 1, seed: 0, microBatch: 2 };
+    for (const packPrefixes of [true, false]) {
+      const [step] = await sftTrain(engine, examples, { ...sftHp, packPrefixes });
+      expect(Math.abs(step!.loss - nll / count), `packPrefixes ${packPrefixes}`).toBeLessThan(1e-5);
+      const [plain] = await sftTrain(engine, examples.map(({ pinned: _, ...ex }) => ex), { ...sftHp, packPrefixes });
+      expect(Math.abs(plain!.loss - nll / count)).toBeGreaterThan(1e-4);
     }
     engine.dispose();
     reference.dispose();
