@@ -7,7 +7,7 @@
  * against a plain loop. Running the whole addon on arm64 is not this test's: the kernel tests were run
  * under qemu-user with an arm64 Node (docs/engine.md, "Other CPUs"). Without aarch64-linux-gnu-g++ (Debian:
  * g++-aarch64-linux-gnu), or without qemu-user for the run, a test is skipped with that reason printed;
- * SINKFLEX_REQUIRE_ARM64_BUILD=1 (CI) makes a missing compiler a failure.
+ * SINKFLEX_REQUIRE_ARM64_BUILD=1 (CI) makes either missing a failure.
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -24,7 +24,11 @@ if (!hasCxx) {
   console.warn(`skipping the arm64 build of the native kernels: ${why}`);
 }
 const QEMU = ["qemu-aarch64", "qemu-aarch64-static"].find((q) => spawnSync(q, ["--version"], { encoding: "utf8" }).status === 0);
-if (hasCxx && !QEMU) console.warn("skipping the run of the arm64 GEMMs: qemu-user is not installed (Debian: apt-get install qemu-user)");
+if (hasCxx && !QEMU) {
+  const why = "qemu-user is not installed (Debian: apt-get install qemu-user)";
+  if (process.env.SINKFLEX_REQUIRE_ARM64_BUILD === "1") throw new Error(`SINKFLEX_REQUIRE_ARM64_BUILD=1 but ${why}`);
+  console.warn(`skipping the run of the arm64 GEMMs: ${why}`);
+}
 
 describe("the native kernels on arm64", () => {
   const out = mkdtempSync(join(tmpdir(), "sinkflex-arm64-"));
