@@ -10,5 +10,5 @@ export { ConfigError, drillLossSteps, drillMaxExamples, type EngineConfig, loadC
 export { evalOptionsOf, evaluate, type SuiteEval } from "./evaluate.js";
 export { createPolicy, loadPolicy, type Policy, savePolicy } from "./policy.js";
 export { planSuites } from "./tasks.js";
-export { attentionOf, RunFolderError, runStage, type StageName, STAGES, train, type TrainOptions, type TrainResult } from "./train.js";
+export { attentionOf, policyEvalOptions, RunFolderError, runStage, type StageName, STAGES, train, type TrainOptions, type TrainResult } from "./train.js";
 export { importModules, ModuleLoadError } from "./user-modules.js";

@@ -25,6 +25,7 @@ import { referenceDir, runSft } from "./stages/sft.js";
 
 export { attentionOf, type PhaseTotals, type TrainOptions, type TrainResult } from "./stages/context.js";
 export { stepTasks } from "./stages/grpo.js";
+export { policyEvalOptions } from "./stages/evaluate.js";
 
 /** The stages `sinkflex train --stage` runs one at a time, in the order a whole run runs them. */
 export const STAGES = ["prepare", "sft", "grpo", "evaluate"] as const;

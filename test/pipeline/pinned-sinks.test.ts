@@ -1,6 +1,7 @@
 // A run with `attention.mode profile` whose profile names token sinks: the layout pins them (logged and
 // in the setup metrics), SFT examples carry the flags a rollout of their tokens records, and GRPO's
-// rollouts record the flags their sessions were given, the ones attention's `sequencePins` gives.
+// rollouts record the flags their sessions were given, the ones attention's `sequencePins` gives, and
+// `sinkflex eval --config` evaluates the final checkpoint with the same pins as the run did.
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,8 +10,10 @@ import { countPins, SINK_PROFILE_FORMAT, sequencePins, type SinkProfile } from "
 import { validateConfig } from "../../src/pipeline/config.js";
 import type { SftExample } from "../../src/rl/index.js";
 import { pinExamples, pinRuleOf } from "../../src/pipeline/stages/attention-profile.js";
+import { policyEvalOptions } from "../../src/pipeline/stages/evaluate.js";
 import { loadPolicy } from "../../src/pipeline/policy.js";
 import { train } from "../../src/pipeline/train.js";
+import { runCli } from "../run-cli.js";
 import { parityConfig, registerParityEnv } from "./parity-env.js";
 
 registerParityEnv();
@@ -77,5 +80,22 @@ describe("pinned secondary sinks in a run", () => {
     const [none] = pinExamples(undefined, [example]);
     expect(none!.pinned).toBeUndefined();
     policy.engine.dispose();
+
+    // The options an evaluation outside the run takes for this checkpoint pin as GRPO's rollouts did.
+    const saved = validateConfig(JSON.parse(readFileSync(join(run.runDir, "config.json"), "utf8")));
+    const evalPins = policyEvalOptions(saved, policy).pins;
+    expect(evalPins).toBeDefined();
+    expect([...evalPins!(tokens, 0, 0)]).toEqual([...sequencePins(rule, tokens, new Uint8Array(tokens.length))]);
+
+    // `sinkflex eval --config` of the final checkpoint plays the held-out tasks as the run's own
+    // evaluation after RL did, pins included: the same rewards and the same tokens, task for task.
+    const out = join(scratch, "eval.json");
+    const res = await runCli(["eval", join(run.runDir, "final"), "--config", join(run.runDir, "config.json"), "--json", out]);
+    expect(res.code, res.output).toBe(0);
+    type Row = { successes: number; trials: number; avgReward: number; tokens: number };
+    const strip = (t: Record<string, Row>) => Object.fromEntries(Object.entries(t).map(([k, v]) => [k, { successes: v.successes, trials: v.trials, avgReward: v.avgReward, tokens: v.tokens }]));
+    const cli = JSON.parse(readFileSync(out, "utf8")) as { suites: Record<string, Row> };
+    const runs = JSON.parse(readFileSync(join(run.runDir, "eval.json"), "utf8")) as { stages: { "after-rl": Record<string, Row> } };
+    expect(strip(cli.suites)).toEqual(strip(runs.stages["after-rl"]));
   }, 600_000);
 });

@@ -5,7 +5,7 @@
 import type { Command } from "commander";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { evalOptionsOf, evaluate, type SuiteEval } from "../../pipeline/index.js";
+import { evaluate, policyEvalOptions, type SuiteEval } from "../../pipeline/index.js";
 import { loadPolicy } from "../../pipeline/index.js";
 import { planSuites } from "../../pipeline/index.js";
 import { attentionOf, RunFolderError, runStage, STAGES, train, type StageName } from "../../pipeline/index.js";
@@ -192,7 +192,8 @@ export function registerTrainCommands(program: Command): void {
       // The config's matrix products, as its run evaluated with (fp32 where the CPU has no bf16 unit).
       if (opts.config) setMatmulPrecision(cfg.model.matmul);
       const plans = await planSuites(cfg);
-      const table = await evaluate(loadPolicy(checkpoint, attentionOf(cfg)), plans, { ...evalOptionsOf(cfg), vocabNotice: true });
+      const policy = loadPolicy(checkpoint, attentionOf(cfg));
+      const table = await evaluate(policy, plans, { ...policyEvalOptions(cfg, policy), vocabNotice: true });
       console.log(formatEvalTable(table));
       for (const p of plans) if (p.heldOutWarning) console.error(`warning: ${p.name}: ${p.heldOutWarning}`);
       if (opts.json) {

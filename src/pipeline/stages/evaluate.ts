@@ -8,7 +8,8 @@
  * places the evaluation in the run.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { evalOptionsOf, evaluate, type SuiteEval } from "../evaluate.js";
+import type { TrainConfig } from "../config.js";
+import { evalOptionsOf, evaluate, type EvalOptions, type SuiteEval } from "../evaluate.js";
 import type { Policy } from "../policy.js";
 import type { SuitePlan } from "../tasks.js";
 import { pinRuleOf, rolloutPins } from "./attention-profile.js";
@@ -27,6 +28,15 @@ export function readEvalTables(ctx: RunContext): EvalTables {
 }
 
 /**
+ * How a run evaluates this policy: the config's evaluation settings, with the pins its sink profile
+ * asks for (attention.mode profile), so that an evaluation outside the run (`sinkflex eval --config`)
+ * plays the tasks under the same mask as the run's own.
+ */
+export function policyEvalOptions(cfg: TrainConfig, policy: Policy): EvalOptions {
+  return { ...evalOptionsOf(cfg), pins: rolloutPins(pinRuleOf(cfg, policy)) };
+}
+
+/**
  * Evaluates the policy as `which` and records it (for "before-rl", only when the run has no such
  * table yet); `step` is the GRPO step the policy is at. Returns the table.
  */
@@ -38,7 +48,7 @@ export async function runEvaluation(ctx: RunContext, policy: Policy, plans: Suit
   for (const p of plans) if (p.heldOutWarning) process.stderr.write(`warning: ${p.name}: ${p.heldOutWarning}\n`);
   const metricsStage = which === "before-rl" ? "eval-before" : "eval-after";
   ctx.status({ stage: metricsStage, step, totalSteps: which === "before-rl" ? 0 : ctx.cfg.grpo.enabled ? ctx.cfg.grpo.steps : 0 });
-  const table = await evaluate(policy, plans, { ...evalOptionsOf(ctx.cfg), pins: rolloutPins(pinRuleOf(ctx.cfg, policy)), quiet: ctx.options.quiet, label: which === "before-rl" ? "eval before RL" : "eval after RL", vocabNotice: ctx.cfg.model.checkpoint !== undefined });
+  const table = await evaluate(policy, plans, { ...policyEvalOptions(ctx.cfg, policy), quiet: ctx.options.quiet, label: which === "before-rl" ? "eval before RL" : "eval after RL", vocabNotice: ctx.cfg.model.checkpoint !== undefined });
   tables.stages[which] = table;
   ctx.run.writeEval(tables);
   ctx.metrics({ stage: metricsStage, step, success: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.rate])) });
