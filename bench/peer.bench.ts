@@ -556,8 +556,9 @@ async function main(): Promise<void> {
         after: { sinkflex: sink.map((x) => score(x.evalAfterCommon)), trl: trl.map((x) => score(x.evalAfterCommon)) },
       },
     });
+    const commit = await gitCommit(); // at the start: others may commit while a long run goes on
     const results = async () => ({
-      commit: await gitCommit(),
+      commit,
       date: new Date().toISOString(),
       cpu: cpuInfo(),
       threads: o.threads,
