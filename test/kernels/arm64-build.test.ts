@@ -3,8 +3,8 @@
  * native/binding.gyp is compiled with an aarch64 cross compiler and the addon's own flags, so x86-only
  * code outside its guards fails here, on any machine. With qemu-user installed (qemu-aarch64 or
  * qemu-aarch64-static) the same objects also run: test/kernels/arm64-neon-check.cc, linked statically
- * against them, checks the GEMMs (the NEON kernels, and the portable ones under SINKFLEX_SIMD=portable)
- * against a plain loop. Running the whole addon on arm64 is not this test's: the kernel tests were run
+ * against them, checks the GEMMs and decoding attention (the NEON kernels, and the portable ones under
+ * SINKFLEX_SIMD=portable) against a plain loop. Running the whole addon on arm64 is not this test's: the kernel tests were run
  * under qemu-user with an arm64 Node (docs/engine.md, "Other CPUs"). Without aarch64-linux-gnu-g++ (Debian:
  * g++-aarch64-linux-gnu), or without qemu-user for the run, a test is skipped with that reason printed;
  * SINKFLEX_REQUIRE_ARM64_BUILD=1 (CI) makes either missing a failure.
@@ -27,7 +27,7 @@ const QEMU = ["qemu-aarch64", "qemu-aarch64-static"].find((q) => spawnSync(q, ["
 if (hasCxx && !QEMU) {
   const why = "qemu-user is not installed (Debian: apt-get install qemu-user)";
   if (process.env.SINKFLEX_REQUIRE_ARM64_BUILD === "1") throw new Error(`SINKFLEX_REQUIRE_ARM64_BUILD=1 but ${why}`);
-  console.warn(`skipping the run of the arm64 GEMMs: ${why}`);
+  console.warn(`skipping the run of the arm64 kernels: ${why}`);
 }
 
 describe("the native kernels on arm64", () => {
@@ -56,7 +56,7 @@ describe("the native kernels on arm64", () => {
     expect(file.readUInt16LE(18), "ELF machine of the addon (183 = aarch64)").toBe(183);
   }, 600_000);
 
-  it.skipIf(!hasCxx || !QEMU)("the GEMMs built for aarch64 match a plain loop under qemu-user (NEON, and portable)", () => {
+  it.skipIf(!hasCxx || !QEMU)("the GEMMs and decoding attention built for aarch64 match a plain loop under qemu-user (NEON, and portable)", () => {
     expect(objects.size, "the objects of the previous test").toBeGreaterThan(0);
     const kernels = [...objects].filter(([src]) => !src.endsWith("addon.cc")).map(([, obj]) => obj);
     const exe = join(out, "neon-check");

@@ -1,8 +1,9 @@
-// A check of the native GEMMs built for AArch64 (the NEON kernels), run under qemu-user by
+// A check of the native kernels built for AArch64 (the NEON ones), run under qemu-user by
 // test/kernels/arm64-build.test.ts: sgemm, sgemmSerial, sgemmPacked and gemmW16 against a plain loop in
-// double precision, over shapes that reach every edge of the 8 x 12 micro-kernel (1 to 9 rows, columns around
-// multiples of 12, depth past one cache block), all transposes, alpha, beta 0 / 1 / other and row strides.
-// Prints one JSON line {"simd", "products", "worst"} and exits 1 when a product is off. Not the reference
+// double precision, over shapes that reach every edge of the 8 x 12 micro-kernel (1 to 9 rows, columns
+// around multiples of 12, depth past one cache block), all transposes, alpha, beta 0 / 1 / other and row
+// strides; and decoding attention (attentionCached, one new token) over a paged cache. Prints one JSON line
+// {"simd", "products", "worst"} and exits 1 when a result is off. Not the reference
 // comparison of the addon (test/kernels/native.test.ts), which needs an arm64 Node.
 #include <cmath>
 #include <cstdint>
@@ -104,6 +105,55 @@ void checkW16(int M, int N, int K, bool transW, float beta) {
                 });
 }
 
+// attentionCached decoding one token per sequence (the NEON decode for head sizes that are multiples of 4,
+// the portable loop for the rest) against a plain loop: G query heads per kv head, a paged cache of 7-row
+// blocks in shuffled order, window, sink slots and sink logits.
+void checkDecode(int H, int KVH, int D, std::vector<int32_t> lens, int window, int sinks, bool withSink) {
+  const int B = static_cast<int>(lens.size()), bs = 7, G = H / KVH;
+  int maxLen = 0;
+  for (int l : lens) maxLen = l > maxLen ? l : maxLen;
+  const int maxBlocks = (maxLen + bs - 1) / bs, nBlocks = B * maxBlocks + 1;
+  const auto kC = randoms(static_cast<size_t>(nBlocks) * bs * KVH * D), vC = randoms(static_cast<size_t>(nBlocks) * bs * KVH * D);
+  std::vector<int32_t> table(static_cast<size_t>(B) * maxBlocks);
+  for (size_t i = 0; i < table.size(); i++) table[i] = static_cast<int32_t>((i * 5 + 2) % nBlocks);
+  const auto q = randoms(static_cast<size_t>(B) * H * D), sink = randoms(static_cast<size_t>(H));
+  std::vector<float> out(q.size(), NAN);
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  sfx::CachedShape sh{B, 1, H, KVH, D, scale, bs, maxBlocks};
+  sfx::attentionCached(sh, window, sinks, q.data(), kC.data(), vC.data(), table.data(), lens.data(),
+                       withSink ? sink.data() : nullptr, out.data());
+  double err = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      const int e = lens[b] - 1, kvh = h / G;
+      std::vector<size_t> rows;
+      std::vector<double> sc;
+      for (int j = 0; j <= e; j++) {
+        if (!(window <= 0 || e - j < window || j < sinks)) continue;
+        const size_t off = ((static_cast<size_t>(table[b * maxBlocks + j / bs]) * bs + j % bs) * KVH + kvh) * D;
+        double t = 0;
+        for (int d = 0; d < D; d++) t += static_cast<double>(q[(static_cast<size_t>(b) * H + h) * D + d]) * kC[off + d];
+        rows.push_back(off);
+        sc.push_back(t * scale);
+      }
+      double mx = withSink ? sink[h] : -INFINITY;
+      for (double x : sc) mx = std::fmax(mx, x);
+      double z = withSink ? std::exp(sink[h] - mx) : 0;
+      for (double x : sc) z += std::exp(x - mx);
+      for (int d = 0; d < D; d++) {
+        double t = 0;
+        for (size_t j = 0; j < sc.size(); j++) t += std::exp(sc[j] - mx) / z * vC[rows[j] + d];
+        err = std::fmax(err, std::fabs(t - out[(static_cast<size_t>(b) * H + h) * D + d]));
+      }
+    }
+  products++;
+  if (err > worst) worst = err;
+  if (!(err <= 5e-5)) {
+    failures++;
+    std::fprintf(stderr, "attentionCached H=%d KVH=%d D=%d window=%d sinks=%d: error %g\n", H, KVH, D, window, sinks, err);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -118,6 +168,13 @@ int main() {
     for (int N : {12, 37}) checkPacked(M, N, 400, 0.9f, M == 7 ? 0.5f : 0.f);
   for (int M : {1, 6, 33})
     for (bool transW : {true, false}) checkW16(M, 45, 70, transW, M == 6 ? 1.f : 0.f);
+  checkDecode(8, 2, 64, {1, 17, 40}, 0, 0, false);
+  checkDecode(6, 2, 64, {33, 16, 50}, 9, 1, true);
+  checkDecode(6, 2, 128, {48, 3, 21}, 0, 0, true);
+  checkDecode(6, 3, 24, {30, 5, 9}, 7, 2, true);
+  checkDecode(5, 1, 100, {20, 9}, 6, 2, true);
+  checkDecode(3, 3, 3, {12, 2, 25}, 4, 0, true);
+  checkDecode(8, 2, 64, {1, 17, 40, 5, 33, 16, 50, 2, 9, 64, 31, 8}, 0, 0, true);
   std::printf("{\"simd\":\"%s\",\"products\":%d,\"worst\":%g}\n", sfx::simdName(sfx::simdLevel()), products, worst);
   return failures == 0 ? 0 : 1;
 }
