@@ -129,9 +129,11 @@ constexpr int kAvx2MR = 6, kAvx2NR = 16;
 // memory and stored all twelve on every step of depth (twelve stores per twelve FMAs halved the kernel's
 // speed), and beta is read only after the loop so that it holds no register during it.
 // With kPrefetch it also fetches the strip of B at pf into L2, one line per step of depth, as the AVX-512
-// kernel does for few rows (decoding).
+// kernel does for few rows (decoding). kRows < 6 computes only the sliver's first kRows rows (a last sliver
+// of few rows: decoding 1 or 32 sequences); each row's values are the same as in a full sliver (the same
+// FMAs in the same order), so a row of C never depends on how many rows the product has.
 #define SFX_AVX2_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-template <bool kPrefetch>
+template <bool kPrefetch, int kRows = 6>
 __attribute__((target("avx2,fma"), always_inline)) static inline void microAvx2Body(int kc, const float* Ap, const float* Bp,
                                                                                   float* C, int ldc, float beta, int mr,
                                                                                   int nr, const float* pf) {
@@ -141,7 +143,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void microAvx2B
   // the tile of C is written after the loop: start fetching its rows now
   for (int i = 0; i < mr; i++) _mm_prefetch(reinterpret_cast<const char*>(C + static_cast<size_t>(i) * ldc), _MM_HINT_T0);
 #define SFX_FMA(i)                                          \
-  {                                                         \
+  if constexpr (i < kRows) {                                \
     const __m256 a = _mm256_broadcast_ss(A + i);            \
     c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);              \
     c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);              \
@@ -155,7 +157,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void microAvx2B
     SFX_AVX2_ROWS(SFX_FMA)
   }
 #undef SFX_FMA
-  if (mr == kAvx2MR && nr == kAvx2NR) {
+  if (kRows == kAvx2MR && mr == kAvx2MR && nr == kAvx2NR) {
     if (beta == 0.f) {
 #define SFX_STORE(i)                                                          \
   _mm256_storeu_ps(C + static_cast<size_t>(i) * ldc, c##i##0);                \
@@ -187,14 +189,28 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void microAvx2B
 }
 #undef SFX_AVX2_ROWS
 
+// A sliver of fewer than 6 rows computes only those (1, 2, 3 or 4 of them; 5 as a full sliver).
+template <bool kPrefetch>
+__attribute__((target("avx2,fma"), always_inline)) static inline void microAvx2Rows(int kc, const float* Ap, const float* Bp,
+                                                                                  float* C, int ldc, float beta, int mr,
+                                                                                  int nr, const float* pf) {
+  switch (mr) {
+    case 1: return microAvx2Body<kPrefetch, 1>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
+    case 2: return microAvx2Body<kPrefetch, 2>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
+    case 3: return microAvx2Body<kPrefetch, 3>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
+    case 4: return microAvx2Body<kPrefetch, 4>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
+    default: return microAvx2Body<kPrefetch>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
+  }
+}
+
 __attribute__((target("avx2,fma"))) static void microAvx2(int kc, const float* Ap, const float* Bp, float* C, int ldc,
                                                          float beta, int mr, int nr) {
-  microAvx2Body<false>(kc, Ap, Bp, C, ldc, beta, mr, nr, nullptr);
+  microAvx2Rows<false>(kc, Ap, Bp, C, ldc, beta, mr, nr, nullptr);
 }
 
 __attribute__((target("avx2,fma"))) static void microAvx2Pf(int kc, const float* Ap, const float* Bp, float* C, int ldc,
                                                            float beta, int mr, int nr, const float* pf) {
-  microAvx2Body<true>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
+  microAvx2Rows<true>(kc, Ap, Bp, C, ldc, beta, mr, nr, pf);
 }
 
 constexpr int kAvx512MR = 8, kAvx512NR = 32;

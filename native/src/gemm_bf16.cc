@@ -25,6 +25,7 @@
 #include "cpu.h"
 #include "gemm_args.h"
 #include "kernels.h"
+#include "simd_math.h"
 #include "threadpool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
@@ -290,10 +291,47 @@ inline __mmask16 columnMask(const GemmArgs& g, int n0) {
   return n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
 }
 
+// R rows of C (rows r0 .. r0 + R - 1 of a 32-row block, `rows` <= R of them inside C) x the 32 columns of two
+// strips, over the chunk's depth blocks: the rows' values in 2R accumulators. For each pair of depth, the B tile
+// row of each strip (16 columns, one (k, k+1) pair each) is multiplied by the row's (k, k+1) pair of A,
+// broadcast: one vdpbf16ps per row and strip, in depth order, as on the tiles. A row's values do not depend
+// on R (the same instructions on the same values in the same order), so a product of few rows computes only
+// those, and each row still equals what it is in a product of many.
+template <int R>
+SFX_BF16_TARGET __attribute__((always_inline)) inline void dotRows(const GemmArgs& g, const uint16_t* a, const uint16_t* b0,
+                                                                   const uint16_t* b1, int nkb, float* c, int rows,
+                                                                   bool zero, __mmask16 mask0, __mmask16 mask1) {
+  __m512 acc0[R], acc1[R];
+  for (int r = 0; r < R; r++) {
+    const bool load = !zero && r < rows;
+    acc0[r] = load ? _mm512_maskz_loadu_ps(mask0, c + static_cast<size_t>(r) * g.ldc) : _mm512_setzero_ps();
+    acc1[r] = load ? _mm512_maskz_loadu_ps(mask1, c + static_cast<size_t>(r) * g.ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int kb = 0; kb < nkb; kb++) {
+    const uint16_t* at = a + static_cast<size_t>(2 * kb) * kTileWords;
+    const uint16_t* bt0 = b0 + static_cast<size_t>(kb) * kTileWords;
+    const uint16_t* bt1 = b1 + static_cast<size_t>(kb) * kTileWords;
+    for (int p = 0; p < 16; p++) {
+      const __m512bh v0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bt0 + p * 32));
+      const __m512bh v1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bt1 + p * 32));
+      for (int r = 0; r < R; r++) {
+        int32_t pair;
+        std::memcpy(&pair, at + r * 32 + 2 * p, sizeof pair);
+        const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+        acc0[r] = _mm512_dpbf16_ps(acc0[r], x, v0);
+        acc1[r] = _mm512_dpbf16_ps(acc1[r], x, v1);
+      }
+    }
+  }
+  for (int r = 0; r < rows; r++) {
+    _mm512_mask_storeu_ps(c + static_cast<size_t>(r) * g.ldc, mask0, acc0[r]);
+    _mm512_mask_storeu_ps(c + static_cast<size_t>(r) * g.ldc + 16, mask1, acc1[r]);
+  }
+}
+
 // The same rectangle as computeRectAmx, with AVX512-BF16 dot products: each 32 x 32 block of C in four groups
-// of 8 rows, a group's 8 x 32 values in 16 accumulators. For each pair of depth, the B tile row of each of
-// the two strips (16 columns, one (k, k+1) pair each) is multiplied by the row's (k, k+1) pair of A,
-// broadcast: one vdpbf16ps per row and strip. Products are accumulated in depth order, as on the tiles.
+// of 8 rows (dotRows), a group's 8 x 32 values in 16 accumulators; a last group of fewer rows (decoding a few
+// sequences) in groups of 4, 2 and 1, so no dot product is spent on rows past C's end.
 // Its loops over blocks repeat computeRectAmx's on purpose: with the strip pointers from a shared helper
 // (returning a pair) GCC compiled this kernel 2x slower.
 SFX_BF16_TARGET void computeRectDot(const GemmArgs& g, const uint16_t* Bp, int kb0, int kb1, bool zero,
@@ -311,34 +349,22 @@ SFX_BF16_TARGET void computeRectDot(const GemmArgs& g, const uint16_t* Bp, int k
       for (int r0 = 0; r0 < 32 && m0 + r0 < g.M; r0 += kRows) {
         const int rows = std::min(kRows, g.M - m0 - r0);
         float* c = g.C + static_cast<size_t>(m0 + r0) * g.ldc + n0;
-        __m512 acc0[kRows], acc1[kRows];
-        for (int r = 0; r < kRows; r++) {
-          const bool load = !zero && r < rows;
-          acc0[r] = load ? _mm512_maskz_loadu_ps(mask0, c + static_cast<size_t>(r) * g.ldc) : _mm512_setzero_ps();
-          acc1[r] = load ? _mm512_maskz_loadu_ps(mask1, c + static_cast<size_t>(r) * g.ldc + 16) : _mm512_setzero_ps();
-        }
         // rows r0 .. r0 + 7 lie in one A tile of the block (tile r0 / 16, from its row r0 % 16)
         const uint16_t* a = Ap + (r0 / 16) * kTileWords + (r0 % 16) * 32;
-        for (int kb = 0; kb < nkb; kb++) {
-          const uint16_t* at = a + static_cast<size_t>(2 * kb) * kTileWords;
-          const uint16_t* bt0 = b0 + static_cast<size_t>(kb) * kTileWords;
-          const uint16_t* bt1 = b1 + static_cast<size_t>(kb) * kTileWords;
-          for (int p = 0; p < 16; p++) {
-            const __m512bh v0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bt0 + p * 32));
-            const __m512bh v1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bt1 + p * 32));
-            for (int r = 0; r < kRows; r++) {
-              int32_t pair;
-              std::memcpy(&pair, at + r * 32 + 2 * p, sizeof pair);
-              const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-              acc0[r] = _mm512_dpbf16_ps(acc0[r], x, v0);
-              acc1[r] = _mm512_dpbf16_ps(acc1[r], x, v1);
-            }
-          }
+        if (rows == kRows) {
+          dotRows<kRows>(g, a, b0, b1, nkb, c, rows, zero, mask0, mask1);
+          continue;
         }
-        for (int r = 0; r < rows; r++) {
-          _mm512_mask_storeu_ps(c + static_cast<size_t>(r) * g.ldc, mask0, acc0[r]);
-          _mm512_mask_storeu_ps(c + static_cast<size_t>(r) * g.ldc + 16, mask1, acc1[r]);
+        int r = 0;
+        if (rows - r >= 4) {
+          dotRows<4>(g, a + r * 32, b0, b1, nkb, c + static_cast<size_t>(r) * g.ldc, 4, zero, mask0, mask1);
+          r += 4;
         }
+        if (rows - r >= 2) {
+          dotRows<2>(g, a + r * 32, b0, b1, nkb, c + static_cast<size_t>(r) * g.ldc, 2, zero, mask0, mask1);
+          r += 2;
+        }
+        if (rows - r >= 1) dotRows<1>(g, a + r * 32, b0, b1, nkb, c + static_cast<size_t>(r) * g.ldc, 1, zero, mask0, mask1);
       }
     }
   }
@@ -445,6 +471,12 @@ void sgemmBf16(const GemmArgs&, bool) {
 }
 #endif
 
+// dst[i] = the fp32 bits of bfloat16 src[i] (its 16 bits shifted up), n values, in the CPU's widest vectors.
+SFX_CLONES static void widenBf16(const uint16_t* __restrict src, uint32_t* __restrict dst, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) dst[i] = static_cast<uint32_t>(src[i]) << 16;
+}
+
 // Without a bf16 unit (or with SINKFLEX_SIMD below AVX-512): blocks of op(W), a few hundred KiB each, widened
 // to fp32 and multiplied by the fp32 kernels (gemm.cc, at the SIMD level in effect); A stays fp32.
 static void gemmW16Widen(const GemmArgs& g, bool transW, const uint16_t* W, int ldw, bool parallel) {
@@ -457,17 +489,9 @@ static void gemmW16Widen(const GemmArgs& g, bool transW, const uint16_t* W, int 
     wide.resize(static_cast<size_t>(n) * K);
     uint32_t* w = reinterpret_cast<uint32_t*>(wide.data());
     if (transW) {
-      for (int r = 0; r < n; r++) {
-        const uint16_t* src = W + static_cast<size_t>(n0 + r) * ldw;
-        uint32_t* dst = w + static_cast<size_t>(r) * K;
-        for (int k = 0; k < K; k++) dst[k] = static_cast<uint32_t>(src[k]) << 16;
-      }
+      for (int r = 0; r < n; r++) widenBf16(W + static_cast<size_t>(n0 + r) * ldw, w + static_cast<size_t>(r) * K, K);
     } else {
-      for (int k = 0; k < K; k++) {
-        const uint16_t* src = W + static_cast<size_t>(k) * ldw + n0;
-        uint32_t* dst = w + static_cast<size_t>(k) * n;
-        for (int j = 0; j < n; j++) dst[j] = static_cast<uint32_t>(src[j]) << 16;
-      }
+      for (int k = 0; k < K; k++) widenBf16(W + static_cast<size_t>(k) * ldw + n0, w + static_cast<size_t>(k) * n, n);
     }
     sgemmSerial(false, transW, g.M, n, K, g.alpha, g.A, g.lda, wide.data(), transW ? K : n, g.beta, g.C + n0, g.ldc);
   };
