@@ -13,10 +13,13 @@ Run by hand (never at test time); needs `pip install torch transformers safetens
         expected.json          loss, the AdamW hyper-parameters, the losses of 10 AdamW steps on the same
                                batch (loss before each step, then the loss after the last), and per-tensor
                                sum / sum of squares of the final weights
+        generate.safetensors   (family-phi3-longrope only) prompt, tokens and per-step logits of transformers'
+                               cached greedy generate from 60 to 100 tokens, past original_max_position_embeddings
 
   python scripts/make-fixtures.py lora [--out test/fixtures/models]
       Needs `peft` too. For the family fixtures in LORA_FIXTURES, puts a peft LoRA adapter (rank 4, alpha 8, on
-      q/k/v/o/gate/up/down; B drawn at random so the adapter changes the logits) on the checkpoint and writes
+      every projection: q/k/v/o/gate/up/down, Phi-3's qkv/o/gate_up/down; B drawn at random so the adapter
+      changes the logits) on the checkpoint and writes
       <name>/lora/adapter/ (peft's save_pretrained) and <name>/lora/expected.safetensors: input_ids, logits
       and grad.<peft tensor name> of every lora_A / lora_B for the mean next-token cross-entropy (base frozen),
       plus <name>/lora/expected.json with the loss.
@@ -72,6 +75,10 @@ from transformers import (
 )
 
 B, T = 2, 12
+# Fixtures whose batch is not [B, T]: family-phi3-longrope runs one sequence past its original length (64).
+BATCH = {"family-phi3-longrope": (1, 100)}
+# family-phi3-longrope: a cached greedy decode from a 60-token prompt to 100 tokens (GENERATE).
+GENERATE = {"family-phi3-longrope": (60, 40)}
 ADAMW = {"lr": 5e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weightDecay": 0.1, "maxGradNorm": 1.0, "steps": 10}
 
 
@@ -176,12 +183,24 @@ def family_models():
         rope_theta=10000.0, rope_scaling=None, sliding_window=16, tie_word_embeddings=False, bos_token_id=1,
         eos_token_id=132, pad_token_id=132, attn_implementation="eager",
     )
+    # Phi-3.5's shape with original_max_position_embeddings 64, run on 100 tokens (BATCH): past the original
+    # length transformers takes the long factors for every position of the sequence.
+    phi3_long = Phi3Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+        vocab_size=140, max_position_embeddings=1024, original_max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.25, 1.75, 2.5][:half],
+                      "long_factor": [1.5, 3.0, 9.0, 24.0][:half]},
+        sliding_window=2048, tie_word_embeddings=False, bos_token_id=1, eos_token_id=132, pad_token_id=132,
+        attn_implementation="eager",
+    )
     return [
         ("family-qwen2.5", Qwen2ForCausalLM, qwen25),
         ("family-qwen3", Qwen3ForCausalLM, qwen3),
         ("family-llama3.2", LlamaForCausalLM, llama32),
         ("family-phi3.5", Phi3ForCausalLM, phi35),
         ("family-phi3-4k", Phi3ForCausalLM, phi3_4k),
+        ("family-phi3-longrope", Phi3ForCausalLM, phi3_long),
     ]
 
 
@@ -218,7 +237,9 @@ def build(out_root, only=None):
             shutil.rmtree(out)
         ckpt = os.path.join(out, "checkpoint")
         model.save_pretrained(ckpt, safe_serialization=True)
-        ids = torch.randint(0, cfg.vocab_size, (B, T), generator=gen)
+        ids = torch.randint(0, cfg.vocab_size, BATCH.get(name, (B, T)), generator=gen)
+        if name in GENERATE:
+            greedy_decode(model, ids[0, :GENERATE[name][0]], GENERATE[name][1], os.path.join(out, "generate.safetensors"))
 
         logits, loss = mean_ce(model, ids)
         model.zero_grad()
@@ -256,7 +277,7 @@ def build(out_root, only=None):
                     "model": name,
                     "transformers": __import__("transformers").__version__,
                     "torch": torch.__version__,
-                    "batch": [B, T],
+                    "batch": list(ids.shape),
                     "loss": loss.item(),
                     "adamw": ADAMW,
                     "adamwLosses": losses,
@@ -270,20 +291,42 @@ def build(out_root, only=None):
         print(f"{name}: loss {loss.item():.6f}, after {ADAMW['steps']} AdamW steps {final_loss.item():.6f} -> {out}")
 
 
-LORA_FIXTURES = ["family-qwen2.5", "family-qwen3"]
-LORA = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+def greedy_decode(model, prompt, steps, path):
+    """transformers' generate (greedy, no stopping token) from `prompt`, one cached step per token; writes the
+    prompt, the tokens and each step's logits. Each forward picks its RoPE frequencies by its own largest
+    position, so with longrope the keys cached before a sequence outgrows original_max_position_embeddings
+    keep the short factors' rotation."""
+    with torch.no_grad():
+        out = model.generate(
+            prompt.unsqueeze(0), max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
+            output_logits=True, return_dict_in_generate=True, pad_token_id=model.config.pad_token_id)
+    tokens = out.sequences[0, prompt.numel():]
+    assert tokens.numel() == steps
+    logits = torch.cat([l.float() for l in out.logits], 0)
+    save_file({"prompt": prompt.float().contiguous(), "tokens": tokens.float().contiguous(), "logits": logits.contiguous()}, path)
 
 
-def lora(out_root):
+# Each fixture's LoRA target_modules: every projection, by the module names of its family (Phi-3's are fused).
+LORA_FIXTURES = {
+    "family-qwen2.5": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "family-qwen3": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "family-phi3.5": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+}
+LORA = {"r": 4, "lora_alpha": 8}
+
+
+def lora(out_root, only=None):
     from peft import LoraConfig, get_peft_model
 
-    for name in LORA_FIXTURES:
+    for name, modules in LORA_FIXTURES.items():
+        if only and name not in only:
+            continue
         base_dir = os.path.join(out_root, name)
         model = AutoModelForCausalLM.from_pretrained(
             os.path.join(base_dir, "checkpoint"), dtype=torch.float32, attn_implementation="eager")
         ids = load_file(os.path.join(base_dir, "expected.safetensors"))["input_ids"].long()
         torch.manual_seed(7)
-        peft_model = get_peft_model(model, LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", **LORA))
+        peft_model = get_peft_model(model, LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", target_modules=modules, **LORA))
         gen = torch.Generator().manual_seed(99)
         with torch.no_grad():
             for pname, p in peft_model.named_parameters():
@@ -309,7 +352,7 @@ def lora(out_root):
                 expected["grad." + pname.replace(".default", "")] = p.grad.detach().contiguous().clone()
         save_file(expected, os.path.join(out, "expected.safetensors"))
         with open(os.path.join(out, "expected.json"), "w") as f:
-            json.dump({"model": name, "peft": __import__("peft").__version__, "lora": LORA, "loss": loss.item()}, f, indent=1)
+            json.dump({"model": name, "peft": __import__("peft").__version__, "lora": {**LORA, "target_modules": modules}, "loss": loss.item()}, f, indent=1)
         print(f"{name}: LoRA loss {loss.item():.6f} -> {out}")
 
 
@@ -518,6 +561,7 @@ def main():
     b.add_argument("--only", nargs="*", help="build only these fixtures (names as in tiny_models)")
     b.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "models"))
     lo = sub.add_parser("lora", help="write the LoRA fixtures (needs peft)")
+    lo.add_argument("--only", nargs="*", help="write only these fixtures (names as in LORA_FIXTURES)")
     lo.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures", "models"))
     c = sub.add_parser("check", help="check a sinkflex-written checkpoint against transformers")
     c.add_argument("checkpoint")
@@ -537,7 +581,7 @@ def main():
     if a.cmd == "build":
         build(os.path.normpath(a.out), a.only)
     elif a.cmd == "lora":
-        lora(os.path.normpath(a.out))
+        lora(os.path.normpath(a.out), a.only)
     elif a.cmd == "chat-files":
         chat_files(a.sdist, os.path.normpath(a.out))
     elif a.cmd == "score":

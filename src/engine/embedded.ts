@@ -770,6 +770,13 @@ export class EmbeddedEngine implements Engine {
     const policy = this.pool.evictionPolicy;
     const piece = policy ? Math.min(cap, Math.max(policy.mask.window, this.pool.blockSize)) : cap;
     const pending = (s: EmbeddedSession) => s.length - s.cached;
+    for (const s of list) {
+      // longrope: a session that outgrows original_max_position_embeddings is recomputed whole with the long
+      // factors, as transformers' generate recomputes its cache there (docs/model.md, "Exactness limits").
+      const offset = this.model.rope.rowOffset(s.length);
+      if (s.cached > 0 && offset !== s.ropeOffset) s.invalidate();
+      s.ropeOffset = offset;
+    }
     const order = list.length > 1 ? [...list].sort((a, b) => pending(a) - pending(b)) : list;
     let batch: EmbeddedSession[] = [];
     let counts: number[] = [];
@@ -849,7 +856,7 @@ export class EmbeddedEngine implements Engine {
     if (this.stepLogits.length < R * V) this.stepLogits = new Float32Array(R * V);
     cachedForward(this.model, this.cachedWs, this.pool, {
       B, Tq: 0, newTokens, ids, positions, blockTable, maxBlocks, seqLens, logitRows, logits: this.stepLogits,
-      pinned: pinnedEntries(list, seqLens),
+      pinned: pinnedEntries(list, seqLens), ropeOffsets: Int32Array.from(list, (s) => s.ropeOffset),
     });
     this.stats.forwards++;
     if (M === B) {
@@ -952,6 +959,8 @@ export class EmbeddedSession implements EngineSession {
   /** @internal */ pinnedList: number[] = [];
   /** Cache entries computed (the first `cached` tokens). */
   /** @internal */ cached = 0;
+  /** The RoPE table offset its cached keys were rotated with (model/rope.ts: longrope's short or long factors). */
+  /** @internal */ ropeOffset = 0;
   /** Blocks of `blocks` that are EVICTED_BLOCK; every evicted block lies before `evictedTo`. */
   /** @internal */ evictedBlocks = 0;
   /** @internal */ evictedTo = 0;
@@ -1043,6 +1052,7 @@ export class EmbeddedSession implements EngineSession {
     child.blocks = [...this.blocks];
     for (const b of this.blocks) if (b !== EVICTED_BLOCK) this.engine.pool.retain(b);
     child.cached = this.cached;
+    child.ropeOffset = this.ropeOffset;
     child.evictedBlocks = this.evictedBlocks;
     child.evictedTo = this.evictedTo;
     if (this.logitsValid) {

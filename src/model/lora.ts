@@ -1,7 +1,11 @@
 /**
  * LoRA adapters: a rank-r update y = W x + (alpha / r) B A x on any of a decoder's q/k/v/o/gate/up/down
  * projections, with A [r, in] and B [out, r] in one flat Float32Array (the trainable parameters when an
- * engine trains an adapter: gradients and AdamW moments share this layout, not the model's).
+ * engine trains an adapter: gradients and AdamW moments share this layout, not the model's). The targets
+ * are the modules of the family's checkpoints as peft sees them: Phi-3's fused qkv_proj and gate_up_proj are
+ * one target each (one A; B's rows stacked as the fused weight's), which the engine, holding q/k/v and
+ * gate/up apart, runs as its parts: projection q gets B's first rows, k the next, and so on, all with the
+ * shared A (so A's gradient sums the parts').
  *
  * How the adapter runs: the engine keeps the base weights merged with the adapter (W + s B A, s = alpha / r)
  * in its parameter buffer, so sampling and scoring run at the base model's speed; `loraBackward` gives the
@@ -24,17 +28,30 @@ import { isAbsolute, join, resolve } from "node:path";
 import { Rng } from "../core/index.js";
 import type { Kernels } from "../kernels/index.js";
 import type { ModelConfig } from "./config-types.js";
+import { familyOf } from "./families/index.js";
+import type { LoraTargetName } from "./families/types.js";
 import type { LayerParams, ModelParams, WeightMatrix } from "./params.js";
 import { readSafetensors, writeSafetensors, type NamedTensor } from "./safetensors.js";
 
-/** The projections an adapter may target, by their short names. */
-export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
+/**
+ * The modules an adapter may target, by their short names (peft's module names without "_proj"); each family
+ * allows its own (`ModelFamily.loraTargets`: Phi-3's fused qkv and gate_up instead of q, k, v, gate, up).
+ */
+export const LORA_TARGETS = ["q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down"] as const satisfies readonly LoraTargetName[];
 export type LoraTarget = (typeof LORA_TARGETS)[number];
+
+/** The engine's projections (transformer.ts runs each as its own matrix). */
+export type LoraProjection = "q" | "k" | "v" | "o" | "gate" | "up" | "down";
+
+/** The projections a target covers, in the order a fused module stacks their rows. */
+const TARGET_PARTS: Record<LoraTarget, LoraProjection[]> = {
+  q: ["q"], k: ["k"], v: ["v"], qkv: ["q", "k", "v"], o: ["o"], gate: ["gate"], up: ["up"], gate_up: ["gate", "up"], down: ["down"],
+};
 
 /** Each target's module name in Hugging Face checkpoints (and peft's `target_modules`). */
 export const LORA_MODULES: Record<LoraTarget, string> = {
-  q: "self_attn.q_proj", k: "self_attn.k_proj", v: "self_attn.v_proj", o: "self_attn.o_proj",
-  gate: "mlp.gate_proj", up: "mlp.up_proj", down: "mlp.down_proj",
+  q: "self_attn.q_proj", k: "self_attn.k_proj", v: "self_attn.v_proj", qkv: "self_attn.qkv_proj", o: "self_attn.o_proj",
+  gate: "mlp.gate_proj", up: "mlp.up_proj", gate_up: "mlp.gate_up_proj", down: "mlp.down_proj",
 };
 
 export const ADAPTER_CONFIG_FILE = "adapter_config.json";
@@ -81,7 +98,7 @@ export function validateLoraConfig(raw: unknown, where = "model.lora"): LoraConf
   const alpha = o.alpha ?? rank;
   if (!(typeof alpha === "number" && Number.isFinite(alpha) && alpha > 0)) throw new LoraError(`${where}.alpha must be a number > 0 (got ${JSON.stringify(o.alpha)})`);
   if (!Array.isArray(o.targets) || o.targets.length === 0 || !o.targets.every((t) => typeof t === "string")) {
-    throw new LoraError(`${where}.targets must be a non-empty list of ${LORA_TARGETS.join(", ")}`);
+    throw new LoraError(`${where}.targets must be a non-empty list of ${LORA_TARGETS.join(", ")} (the model family's modules)`);
   }
   const set = new Set((o.targets as string[]).map(parseLoraTarget));
   const dropout = o.dropout ?? 0;
@@ -89,7 +106,7 @@ export function validateLoraConfig(raw: unknown, where = "model.lora"): LoraConf
   return { rank, alpha, targets: LORA_TARGETS.filter((t) => set.has(t)), dropout: 0 };
 }
 
-/** One adapted projection of one layer: where A [r, in] and B [out, r] sit in the adapter buffer. */
+/** One adapted module of one layer: where A [r, in] and B [out, r] sit in the adapter buffer. */
 export interface LoraEntry {
   layer: number;
   target: LoraTarget;
@@ -97,6 +114,8 @@ export interface LoraEntry {
   outDim: number;
   aOffset: number;
   bOffset: number;
+  /** The engine projections it covers: B's rows row .. row + rows - 1 update `projection` (one part unless fused). */
+  parts: { projection: LoraProjection; row: number; rows: number }[];
 }
 
 /** An adapter for one model: its config, layout and parameters (`data`: every A and B, flat). */
@@ -108,13 +127,13 @@ export interface LoraAdapter {
   scale: number;
 }
 
-/** [out, in] of a target projection. */
-export function targetShape(cfg: ModelConfig, t: LoraTarget): [number, number] {
+/** [out, in] of an engine projection. */
+function projectionShape(cfg: ModelConfig, p: LoraProjection): [number, number] {
   const C = cfg.hiddenSize;
   const Q = cfg.numHeads * cfg.headDim;
   const KV = cfg.numKvHeads * cfg.headDim;
   const F = cfg.intermediateSize;
-  switch (t) {
+  switch (p) {
     case "q": return [Q, C];
     case "k": case "v": return [KV, C];
     case "o": return [C, Q];
@@ -123,18 +142,40 @@ export function targetShape(cfg: ModelConfig, t: LoraTarget): [number, number] {
   }
 }
 
+/** [out, in] of a target module (a fused one stacks its parts' rows). */
+export function targetShape(cfg: ModelConfig, t: LoraTarget): [number, number] {
+  const shapes = TARGET_PARTS[t].map((p) => projectionShape(cfg, p));
+  return [shapes.reduce((n, [out]) => n + out, 0), shapes[0]![1]];
+}
+
+/** Refuses targets that are not modules of the model's family, naming the family's modules. */
+function checkFamilyTargets(cfg: ModelConfig, targets: readonly LoraTarget[]): void {
+  const family = familyOf(cfg.arch);
+  const bad = targets.filter((t) => !family.loraTargets.includes(t));
+  if (bad.length === 0) return;
+  const names = (ts: readonly string[]) => ts.map((t) => `${t}_proj`).join(", ");
+  throw new LoraError(
+    `LoRA target${bad.length > 1 ? "s" : ""} ${names(bad)} ${bad.length > 1 ? "are not modules" : "is not a module"} of ${family.label} models; ` +
+      `target among their modules: ${names(family.loraTargets)} (short names ${family.loraTargets.join(", ")})`,
+  );
+}
+
 /** The adapter's layout for a model: entries in layer order, then target order; returns the total floats. */
 export function loraLayout(cfg: ModelConfig, lora: LoraConfig): { entries: LoraEntry[]; total: number } {
-  if (cfg.arch === "phi3") {
-    throw new LoraError("LoRA on Phi-3 is not supported (its checkpoints fuse qkv_proj and gate_up_proj, which peft adapts as whole modules); use a Qwen2, Qwen3 or Llama model");
-  }
+  checkFamilyTargets(cfg, lora.targets);
   const r = lora.rank;
   const entries: LoraEntry[] = [];
   let offset = 0;
   for (let layer = 0; layer < cfg.numLayers; layer++) {
     for (const target of lora.targets) {
       const [outDim, inDim] = targetShape(cfg, target);
-      entries.push({ layer, target, inDim, outDim, aOffset: offset, bOffset: offset + r * inDim });
+      let row = 0;
+      const parts = TARGET_PARTS[target].map((projection) => {
+        const rows = projectionShape(cfg, projection)[0];
+        row += rows;
+        return { projection, row: row - rows, rows };
+      });
+      entries.push({ layer, target, inDim, outDim, aOffset: offset, bOffset: offset + r * inDim, parts });
       offset += r * (inDim + outDim);
     }
   }
@@ -143,6 +184,7 @@ export function loraLayout(cfg: ModelConfig, lora: LoraConfig): { entries: LoraE
 
 /** The number of trainable parameters of an adapter on a model. */
 export function loraParamCount(cfg: ModelConfig, lora: LoraConfig): number {
+  checkFamilyTargets(cfg, lora.targets);
   let n = 0;
   for (const t of lora.targets) {
     const [outDim, inDim] = targetShape(cfg, t);
@@ -174,9 +216,9 @@ export function loraViews(a: LoraAdapter, e: LoraEntry, buf: Float32Array = a.da
   return { A: buf.subarray(e.aOffset, e.aOffset + r * e.inDim), B: buf.subarray(e.bOffset, e.bOffset + e.outDim * r) };
 }
 
-/** The base weight [out, in] a target adapts, in a layer's parameter views. */
-export function targetWeight(layer: LayerParams, t: LoraTarget): WeightMatrix {
-  return layer[t];
+/** The base weight [out, in] of an engine projection, in a layer's parameter views. */
+export function projectionWeight(layer: LayerParams, p: LoraProjection): WeightMatrix {
+  return layer[p];
 }
 
 /** W += sign * (alpha / r) * B A for every adapted projection (sign -1 removes a merged adapter). */
@@ -184,10 +226,20 @@ export function mergeLora(k: Kernels, params: ModelParams, a: LoraAdapter, sign:
   const r = a.lora.rank;
   for (const e of a.entries) {
     const { A, B } = loraViews(a, e);
-    const W = targetWeight(params.layers[e.layer]!, e.target);
-    if (W instanceof Uint16Array) throw new LoraError("mergeLora: the weights are held in bf16 and cannot hold a merged adapter; run it beside them (Model.lora), or hold the weights in fp32");
-    k.sgemm(false, false, e.outDim, e.inDim, r, sign * a.scale, B, r, A, e.inDim, 1, W, e.inDim);
+    for (const part of e.parts) {
+      const W = projectionWeight(params.layers[e.layer]!, part.projection);
+      if (W instanceof Uint16Array) throw new LoraError("mergeLora: the weights are held in bf16 and cannot hold a merged adapter; run it beside them (Model.lora), or hold the weights in fp32");
+      const Bp = B.subarray(part.row * r, (part.row + part.rows) * r);
+      k.sgemm(false, false, part.rows, e.inDim, r, sign * a.scale, Bp, r, A, e.inDim, 1, W, e.inDim);
+    }
   }
+}
+
+/** One projection's share of an entry: the shared A [r, in] and its rows of B [rows, r] (of `buf`'s layout). */
+interface ProjectionLora {
+  entry: LoraEntry;
+  row: number;
+  rows: number;
 }
 
 /** An adapter's gradient buffer (its layout) and the [N, r] scratch of `loraBackward`. */
@@ -195,27 +247,37 @@ export class LoraGrads {
   readonly data: Float32Array;
   private u = new Float32Array(0);
   private g = new Float32Array(0);
-  /** entries by layer, then target */
-  private readonly byLayer: Map<LoraTarget, LoraEntry>[];
+  /** each layer's adapted projections (a fused target's parts each) */
+  private readonly byLayer: Map<LoraProjection, ProjectionLora>[];
 
   constructor(readonly adapter: LoraAdapter, layers: number) {
     this.data = new Float32Array(adapter.data.length);
     this.byLayer = Array.from({ length: layers }, () => new Map());
-    for (const e of adapter.entries) this.byLayer[e.layer]!.set(e.target, e);
+    for (const e of adapter.entries) {
+      for (const p of e.parts) this.byLayer[e.layer]!.set(p.projection, { entry: e, row: p.row, rows: p.rows });
+    }
+  }
+
+  /** A [r, in] and this projection's rows of B [rows, r], in the adapter's data or a buffer of its layout. */
+  private views(pl: ProjectionLora, buf: Float32Array): { A: Float32Array; B: Float32Array } {
+    const r = this.adapter.lora.rank;
+    const { A, B } = loraViews(this.adapter, pl.entry, buf);
+    return { A, B: B.subarray(pl.row * r, (pl.row + pl.rows) * r) };
   }
 
   /**
-   * The adapter beside the weights: y [N, out] += s (x A^T) B^T for `target` in `layer` (when adapted),
+   * The adapter beside the weights: y [N, out] += s (x A^T) B^T for `projection` in `layer` (when adapted),
    * x [N, in] the projection's input.
    */
-  forward(k: Kernels, layer: number, target: LoraTarget, N: number, x: Float32Array, y: Float32Array): void {
-    const e = this.byLayer[layer]?.get(target);
-    if (!e) return;
+  forward(k: Kernels, layer: number, projection: LoraProjection, N: number, x: Float32Array, y: Float32Array): void {
+    const pl = this.byLayer[layer]?.get(projection);
+    if (!pl) return;
     const r = this.adapter.lora.rank;
+    const inDim = pl.entry.inDim;
     this.ensure(N);
-    const { A, B } = loraViews(this.adapter, e);
-    k.sgemm(false, true, N, r, e.inDim, 1, x, e.inDim, A, e.inDim, 0, this.u, r);
-    k.sgemm(false, true, N, e.outDim, r, this.adapter.scale, this.u, r, B, r, 1, y, e.outDim);
+    const { A, B } = this.views(pl, this.adapter.data);
+    k.sgemm(false, true, N, r, inDim, 1, x, inDim, A, inDim, 0, this.u, r);
+    k.sgemm(false, true, N, pl.rows, r, this.adapter.scale, this.u, r, B, r, 1, y, pl.rows);
   }
 
   private ensure(N: number): void {
@@ -227,24 +289,27 @@ export class LoraGrads {
   }
 
   /**
-   * Accumulates the gradients of A and B of `target` in `layer` (when adapted) from the projection's input
-   * x [N, in] and output gradient dY [N, out]: with u = x A^T, dB += s dY^T u and dA += s (dY B)^T x. With
-   * the adapter merged into the weights (W + s B A) the input gradient needs no term here; with it beside
-   * them, pass the input gradient dX [N, in] and s (dY B) A is added to it.
+   * Accumulates the gradients of A and B of `projection` in `layer` (when adapted) from the projection's
+   * input x [N, in] and output gradient dY [N, out]: with u = x A^T, dB += s dY^T u and dA += s (dY B)^T x
+   * (B, dB: the projection's rows; a fused target's A gathers every part's term). With the adapter merged
+   * into the weights (W + s B A) the input gradient needs no term here; with it beside them, pass the input
+   * gradient dX [N, in] and s (dY B) A is added to it.
    */
-  backward(k: Kernels, layer: number, target: LoraTarget, N: number, x: Float32Array, dY: Float32Array, dX: Float32Array | null = null): void {
-    const e = this.byLayer[layer]?.get(target);
-    if (!e) return;
+  backward(k: Kernels, layer: number, projection: LoraProjection, N: number, x: Float32Array, dY: Float32Array, dX: Float32Array | null = null): void {
+    const pl = this.byLayer[layer]?.get(projection);
+    if (!pl) return;
     const r = this.adapter.lora.rank;
     const s = this.adapter.scale;
+    const inDim = pl.entry.inDim;
+    const out = pl.rows;
     this.ensure(N);
-    const { A, B } = loraViews(this.adapter, e);
-    const { A: dA, B: dB } = loraViews(this.adapter, e, this.data);
-    k.sgemm(false, true, N, r, e.inDim, 1, x, e.inDim, A, e.inDim, 0, this.u, r);
-    k.sgemm(true, false, e.outDim, r, N, s, dY, e.outDim, this.u, r, 1, dB, r);
-    k.sgemm(false, false, N, r, e.outDim, 1, dY, e.outDim, B, r, 0, this.g, r);
-    k.sgemm(true, false, r, e.inDim, N, s, this.g, r, x, e.inDim, 1, dA, e.inDim);
-    if (dX) k.sgemm(false, false, N, e.inDim, r, s, this.g, r, A, e.inDim, 1, dX, e.inDim);
+    const { A, B } = this.views(pl, this.adapter.data);
+    const { A: dA, B: dB } = this.views(pl, this.data);
+    k.sgemm(false, true, N, r, inDim, 1, x, inDim, A, inDim, 0, this.u, r);
+    k.sgemm(true, false, out, r, N, s, dY, out, this.u, r, 1, dB, r);
+    k.sgemm(false, false, N, r, out, 1, dY, out, B, r, 0, this.g, r);
+    k.sgemm(true, false, r, inDim, N, s, this.g, r, x, inDim, 1, dA, inDim);
+    if (dX) k.sgemm(false, false, N, inDim, r, s, this.g, r, A, inDim, 1, dX, inDim);
   }
 }
 

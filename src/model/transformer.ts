@@ -21,7 +21,7 @@
 import { documentPositions, SHARED_DOC, type AttentionMask, type CachedPinned, type Kernels, type SinkWindow } from "../kernels/index.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
-import type { LoraGrads, LoraTarget } from "./lora.js";
+import type { LoraGrads, LoraProjection } from "./lora.js";
 import { hasQkNorm, type ModelParams, type WeightMatrix } from "./params.js";
 import { RopeTable } from "./rope.js";
 
@@ -204,6 +204,8 @@ export class TrainWorkspace {
   layers: LayerActs[] = [];
   /** Tokens each slot of `layers` holds. */
   layerCapacity = 0;
+  /** [N] the RoPE table row of each token of the last forward's batch (RopeTable.rowsOf). */
+  ropeRows: Int32Array = new Int32Array(0);
   /** Whether the last forward kept only the layers' inputs (activation checkpointing). */
   checkpointed = false;
   /** Whether the last forward was run for a backward (`trainBackward` refuses to follow one that was not). */
@@ -393,8 +395,8 @@ function layerForward(m: Model, ws: TrainWorkspace, b: PackedBatch, lay: BatchLa
   }
   linear(k, N, KV, C, a.ln1, W.v, W.vBias, a.v);
   lora?.forward(k, l, "v", N, a.ln1, a.v);
-  k.ropeForward(N, H, D, b.positions, cos, sin, a.q);
-  k.ropeForward(N, KVH, D, b.positions, cos, sin, a.k);
+  k.ropeForward(N, H, D, ws.ropeRows, cos, sin, a.q);
+  k.ropeForward(N, KVH, D, ws.ropeRows, cos, sin, a.k);
   for (const g of groups) {
     const n = g.B * g.T;
     k.attentionForward(
@@ -431,9 +433,7 @@ export function trainForward(m: Model, ws: TrainWorkspace, b: PackedBatch, withB
   ws.ensure(N, withBackward, checkpoint ? 1 : cfg.numLayers, checkpoint && withBackward);
   ws.checkpointed = checkpoint;
   ws.forBackward = withBackward;
-  let maxPos = 0;
-  for (let i = 0; i < b.lengths.length; i++) maxPos = Math.max(maxPos, b.lengths[i]!);
-  m.rope.ensure(maxPos);
+  ws.ropeRows = m.rope.rowsOf(b.positions, [...b.starts, N]);
   const lay: BatchLayout = { groups: attentionGroups(b), scale: 1 / Math.sqrt(cfg.headDim) };
 
   embedRows(k, N, C, V, b.ids, P.embed, ws.resid[0]!);
@@ -573,8 +573,8 @@ export function trainBackward(m: Model, ws: TrainWorkspace, b: PackedBatch, dLog
         ws.dQ.subarray(g.start * Q), ws.dK.subarray(g.start * KV), ws.dV.subarray(g.start * KV), dW ? dW.sinks : W.sinks && scratch,
       );
     }
-    k.ropeBackward(N, H, D, b.positions, cos, sin, ws.dQ);
-    k.ropeBackward(N, KVH, D, b.positions, cos, sin, ws.dK);
+    k.ropeBackward(N, H, D, ws.ropeRows, cos, sin, ws.dQ);
+    k.ropeBackward(N, KVH, D, ws.ropeRows, cos, sin, ws.dK);
     // dQp / dKp: gradients of the q / k projections (before Qwen3's per-head norm, if any)
     let dQp = ws.dQ;
     let dKp = ws.dK;
@@ -680,6 +680,14 @@ export interface CachedStep {
   logits: Float32Array;
   /** Pinned cache entries of each sequence (kept by every later query, like sink slots); absent = none. */
   pinned?: CachedPinned;
+  /**
+   * [B] each sequence's RoPE table offset (RopeTable.rowOffset; under longrope it says short or long
+   * factors), the same for every piece of a sequence: its cached keys were rotated with it. Absent = each
+   * sequence's new rows take the offset of their largest position + 1 (right for a whole sequence in one
+   * call; a caller that computes a longrope sequence in pieces keeps the offset of its full length, and
+   * recomputes the sequence when that changes, as transformers' generate recomputes its cache).
+   */
+  ropeOffsets?: Int32Array;
 }
 
 /**
@@ -715,9 +723,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   const R = step.logitRows.length;
   const lastRows = R < M ? lastRowsOf(step.logitRows, rowStart) : null;
   ws.ensure(M);
-  let maxPos = 0;
-  for (let i = 0; i < M; i++) maxPos = Math.max(maxPos, step.positions[i]! + 1);
-  m.rope.ensure(maxPos);
+  const ropeRows = m.rope.rowsOf(step.positions, rowStart, step.ropeOffsets);
   const { cos, sin } = m.rope;
   const bs = kv.blockSize;
   const scale = 1 / Math.sqrt(D);
@@ -732,7 +738,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   const lora = m.lora;
   const proj = (
     rows: number, outDim: number, inDim: number, xin: Float32Array, W: WeightMatrix, bias: Float32Array | null, y: Float32Array, beta: 0 | 1,
-    layer = -1, target?: LoraTarget,
+    layer = -1, target?: LoraProjection,
   ) => {
     if (rows === 0) return;
     if (W instanceof Uint16Array) k.gemmW16(true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
@@ -746,7 +752,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   // Rows the queries, attention and MLP of a layer run on: every new row, or in the last layer (when
   // `lastRows`) only the logit rows, moved to the front.
   let Mq = M;
-  let qPositions = step.positions;
+  let qRopeRows = ropeRows;
   let qRuns = runs;
   let qTable = step.blockTable;
   let qLens = step.seqLens;
@@ -762,7 +768,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
       proj(M, KVD, C, ws.ln, W.k, W.kBias, ws.k, 0, l, "k");
     }
     proj(M, KVD, C, ws.ln, W.v, W.vBias, ws.v, 0, l, "v");
-    k.ropeForward(M, KVH, D, step.positions, cos, sin, ws.k);
+    k.ropeForward(M, KVH, D, ropeRows, cos, sin, ws.k);
     const kc = kv.kCache[l]!;
     const vc = kv.vCache[l]!;
     for (let b = 0; b < B; b++) {
@@ -784,7 +790,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
     if (l === L - 1 && lastRows) {
       // only the logit rows go on: their hidden states and norms to the front, one query each
       Mq = R;
-      qPositions = new Int32Array(R);
+      qRopeRows = new Int32Array(R);
       qTable = new Int32Array(R * step.maxBlocks);
       qLens = new Int32Array(R);
       for (let r = 0; r < R; r++) {
@@ -794,7 +800,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
           x.copyWithin(r * C, row * C, row * C + C);
           ws.ln.copyWithin(r * C, row * C, row * C + C);
         }
-        qPositions[r] = step.positions[row]!;
+        qRopeRows[r] = ropeRows[row]!;
         qTable.set(step.blockTable.subarray(b * step.maxBlocks, (b + 1) * step.maxBlocks), r * step.maxBlocks);
         qLens[r] = step.seqLens[b]!;
       }
@@ -811,7 +817,7 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
     } else {
       proj(Mq, Q, C, ws.ln, W.q, W.qBias, ws.q, 0, l, "q");
     }
-    k.ropeForward(Mq, H, D, qPositions, cos, sin, ws.q);
+    k.ropeForward(Mq, H, D, qRopeRows, cos, sin, ws.q);
     for (const run of qRuns) {
       k.attentionCached(
         { B: run.B, Tq: run.Tq, H, KVH, D, scale, blockSize: bs, maxBlocks: step.maxBlocks },

@@ -23,7 +23,8 @@ import { qwen3TokenizerDir } from "../../src/model/tokenizer.js";
 import { FIXTURES, kernelSets, loadFixture } from "./fixtures.js";
 
 const kernels = await kernelSets();
-const FAMILY_FIXTURES = ["family-qwen2.5", "family-qwen3", "family-llama3.2", "family-phi3.5", "family-phi3-4k"];
+// family-phi3-longrope: a 100-token sequence past its longrope original length (64), on the long factors.
+const FAMILY_FIXTURES = ["family-qwen2.5", "family-qwen3", "family-llama3.2", "family-phi3.5", "family-phi3-4k", "family-phi3-longrope"];
 
 describe.each(kernels.map((k) => [k.name, k] as const))("published families vs transformers on %s kernels", (_n, k) => {
   it.each(FAMILY_FIXTURES)("%s: loads unchanged; logits, loss and every gradient match", (name) => {
@@ -148,16 +149,19 @@ describe("Phi-3 checkpoints", () => {
     }
   });
 
-  it("run exactly up to the sliding window and the longrope original length, and refuse past them", () => {
+  it("run exactly up to the sliding window and refuse past it; longrope runs past its original length", () => {
     const k = kernels[0]!;
-    for (const [name, limit, why] of [["family-phi3-4k", 16, /sliding_window \(16\)/], ["family-phi3.5", 32, /original_max_position_embeddings \(32\)/]] as const) {
-      const ck = loadCheckpoint(join(FIXTURES, name, "checkpoint"));
-      const model = buildModel(ck, k);
-      const ws = new TrainWorkspace(ck.cfg);
-      const seq = (n: number) => Array.from({ length: n }, (_, i) => (i * 7) % 100);
-      trainForward(model, ws, packSequences([seq(limit)]));
-      expect(() => trainForward(model, ws, packSequences([seq(limit + 1)]))).toThrow(why);
-    }
+    const seq = (n: number) => Array.from({ length: n }, (_, i) => (i * 7) % 100);
+    const ck = loadCheckpoint(join(FIXTURES, "family-phi3-4k", "checkpoint"));
+    const model = buildModel(ck, k);
+    const ws = new TrainWorkspace(ck.cfg);
+    trainForward(model, ws, packSequences([seq(16)]));
+    expect(() => trainForward(model, ws, packSequences([seq(17)]))).toThrow(/sliding_window \(16\)/);
+    // family-phi3.5: original_max_position_embeddings 32; past it the long factors (phi3-longrope.test.ts checks them)
+    const ck35 = loadCheckpoint(join(FIXTURES, "family-phi3.5", "checkpoint"));
+    const ws35 = new TrainWorkspace(ck35.cfg);
+    trainForward(buildModel(ck35, k), ws35, packSequences([seq(33)]));
+    expect(Number.isFinite(ws35.logprob[0])).toBe(true);
   });
 });
 

@@ -19,6 +19,7 @@ export const llamaFamily: ModelFamily = {
   ropeScalings: ["none", "linear", "llama3"],
   qkNorm: false,
   oBiasWithQkv: true,
+  loraTargets: ["q", "k", "v", "o", "gate", "up", "down"],
   readConfig(raw) {
     return { qkvBias: raw.attention_bias === true, slidingWindow: null };
   },

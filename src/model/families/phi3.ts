@@ -4,11 +4,11 @@
  * and gate/up at load and fused back at save; no biases; untied embeddings; a padded vocab (32064 rows
  * for 32011 ids); `longrope` (formerly `su`) RoPE scaling with short and long factors; a sliding window.
  *
- * What the engine computes exactly, and what it refuses: longrope is exact up to
- * `original_max_position_embeddings` positions (transformers switches to the long factors only past it,
- * which the engine does not do yet), and a sliding window is exact while a sequence fits in it (no key is
- * masked yet). Past either limit the RoPE table (../rope.ts) refuses the position with a message saying
- * so, rather than compute something else.
+ * What the engine computes exactly, and what it refuses: longrope as transformers computes it, the short
+ * factors for a sequence of up to `original_max_position_embeddings` tokens and the long factors at every
+ * position of a longer one (../rope.ts); a sliding window is exact while a sequence fits in it (no key is
+ * masked yet), and past it the RoPE table refuses the position with a message saying so. LoRA adapts the
+ * fused modules whole, as peft does (../lora.ts).
  *
  * This file declares the family; the decoder math is ../transformer.ts.
  */
@@ -50,6 +50,8 @@ export const phi3Family: ModelFamily = {
   ropeScalings: ["none", "linear", "longrope"],
   qkNorm: false,
   oBiasWithQkv: false,
+  // peft adapts the fused modules whole: one A, B rows stacked as the weight's (q, k, v / gate, up).
+  loraTargets: ["qkv", "o", "gate_up", "down"],
   readConfig(raw, src) {
     if (raw.attention_bias === true) {
       throw new ModelConfigError(`${src}: attention_bias=true is not supported for Phi-3 (its qkv_proj has no bias); set it to false`);

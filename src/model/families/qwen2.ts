@@ -21,6 +21,7 @@ export const qwen2Family: ModelFamily = {
   ropeScalings: ["none", "linear", "llama3"],
   qkNorm: false,
   oBiasWithQkv: false,
+  loraTargets: ["q", "k", "v", "o", "gate", "up", "down"],
   readConfig(raw, src) {
     if (raw.use_sliding_window === true) {
       throw new ModelConfigError(

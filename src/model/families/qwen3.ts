@@ -19,6 +19,7 @@ export const qwen3Family: ModelFamily = {
   ropeScalings: ["none", "linear", "llama3"],
   qkNorm: true,
   oBiasWithQkv: true,
+  loraTargets: ["q", "k", "v", "o", "gate", "up", "down"],
   readConfig(raw, src) {
     if (raw.use_sliding_window === true) {
       throw new ModelConfigError(

@@ -22,6 +22,12 @@ export interface FamilyConfigPart {
   slidingWindow: number | null;
 }
 
+/**
+ * A module a LoRA adapter may target, by peft's module name without "_proj" (../lora.ts): the engine's
+ * projections, or Phi-3's fused qkv_proj / gate_up_proj.
+ */
+export type LoraTargetName = "q" | "k" | "v" | "qkv" | "o" | "gate" | "up" | "gate_up" | "down";
+
 /** A tensor as a family's checkpoints store it. */
 export interface StoredTensor {
   name: string;
@@ -47,6 +53,8 @@ export interface ModelFamily {
   qkNorm: boolean;
   /** With `qkvBias`, o_proj has a bias too. */
   oBiasWithQkv: boolean;
+  /** The modules a LoRA adapter may target, as peft names them in this family's models (fused ones whole). */
+  loraTargets: readonly LoraTargetName[];
   /** Reads the family-specific fields; `src` names the file in errors. */
   readConfig(raw: Record<string, unknown>, src: string): FamilyConfigPart;
   /** The family-specific keys of a config.json transformers loads (architectures, model_type, ...). */
