@@ -17,7 +17,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
 import { ATTENTION_INITS, TOOL_FORMATS } from "../model/index.js";
-import { LORA_TARGETS } from "../engine/index.js";
+import { LORA_TARGETS, type LoraTarget } from "../engine/index.js";
 import { ATTENTION_MODES, WEIGHT_DTYPES } from "../model/index.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/index.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/index.js";
@@ -198,7 +198,10 @@ const ModelSection = z
       .object({
         rank: positiveInt.max(4096, atMost(4096)),
         alpha: z.number().positive().optional(),
-        targets: z.array(z.enum(LORA_TARGETS)).min(1, "list at least one of q, k, v, o, gate, up, down"),
+        // short names or the module names (q or q_proj; Phi-3's fused qkv_proj and gate_up_proj)
+        targets: z
+          .array(z.enum([...LORA_TARGETS, ...LORA_TARGETS.map((t) => `${t}_proj` as const)]).transform((t) => t.replace(/_proj$/, "") as LoraTarget))
+          .min(1, `list at least one of ${LORA_TARGETS.join(", ")} (the model family's modules)`),
         dropout: z.literal(0, "only 0 (LoRA dropout is not implemented)").default(0),
       })
       .strict()

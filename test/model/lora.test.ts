@@ -23,6 +23,7 @@ import { bindParams } from "../../src/model/params.js";
 import { readSafetensors, writeSafetensors } from "../../src/model/safetensors.js";
 import { packSequences, trainBackward, trainForward, TrainWorkspace } from "../../src/model/transformer.js";
 import { EmbeddedEngine } from "../../src/engine/embedded.js";
+import { validateConfig } from "../../src/pipeline/config.js";
 import { referenceKernels } from "../../src/kernels/index.js";
 import { FIXTURES, kernelSets, loadFixture } from "./fixtures.js";
 
@@ -213,6 +214,13 @@ describe("LoRA in the engine", () => {
 
 describe("LoRA on Phi-3's fused modules in the engine", () => {
   const name = "family-phi3.5";
+
+  it("a run config's model.lora.targets takes Phi-3's module names (or short names) and refuses unknown ones", () => {
+    const run = (targets: string[]) => validateConfig({ suites: [{ env: "sinkflex/arith-v0" }], model: { checkpoint: "ckpt", lora: { rank: 4, targets } } });
+    expect(run(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]).model.lora!.targets).toEqual(["qkv", "o", "gate_up", "down"]);
+    expect(run(["qkv", "gate_up"]).model.lora!.targets).toEqual(["qkv", "gate_up"]);
+    expect(() => run(["qkvo_proj"])).toThrow(/model\.lora\.targets\.0/);
+  });
 
   it("an adapter trained on qkv_proj, o_proj, gate_up_proj, down_proj saves as peft's and loads in peft with the same logits", (ctx) => {
     const fx = loadFixture(name);
