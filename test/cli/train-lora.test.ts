@@ -89,7 +89,7 @@ describe("sinkflex train with model.lora", () => {
     expect(() => validateConfig({ ...cfg, model: { init: {}, lora: LORA } })).toThrow(/model.lora trains an adapter on a pretrained model: set model.checkpoint/);
     expect(validateConfig({ ...cfg, engine: { backend: "torch" } }).model.lora).toMatchObject({ rank: 4 }); // peft in the worker
     expect(() => validateConfig({ ...cfg, model: { ...cfg.model, dtype: "bf16" }, engine: { backend: "torch" } })).toThrow(/model\.dtype: holds the embedded engine's weights in bf16/);
-    expect(() => validateConfig({ ...cfg, model: { checkpoint: "/x", lora: { ...LORA, targets: ["qkv"] } } })).toThrow(ConfigError);
+    expect(() => validateConfig({ ...cfg, model: { checkpoint: "/x", lora: { ...LORA, targets: ["qk"] } } })).toThrow(ConfigError);
     // validation does not need the checkpoint folder to exist
     expect(validateConfig(cfg).model.lora).toMatchObject({ rank: 4, dropout: 0 });
   });
