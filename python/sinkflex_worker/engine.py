@@ -125,6 +125,30 @@ def _logits_kwargs(model) -> dict:
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
+@contextlib.contextmanager
+def _replaced_folder(directory: str):
+    """Yields a new folder beside `directory`; when the block ends without an error it replaces
+    `directory` at once (a crash mid-save leaves the old folder whole), otherwise it is removed."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
+    try:
+        yield tmp
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _copy_tokenizer_files(source: str, target: str) -> None:
+    """The checkpoint's tokenizer and template files, copied from `source` into `target`."""
+    for name in os.listdir(source):
+        if TOKENIZER_FILE.match(name):
+            shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+
+
 class TorchEngine:
     def __init__(self, device: str = "cpu", autocast: Optional[str] = None, dist=None, attention_kernel: str = "auto"):
         self.device = torch.device(device)
@@ -335,10 +359,7 @@ class TorchEngine:
             full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             if self.dist.rank != 0:
                 return
-        parent = os.path.dirname(os.path.abspath(directory))
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
-        try:
+        with _replaced_folder(directory) as tmp:
             if full is not None:
                 model.save_pretrained(tmp, state_dict=full, safe_serialization=True)
             else:
@@ -354,35 +375,16 @@ class TorchEngine:
                 with open(os.path.join(tmp, SINK_PROFILE_FILE), "w") as f:
                     json.dump(self.sink_profile, f, indent=2)
             if self.source_dir and os.path.isdir(self.source_dir):
-                for name in os.listdir(self.source_dir):
-                    if TOKENIZER_FILE.match(name):
-                        shutil.copyfile(os.path.join(self.source_dir, name), os.path.join(tmp, name))
-            if os.path.exists(directory):
-                shutil.rmtree(directory)
-            os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+                _copy_tokenizer_files(self.source_dir, tmp)
 
     def _save_adapter(self, directory: str, optimizer: bool) -> None:
         """The adapter alone, in the embedded engine's PEFT files (lora.py), with the base's tokenizer files."""
-        parent = os.path.dirname(os.path.abspath(directory))
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".sinkflex-save-", dir=parent)
-        try:
+        with _replaced_folder(directory) as tmp:
             meta = {"policyVersion": self.policy_version, "optimizerStep": self.optimizer_step}
             lora_files.save(self.model, self.lora, tmp, os.path.abspath(self.lora_base), meta)
             if optimizer and self.optimizer is not None:
                 torch.save({"state": self._optimizer_state(), "step": self.optimizer_step}, os.path.join(tmp, OPTIMIZER_FILE))
-            for name in os.listdir(self.lora_base):
-                if TOKENIZER_FILE.match(name):
-                    shutil.copyfile(os.path.join(self.lora_base, name), os.path.join(tmp, name))
-            if os.path.exists(directory):
-                shutil.rmtree(directory)
-            os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            _copy_tokenizer_files(self.lora_base, tmp)
 
     # ---- sessions ---------------------------------------------------------------------------------------
 
