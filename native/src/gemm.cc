@@ -932,6 +932,9 @@ void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const
     tasks = std::min(tasks, M);
     parallelFor(tasks, [&](int t) {
       int i0 = static_cast<int>(static_cast<long>(M) * t / tasks), i1 = static_cast<int>(static_cast<long>(M) * (t + 1) / tasks);
+#if defined(__aarch64__)
+      if (simdLevel() == Simd::Neon) return gemvRowsNeon(i0, i1, N, alpha, A, lda, x, beta, y);  // gemm_neon.cc
+#endif
       gemvRows(i0, i1, N, alpha, A, lda, x, beta, y);
     });
   } else {

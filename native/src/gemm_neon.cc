@@ -1,5 +1,6 @@
 // The fp32 GEMM's NEON code for AArch64 (Apple Silicon, Graviton): an 8 x 12 register-blocked micro-kernel,
-// the packing of A into its 8-row slivers and the 4 x 4 transposes that pack a B stored transposed. NEON
+// the packing of A into its 8-row slivers, the 4 x 4 transposes that pack a B stored transposed, and the
+// row dot products of sgemv (y = A x). NEON
 // is part of every AArch64 CPU, so there is no run-time check: gemm.cc's driver (blocking, the rest of the
 // packing, threads) picks these when simdLevel() is Neon.
 // The kernel holds the 8 x 12 tile of C in 24 of the 32 q registers; each step of depth loads three vectors
@@ -149,6 +150,25 @@ int packANeon(const GemmArgs& g, int i0, int mc, int p0, int kc, float* Ap) {
     packRows4Neon(src + 4 * lda, lda, kc, g.alpha, dst + 4, kNeonMR);
   }
   return full;
+}
+
+void gemvRowsNeon(int i0, int i1, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y) {
+  for (int i = i0; i < i1; i++) {
+    const float* a = A + static_cast<size_t>(i) * lda;
+    // four independent sums, so that each FMA need not wait for the one before it
+    float32x4_t s0 = vdupq_n_f32(0.f), s1 = s0, s2 = s0, s3 = s0;
+    int j = 0;
+    for (; j + 16 <= N; j += 16) {
+      s0 = vfmaq_f32(s0, vld1q_f32(a + j), vld1q_f32(x + j));
+      s1 = vfmaq_f32(s1, vld1q_f32(a + j + 4), vld1q_f32(x + j + 4));
+      s2 = vfmaq_f32(s2, vld1q_f32(a + j + 8), vld1q_f32(x + j + 8));
+      s3 = vfmaq_f32(s3, vld1q_f32(a + j + 12), vld1q_f32(x + j + 12));
+    }
+    for (; j + 4 <= N; j += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + j), vld1q_f32(x + j));
+    float s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; j < N; j++) s += a[j] * x[j];
+    y[i] = beta == 0.f ? alpha * s : alpha * s + beta * y[i];
+  }
 }
 
 }  // namespace sfx

@@ -1,10 +1,10 @@
 // A check of the native kernels built for AArch64 (the NEON ones), run under qemu-user by
-// test/kernels/arm64-build.test.ts: sgemm, sgemmSerial, sgemmPacked and gemmW16 against a plain loop in
-// double precision, over shapes that reach every edge of the 8 x 12 micro-kernel (1 to 9 rows, columns
-// around multiples of 12, depth past one cache block), all transposes, alpha, beta 0 / 1 / other and row
-// strides; and decoding attention (attentionCached, one new token) over a paged cache. Prints one JSON line
-// {"simd", "products", "worst"} and exits 1 when a result is off. Not the reference
-// comparison of the addon (test/kernels/native.test.ts), which needs an arm64 Node.
+// test/kernels/arm64-build.test.ts: sgemm, sgemmSerial, sgemmPacked, sgemv and gemmW16 against a plain
+// loop in double precision, over shapes that reach every edge of the 8 x 12 micro-kernel (1 to 9 rows,
+// columns around multiples of 12, depth past one cache block), all transposes, alpha, beta 0 / 1 / other
+// and row strides; and decoding attention (attentionCached, one new token) over a paged cache. Prints one
+// JSON line {"simd", "products", "worst"} and exits 1 when a result is off. Not the reference comparison
+// of the addon (test/kernels/native.test.ts), which needs an arm64 Node.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -71,6 +71,18 @@ void checkSgemm(int M, int N, int K, bool ta, bool tb, float alpha, float beta, 
   expectProduct(serial ? "sgemmSerial" : "sgemm", M, N, K, alpha, beta, C0, C, ldc,
                 [&](int i, int p) { return ta ? A[static_cast<size_t>(p) * lda + i] : A[static_cast<size_t>(i) * lda + p]; },
                 [&](int p, int j) { return tb ? B[static_cast<size_t>(j) * ldb + p] : B[static_cast<size_t>(p) * ldb + j]; });
+}
+
+// y = alpha op(A) x + beta y, A [M, N] with row stride lda (trans: y = alpha A^T x + beta y).
+void checkSgemv(int M, int N, bool trans, float alpha, float beta) {
+  const int lda = N + 3, ny = trans ? N : M, nx = trans ? M : N;
+  const auto A = randoms(static_cast<size_t>(M) * lda), x = randoms(static_cast<size_t>(nx));
+  const auto y0 = randoms(static_cast<size_t>(ny));
+  auto y = y0;
+  sfx::sgemv(trans, M, N, alpha, A.data(), lda, x.data(), beta, y.data());
+  expectProduct("sgemv", ny, 1, nx, alpha, beta, y0, y, 1,
+                [&](int i, int p) { return trans ? A[static_cast<size_t>(p) * lda + i] : A[static_cast<size_t>(i) * lda + p]; },
+                [&](int p, int) { return x[p]; });
 }
 
 void checkPacked(int M, int N, int K, float alpha, float beta) {
@@ -164,6 +176,10 @@ int main() {
   // depth past one cache block, many tiles, every task layout of the driver (rows split, B packed once)
   for (int t = 0; t < 4; t++) checkSgemm(70, 100, 400, t & 1, t & 2, 1.f, 0.f, false);
   for (int t = 0; t < 4; t++) checkSgemm(200, 530, 300, t & 1, t & 2, 0.5f, 1.f, false);
+  for (bool trans : {false, true}) {
+    checkSgemv(300, 77, trans, 0.8f, 0.f);     // one task
+    checkSgemv(1000, 101, trans, 1.f, 0.5f);  // split over the pool
+  }
   for (int M : {1, 4, 7, 40})
     for (int N : {12, 37}) checkPacked(M, N, 400, 0.9f, M == 7 ? 0.5f : 0.f);
   for (int M : {1, 6, 33})
