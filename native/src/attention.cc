@@ -39,6 +39,22 @@ std::vector<int32_t> docPositions(int B, int T, const int32_t* docIds) {
   return vp;
 }
 
+// Sums of n terms in one fixed order whatever the operands' addresses: 8 partial sums over the terms
+// i mod 8, then a fixed tree. A compiler's vectorized reduction may peel a different number of leading
+// terms for differently aligned rows, which changes the rounding; decoding sums with these so that a
+// sequence's scores and probabilities do not depend on where its cache rows sit, on which thread runs it
+// or on what else decodes beside it.
+static inline float tree8(const float* p) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); }
+
+static inline float dotFixed(const float* __restrict a, const float* __restrict b, int n) {
+  float p[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int t = 0; t < 8; t++) p[t] += a[i + t] * b[i + t];
+  for (int t = 0; i < n; i++, t++) p[t] += a[i] * b[i];
+  return tree8(p);
+}
+
 static inline float dotD(const float* a, const float* b, int D) {
   float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -108,13 +124,21 @@ SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink, co
     for (int j = 0; j < n; j++) s[j] = 0.f;
     return -INFINITY;
   }
-  float sum = hasSink ? expApprox(sink - mx) : 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; j++) {
+  // the sum in a fixed order (see tree8): a row's probabilities do not depend on where it sits in memory
+  float part[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int t = 0; t < 8; t++) {
+      float p = s[j + t] == -INFINITY ? 0.f : expApprox(s[j + t] - mx);
+      s[j + t] = p;
+      part[t] += p;
+    }
+  for (int t = 0; j < n; j++, t++) {
     float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - mx);
     s[j] = p;
-    sum += p;
+    part[t] += p;
   }
+  const float sum = (hasSink ? expApprox(sink - mx) : 0.f) + tree8(part);
   float inv = 1.f / sum;
 #pragma omp simd
   for (int j = 0; j < n; j++) s[j] *= inv;
@@ -407,11 +431,7 @@ SFX_CLONES static void decodeGroup(int G, int D, int n, float scale, const float
   for (int j = 0; j < n; j++) {
     const float* kr = kBase + rowOff[j];
     for (int g = 0; g < G; g++) {
-      const float* qg = q + static_cast<size_t>(g) * D;
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (int d = 0; d < D; d++) acc += qg[d] * kr[d];
-      s[static_cast<size_t>(g) * n + j] = acc * scale;
+      s[static_cast<size_t>(g) * n + j] = dotFixed(q + static_cast<size_t>(g) * D, kr, D) * scale;
     }
   }
   for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
