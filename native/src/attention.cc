@@ -41,9 +41,10 @@ std::vector<int32_t> docPositions(int B, int T, const int32_t* docIds) {
 
 // Sums of n terms in one fixed order whatever the operands' addresses: 8 partial sums over the terms
 // i mod 8, then a fixed tree. A compiler's vectorized reduction may peel a different number of leading
-// terms for differently aligned rows, which changes the rounding; decoding sums with these so that a
-// sequence's scores and probabilities do not depend on where its cache rows sit, on which thread runs it
-// or on what else decodes beside it.
+// terms for differently aligned rows, which changes the rounding; attention over the KV cache (decoding
+// and cached prefill) sums with these (and softmaxRow's fixedOrder) so that a sequence's scores and
+// probabilities do not depend on where its cache rows and scratch sit, on which thread runs it or on what
+// else decodes beside it. Training's attention keeps the vectorized sums.
 static inline float tree8(const float* p) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); }
 
 static inline float dotFixed(const float* __restrict a, const float* __restrict b, int n) {
@@ -114,7 +115,7 @@ static void gatherRows(const float* base, const std::vector<int>& cols, size_t r
 // Masked entries of a score row are -inf on entry, or -inf in `bias` (the row's additive mask, added first;
 // null = none). Turns the row into probabilities exp(s - lse) (0 where masked) and returns lse (including
 // the sink logit, if any).
-SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink, const float* bias = nullptr) {
+SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink, const float* bias = nullptr, bool fixedOrder = false) {
   if (bias) {
 #pragma omp simd
     for (int j = 0; j < n; j++) s[j] += bias[j];
@@ -124,21 +125,31 @@ SFX_CLONES static float softmaxRow(float* s, int n, bool hasSink, float sink, co
     for (int j = 0; j < n; j++) s[j] = 0.f;
     return -INFINITY;
   }
-  // the sum in a fixed order (see tree8): a row's probabilities do not depend on where it sits in memory
-  float part[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  int j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int t = 0; t < 8; t++) {
-      float p = s[j + t] == -INFINITY ? 0.f : expApprox(s[j + t] - mx);
-      s[j + t] = p;
+  float sum = hasSink ? expApprox(sink - mx) : 0.f;
+  if (fixedOrder) {
+    // the sum in a fixed order (see tree8): the row's probabilities do not depend on where it sits in memory
+    float part[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int t = 0; t < 8; t++) {
+        float p = s[j + t] == -INFINITY ? 0.f : expApprox(s[j + t] - mx);
+        s[j + t] = p;
+        part[t] += p;
+      }
+    for (int t = 0; j < n; j++, t++) {
+      float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - mx);
+      s[j] = p;
       part[t] += p;
     }
-  for (int t = 0; j < n; j++, t++) {
-    float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - mx);
-    s[j] = p;
-    part[t] += p;
+    sum += tree8(part);
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+      float p = s[j] == -INFINITY ? 0.f : expApprox(s[j] - mx);
+      s[j] = p;
+      sum += p;
+    }
   }
-  const float sum = (hasSink ? expApprox(sink - mx) : 0.f) + tree8(part);
   float inv = 1.f / sum;
 #pragma omp simd
   for (int j = 0; j < n; j++) s[j] *= inv;
@@ -434,7 +445,7 @@ SFX_CLONES static void decodeGroup(int G, int D, int n, float scale, const float
       s[static_cast<size_t>(g) * n + j] = dotFixed(q + static_cast<size_t>(g) * D, kr, D) * scale;
     }
   }
-  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
+  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f, nullptr, true);
   for (int i = 0; i < G * D; i++) out[i] = 0.f;
   for (int j = 0; j < n; j++) {
     const float* vr = vBase + rowOff[j];
@@ -549,7 +560,7 @@ __attribute__((target("avx512f"))) static void decodeGroup512(int G, int D, int 
       sg[j] = _mm512_reduce_add_ps(a) * scale;
     }
   }
-  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
+  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f, nullptr, true);
   constexpr int GB = 16 / DV;
   int g = 0;
   for (; g + GB <= G; g += GB)
@@ -643,7 +654,7 @@ SFX_AVX2 static void decodeGroupAvx2(int G, int D, int n, float scale, const flo
       sg[j] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2))) * scale;
     }
   }
-  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f);
+  for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, sink != nullptr, sink ? sink[g] : 0.f, nullptr, true);
   int g = 0;
   for (; g + 2 <= G; g += 2)
     decodeValueGroupsAvx2<DV, 2>(n, s + static_cast<size_t>(g) * n, n, vBase, rowOff, out + static_cast<size_t>(g) * D, D);
@@ -732,7 +743,7 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
         if (simdLevel() == Simd::Neon && D % 4 == 0) {  // attention_neon.cc
           float* s = sc.s.data();
           decodeScoresNeon(G, D, n, sh.scale, q + qo, kb, sc.rowOff.data(), s);
-          for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, hasSink, hasSink ? sink[g] : 0.f);
+          for (int g = 0; g < G; g++) softmaxRow(s + static_cast<size_t>(g) * n, n, hasSink, hasSink ? sink[g] : 0.f, nullptr, true);
           decodeValuesNeon(G, D, n, s, vb, sc.rowOff.data(), out + qo);
           continue;
         }
@@ -802,7 +813,7 @@ void attentionCached(const CachedShape& sh, int window, int sinks, const float* 
           int j = sc.cols[c];
           if (j > e || !(window <= 0 || e - j < window || j < sinks || (nPin > 0 && sc.pinKept[c]))) row[c] = -INFINITY;
         }
-        softmaxRow(row, n, hasSink, hasSink ? sinkLogit[h] : 0.f);
+        softmaxRow(row, n, hasSink, hasSink ? sinkLogit[h] : 0.f, nullptr, true);
       }
       sgemmSerial(false, false, R, D, n, 1.f, S, n, sc.v.data(), D, 0.f, out + qo, ld);
     }
