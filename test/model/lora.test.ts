@@ -25,10 +25,28 @@ import { packSequences, trainBackward, trainForward, TrainWorkspace } from "../.
 import { EmbeddedEngine } from "../../src/engine/embedded.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { referenceKernels } from "../../src/kernels/index.js";
-import { FIXTURES, kernelSets, loadFixture } from "./fixtures.js";
+import { FIXTURES, type Fixture, kernelSets, loadFixture } from "./fixtures.js";
 
 /** The Python with torch (CI's worker environment names it), else the system's. */
 const PYTHON = process.env.SINKFLEX_TORCH_PYTHON ?? "python3";
+
+/**
+ * peft loads the adapter saved in `adapterDir` on the fixture's checkpoint and gives `logits` (the engine's,
+ * [tokens, V]); skipped where PYTHON lacks torch, transformers or peft, unless SINKFLEX_REQUIRE_TORCH=1.
+ */
+function expectPeftLoads(ctx: { skip: () => void }, fx: Fixture, adapterDir: string, logits: Float32Array, dir: string): void {
+  const probe = spawnSync(PYTHON, ["-c", "import torch, transformers, peft"], { encoding: "utf8" });
+  if (probe.status !== 0) {
+    if (process.env.SINKFLEX_REQUIRE_TORCH === "1") throw new Error(`SINKFLEX_REQUIRE_TORCH=1 but ${PYTHON} cannot import the Python side of this check`);
+    console.log(`skipped the peft load check: ${PYTHON} cannot import torch, transformers and peft (${probe.stderr.trim().split("\n").pop()})`);
+    ctx.skip();
+  }
+  writeFileSync(join(dir, "ids.json"), JSON.stringify(fx.inputIds));
+  writeSafetensors(join(dir, "logits.safetensors"), [["logits", { shape: [logits.length], data: logits }]]);
+  const r = spawnSync(PYTHON, ["scripts/make-fixtures.py", "check-lora", fx.checkpoint, adapterDir, join(dir, "ids.json"), join(dir, "logits.safetensors")], { encoding: "utf8", timeout: 120_000 });
+  expect(r.status, r.stdout + r.stderr).toBe(0);
+  expect(r.stdout).toContain("PeftModel");
+}
 
 const kernels = await kernelSets();
 const LORA_FIXTURES = ["family-qwen2.5", "family-qwen3", "family-phi3.5"];
@@ -152,17 +170,7 @@ describe("LoRA in the engine", () => {
       const b = engine.logprobsSync(fx.inputIds);
       for (let s = 0; s < a.length; s++) for (let t = 0; t < a[s]!.length; t++) expect(Math.abs(a[s]![t]! - b[s]![t]!)).toBeLessThan(1e-5);
 
-      const probe = spawnSync(PYTHON, ["-c", "import torch, transformers, peft"], { encoding: "utf8" });
-      if (probe.status !== 0) {
-        if (process.env.SINKFLEX_REQUIRE_TORCH === "1") throw new Error(`SINKFLEX_REQUIRE_TORCH=1 but ${PYTHON} cannot import the Python side of this check`);
-        console.log(`skipped the peft load check: ${PYTHON} cannot import torch, transformers and peft (${probe.stderr.trim().split("\n").pop()})`);
-        ctx.skip();
-      }
-      writeFileSync(join(dir, "ids.json"), JSON.stringify(fx.inputIds));
-      writeSafetensors(join(dir, "logits.safetensors"), [["logits", { shape: [logits.length], data: logits }]]);
-      const r = spawnSync(PYTHON, ["scripts/make-fixtures.py", "check-lora", fx.checkpoint, adapterDir, join(dir, "ids.json"), join(dir, "logits.safetensors")], { encoding: "utf8", timeout: 120_000 });
-      expect(r.status, r.stdout + r.stderr).toBe(0);
-      expect(r.stdout).toContain("PeftModel");
+      expectPeftLoads(ctx, fx, adapterDir, logits, dir);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -256,17 +264,7 @@ describe("LoRA on Phi-3's fused modules in the engine", () => {
       again.loadSync(adapterDir);
       expect(again.lora?.lora).toEqual(engine.lora!.lora);
 
-      const probe = spawnSync(PYTHON, ["-c", "import torch, transformers, peft"], { encoding: "utf8" });
-      if (probe.status !== 0) {
-        if (process.env.SINKFLEX_REQUIRE_TORCH === "1") throw new Error(`SINKFLEX_REQUIRE_TORCH=1 but ${PYTHON} cannot import the Python side of this check`);
-        console.log(`skipped the peft load check: ${PYTHON} cannot import torch, transformers and peft (${probe.stderr.trim().split("\n").pop()})`);
-        ctx.skip();
-      }
-      writeFileSync(join(dir, "ids.json"), JSON.stringify(fx.inputIds));
-      writeSafetensors(join(dir, "logits.safetensors"), [["logits", { shape: [logits.length], data: logits }]]);
-      const r = spawnSync(PYTHON, ["scripts/make-fixtures.py", "check-lora", fx.checkpoint, adapterDir, join(dir, "ids.json"), join(dir, "logits.safetensors")], { encoding: "utf8", timeout: 120_000 });
-      expect(r.status, r.stdout + r.stderr).toBe(0);
-      expect(r.stdout).toContain("PeftModel");
+      expectPeftLoads(ctx, fx, adapterDir, logits, dir);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
