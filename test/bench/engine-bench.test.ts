@@ -1,0 +1,28 @@
+// The engine benchmark's training section runs to its table (--quick: batch 2 x 128, one step a
+// contender), the LoRA rows included: a LoRA config the benchmark's Qwen2-shaped model refuses (as when
+// every target name of every family was asked for) stops the section with a LoraError.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { expect, it } from "vitest";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+
+it("bench:engine --only train --quick prints the full and LoRA training rows and writes them as JSON", () => {
+  const dir = mkdtempSync(join(tmpdir(), "engine-bench-"));
+  try {
+    const json = join(dir, "engine.json");
+    const r = spawnSync(process.execPath, ["--import", "tsx", "bench/engine.bench.ts", "--only", "train", "--quick", "--threads", "1", "--json", json], {
+      cwd: ROOT, encoding: "utf8", timeout: 240_000,
+    });
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/LoRA r16 on every projection, fp32 base/);
+    expect(r.stdout).toMatch(/LoRA r16 on every projection, bf16 base/);
+    const out = JSON.parse(readFileSync(json, "utf8")) as { train?: { sinkflexTokensPerS?: number; lora?: unknown } };
+    expect(out.train?.sinkflexTokensPerS).toBeGreaterThan(0);
+    expect(out.train?.lora).toBeDefined();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 300_000);
