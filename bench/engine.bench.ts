@@ -175,6 +175,9 @@ class Peer {
     }
     let stderr = "";
     child.stderr!.on("data", (d) => (stderr += String(d)));
+    // A Python that exits at once makes the first write fail (EPIPE): its exit is the answer ("peer process
+    // exited", the peer then unavailable), not a crash of the benchmark.
+    child.stdin!.on("error", () => {});
     const spawned = await new Promise<string | null>((resolve) => {
       child.once("error", (err) => resolve(err.message));
       child.once("spawn", () => resolve(null));
