@@ -33,12 +33,20 @@ export class OpenAIPolicyError extends Error {
   }
 }
 
-/** A client-side session: the token ids; the server computes them on each request. */
-class RemoteSession implements EngineSession {
+/**
+ * A client-side session: the token ids; a server computes them on each request, through `complete`.
+ * `home` is what the sampler keeps with the session (a replica pool: the server holding its prefix in
+ * its cache); a fork starts with its parent's.
+ */
+export class ClientSession<Home = undefined> implements EngineSession {
+  home: Home | undefined;
   constructor(
-    private readonly policy: OpenAIPolicy,
+    private readonly complete: (session: ClientSession<Home>, ids: number[], params: SampleParams) => Promise<SampleResult>,
     private ids: number[],
-  ) {}
+    home?: Home,
+  ) {
+    this.home = home;
+  }
   get length(): number {
     return this.ids.length;
   }
@@ -49,12 +57,12 @@ class RemoteSession implements EngineSession {
     this.ids.push(...tokens);
   }
   async sample(params: SampleParams): Promise<SampleResult> {
-    const r = await this.policy.complete(this.ids, params);
+    const r = await this.complete(this, this.ids, params);
     this.ids.push(...r.tokens);
     return r;
   }
   fork(): EngineSession {
-    return new RemoteSession(this.policy, [...this.ids]);
+    return new ClientSession(this.complete, [...this.ids], this.home);
   }
   truncate(n: number): void {
     this.ids.length = Math.min(this.ids.length, n);
@@ -84,7 +92,7 @@ export class OpenAIPolicy implements Sampler {
   }
 
   async session(prefix: number[] = []): Promise<EngineSession> {
-    return new RemoteSession(this, [...prefix]);
+    return new ClientSession((_, ids, params) => this.complete(ids, params), [...prefix]);
   }
 
   async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {

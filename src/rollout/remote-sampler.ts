@@ -26,7 +26,7 @@
  */
 import type { EngineSession, SampleParams, SampleResult } from "../engine/index.js";
 import type { Sampler } from "./batch-decoder.js";
-import { OpenAIPolicy, OpenAIPolicyError } from "./openai-policy.js";
+import { ClientSession, OpenAIPolicy, OpenAIPolicyError } from "./openai-policy.js";
 
 export type WeightSyncKind = "reload" | "lora";
 
@@ -90,36 +90,8 @@ function replicaGone(err: unknown): boolean {
   return err.status === undefined || err.status === 502 || err.status === 503 || err.status === 504;
 }
 
-/** A client-side session whose samples go to one replica of the pool. */
-class PoolSession implements EngineSession {
-  constructor(
-    private readonly pool: ReplicaPool,
-    private ids: number[],
-    /** The replica holding this session's prefix in its cache; chosen at the first sample. */
-    public replica: Replica | undefined,
-  ) {}
-  get length(): number {
-    return this.ids.length;
-  }
-  tokens(): number[] {
-    return [...this.ids];
-  }
-  async append(tokens: number[]): Promise<void> {
-    this.ids.push(...tokens);
-  }
-  async sample(params: SampleParams): Promise<SampleResult> {
-    const r = await this.pool.complete(this, this.ids, params);
-    this.ids.push(...r.tokens);
-    return r;
-  }
-  fork(): EngineSession {
-    return new PoolSession(this.pool, [...this.ids], this.replica);
-  }
-  truncate(n: number): void {
-    this.ids.length = Math.min(this.ids.length, n);
-  }
-  close(): void {}
-}
+/** A client-side session whose samples go to one replica of the pool (its `home`, chosen at the first sample). */
+type PoolSession = ClientSession<Replica>;
 
 export class ReplicaPool implements Sampler {
   /** The policy version every live replica has confirmed serving; set by `syncWeights`. */
@@ -151,7 +123,7 @@ export class ReplicaPool implements Sampler {
   }
 
   async session(prefix: number[] = []): Promise<EngineSession> {
-    return new PoolSession(this, [...prefix], undefined);
+    return new ClientSession<Replica>((session, ids, params) => this.complete(session, ids, params), [...prefix]);
   }
 
   async sampleBatch(sessions: EngineSession[], params: SampleParams[]): Promise<SampleResult[]> {
@@ -194,8 +166,8 @@ export class ReplicaPool implements Sampler {
   async complete(session: PoolSession, ids: number[], params: SampleParams): Promise<SampleResult> {
     while (this.syncing) await this.syncing.catch(() => undefined);
     for (;;) {
-      const r = session.replica && !session.replica.dead ? session.replica : this.leastLoaded();
-      session.replica = r;
+      const r = session.home && !session.home.dead ? session.home : this.leastLoaded();
+      session.home = r;
       r.inFlight++;
       try {
         const res = await r.policy.complete(ids, params);
@@ -204,7 +176,7 @@ export class ReplicaPool implements Sampler {
       } catch (err) {
         if (!replicaGone(err)) throw err;
         this.drop(r, (err as Error).message);
-        session.replica = undefined;
+        session.home = undefined;
       } finally {
         r.inFlight--;
       }
