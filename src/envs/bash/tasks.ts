@@ -7,9 +7,9 @@
  */
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { basename, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { basename, join } from "node:path";
 import type { FileSystemName } from "./fixtures.js";
+import { benchmarkDataDir } from "../data-dir.js";
 
 export interface BashTask {
   /**
@@ -31,9 +31,7 @@ export interface BashTask {
 
 /** The shared benchmark data folder. */
 export function dataDir(): string {
-  if (process.env.SINKFLEX_DATA_DIR) return resolve(process.env.SINKFLEX_DATA_DIR);
-  // src/envs/bash -> repository root -> ../shared/data
-  return fileURLToPath(new URL("../../../../shared/data", import.meta.url));
+  return benchmarkDataDir();
 }
 
 const FS_OF_FILE: Record<string, FileSystemName> = { "1": "testbed", "2": "system", "3": "workspace" };

@@ -9,9 +9,9 @@
  * answers and running code are mint-check.ts and the env.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
+import { benchmarkDataDir } from "../data-dir.js";
 
 export const MINT_SOURCES = ["gsm8k", "math", "theoremqa", "mmlu", "hotpotqa", "mbpp", "humaneval", "human-eval"] as const;
 export type MintSource = (typeof MINT_SOURCES)[number];
@@ -50,10 +50,7 @@ export type MintTask = MintAnswerTask | MintCodeTask;
 
 /** The shared benchmark data folder. */
 export function dataDir(): string {
-  if (process.env.SINKFLEX_DATA_DIR) return resolve(process.env.SINKFLEX_DATA_DIR);
-  const here = dirname(fileURLToPath(import.meta.url));
-  // src/envs/code -> repository root -> ../shared/data
-  return resolve(here, "..", "..", "..", "..", "shared", "data");
+  return benchmarkDataDir();
 }
 
 function readJsonl(file: string, text: string): Record<string, any>[] {

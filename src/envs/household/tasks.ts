@@ -6,9 +6,9 @@
  * `SINKFLEX_DATA_DIR` when set. This file does not simulate anything (see game.ts).
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { Game, type GameData } from "./game.js";
+import { benchmarkDataDir } from "../data-dir.js";
 
 export const TASK_TYPES = [
   "pick_and_place_simple",
@@ -36,9 +36,7 @@ export interface HouseholdTask {
 
 /** The shared benchmark data folder. */
 export function dataDir(): string {
-  if (process.env.SINKFLEX_DATA_DIR) return resolve(process.env.SINKFLEX_DATA_DIR);
-  // src/envs/household -> repository root -> ../shared/data
-  return fileURLToPath(new URL("../../../../shared/data", import.meta.url));
+  return benchmarkDataDir();
 }
 
 export function defaultGamesDir(): string {

@@ -7,8 +7,8 @@
  * This file does not open databases.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import { benchmarkDataDir } from "../data-dir.js";
 
 export interface SqlTask {
   /** Stable id: `spider/<index>` or `gen/<seed>/<index>`. */
@@ -24,10 +24,7 @@ export interface SqlTask {
 
 /** The shared benchmark data folder. */
 export function dataDir(): string {
-  if (process.env.SINKFLEX_DATA_DIR) return resolve(process.env.SINKFLEX_DATA_DIR);
-  const here = dirname(fileURLToPath(import.meta.url));
-  // src/envs/sql -> repository root -> ../shared/data
-  return resolve(here, "..", "..", "..", "..", "shared", "data");
+  return benchmarkDataDir();
 }
 
 /** Throws a clear error, with what to do, when a folder of `<db>.sqlite` files does not exist. */

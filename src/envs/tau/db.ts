@@ -7,10 +7,10 @@
  * from the base: exactly the shape of `changed_records` in the expected files. This file does not know
  * the tools or the tasks.
  */
-import { existsSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { pyClone, pyEqual, pyParse, type PyRecord } from "./pyjson.js";
+import { benchmarkDataDir } from "../data-dir.js";
 
 export type Domain = "retail" | "airline";
 export type Collections = Record<string, Record<string, PyRecord>>;
@@ -25,14 +25,7 @@ export const DOMAIN_COLLECTIONS: Record<Domain, string[]> = {
  * the repository (found from this file's location, not the working directory).
  */
 export function dataRoot(): string {
-  const override = process.env.SINKFLEX_DATA_DIR;
-  if (override) return resolve(override);
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let up = 0; up < 8; up++) {
-    if (existsSync(join(dir, "package.json"))) return resolve(dir, "..", "shared", "data");
-    dir = dirname(dir);
-  }
-  throw new Error("cannot find the repository root to locate ../shared/data; set SINKFLEX_DATA_DIR to the data folder");
+  return benchmarkDataDir();
 }
 
 /** The folder of one domain's data, e.g. `<data>/tau-bench/retail`. */
