@@ -399,6 +399,102 @@ SFX_BF16_TARGET void packW16Strip(bool transW, const uint16_t* W, int ldw, int N
   }
 }
 
+// gemmW16 of a few rows (decoding) with AVX512-BF16, streaming W: each group of 32 rows of W (two strips
+// of op(W) = W^T) is read once, a depth block at a time straight from memory into registers, transposed
+// there into the strips' VNNI tiles, and multiplied by each row of A; no packed copy is written. The
+// instructions on each row of C are dotRows' (the same tile rows, the same broadcast pairs of A rounded as
+// packARows rounds them, in the same depth order), so a row's values are those the packing kernel gives
+// it: a sequence samples the same whether it decodes alone or beside others. While a group is multiplied,
+// the next group's memory is prefetched into L2 in address order: read 32 rows side by side, W streams at
+// about twice the rate the hardware's own prefetching gives (docs/benchmarks.md).
+constexpr int kStreamMaxRows = 8;  // products of at most this many rows stream W (more: gemmW16Unit)
+
+// Rows [0, R) of A (alpha applied), rounded to bf16 as packARows rounds them, kb blocks of 32 each (zero
+// past K), into xb: row r's pair p of depth block kb is the 32-bit word at xb + r * stride + kb * 32 + 2p.
+template <int R>
+SFX_BF16_TARGET void roundRows(const GemmArgs& g, uint16_t* xb, int stride) {
+  const int nkb = (g.K + 31) / 32;
+  for (int r = 0; r < R; r++)
+    for (int kb = 0; kb < nkb; kb++)
+      _mm512_storeu_si512(xb + static_cast<size_t>(r) * stride + kb * 32, row32(g.A, g.lda, r, kb * 32, g.K - kb * 32, g.alpha));
+}
+
+// Groups [gr0, gr1) of 32 rows of W times the R rows of A rounded in xb, into C's columns of those rows.
+template <int R>
+SFX_BF16_TARGET void streamGroupsW16(const GemmArgs& g, const uint16_t* W, int ldw, const uint16_t* xb, int stride,
+                                     int gr0, int gr1, bool zero) {
+  const int nkb = (g.K + 31) / 32;
+  for (int gr = gr0; gr < gr1; gr++) {
+    const int n0 = gr * 32;
+    const int nv[2] = {std::min(16, g.N - n0), std::max(0, std::min(16, g.N - n0 - 16))};
+    const __mmask16 mask[2] = {columnMask(g, n0), columnMask(g, n0 + 16)};
+    // the next group's memory, nextLines cache lines from `next`: perBlock of them prefetched into L2 at each
+    // depth block, in address order (a single stream the memory system runs ahead on)
+    const int nextRows = std::max(0, std::min(32, g.N - n0 - 32));
+    const char* next = reinterpret_cast<const char*>(W + static_cast<size_t>(n0 + 32) * ldw);
+    const size_t nextLines = nextRows > 0 ? ((static_cast<size_t>(nextRows - 1) * ldw + g.K) * sizeof(uint16_t) + 63) / 64 : 0;
+    const size_t perBlock = (nextLines + nkb - 1) / nkb;
+    __m512 acc[2][R];
+    for (int s = 0; s < 2; s++)
+      for (int r = 0; r < R; r++)
+        acc[s][r] = zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[s], g.C + static_cast<size_t>(r) * g.ldc + n0 + 16 * s);
+    for (int kb = 0; kb < nkb; kb++) {
+      const int k0 = kb * 32, kv = g.K - k0;
+      const __mmask32 depth = kv >= 32 ? 0xffffffffu : static_cast<__mmask32>((1u << kv) - 1);
+      for (size_t i = kb * perBlock; i < std::min(nextLines, (kb + 1) * perBlock); i++) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+      for (int s = 0; s < 2; s++) {
+        if (nv[s] == 0) continue;
+        const uint16_t* w = W + static_cast<size_t>(n0 + 16 * s) * ldw + k0;
+        __m512i v[16];
+        for (int j = 0; j < 16; j++) v[j] = j < nv[s] ? _mm512_maskz_loadu_epi16(depth, w + static_cast<size_t>(j) * ldw) : _mm512_setzero_si512();
+        transpose16(v);
+        for (int p = 0; p < 16; p++)
+          for (int r = 0; r < R; r++) {
+            int32_t pair;
+            std::memcpy(&pair, xb + static_cast<size_t>(r) * stride + k0 + 2 * p, sizeof pair);
+            acc[s][r] = _mm512_dpbf16_ps(acc[s][r], reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair)), reinterpret_cast<__m512bh>(v[p]));
+          }
+      }
+    }
+    for (int s = 0; s < 2; s++)
+      if (nv[s] > 0)
+        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(g.C + static_cast<size_t>(r) * g.ldc + n0 + 16 * s, mask[s], acc[s][r]);
+  }
+}
+
+// gemmW16 of M <= kStreamMaxRows rows with W stored [N, K] (transW), on AVX512-BF16: the groups of 32 rows
+// of W split into one contiguous range per thread.
+template <int R>
+SFX_BF16_TARGET void streamW16(const GemmArgs& g, const uint16_t* W, int ldw, bool parallel) {
+  const int nkb = (g.K + 31) / 32, stride = nkb * 32;
+  static thread_local std::vector<uint16_t> rounded;
+  rounded.resize(static_cast<size_t>(R) * stride);
+  uint16_t* xb = rounded.data();
+  roundRows<R>(g, xb, stride);
+  const int groups = (g.N + 31) / 32, threads = parallel ? std::min(poolThreads(), groups) : 1;
+  const bool zero = g.beta == 0.f;
+  if (threads <= 1) {
+    streamGroupsW16<R>(g, W, ldw, xb, stride, 0, groups, zero);
+    return;
+  }
+  parallelFor(threads, [&](int t) {
+    streamGroupsW16<R>(g, W, ldw, xb, stride, groups * t / threads, groups * (t + 1) / threads, zero);
+  });
+}
+
+void streamW16Rows(const GemmArgs& g, const uint16_t* W, int ldw, bool parallel) {
+  switch (g.M) {
+    case 1: streamW16<1>(g, W, ldw, parallel); break;
+    case 2: streamW16<2>(g, W, ldw, parallel); break;
+    case 3: streamW16<3>(g, W, ldw, parallel); break;
+    case 4: streamW16<4>(g, W, ldw, parallel); break;
+    case 5: streamW16<5>(g, W, ldw, parallel); break;
+    case 6: streamW16<6>(g, W, ldw, parallel); break;
+    case 7: streamW16<7>(g, W, ldw, parallel); break;
+    default: streamW16<8>(g, W, ldw, parallel); break;
+  }
+}
+
 // gemmW16 on the bf16 unit: tasks of 128 columns (and, with fewer column groups than threads, row ranges);
 // each packs its own strips of op(W), a depth chunk at a time, so the packed copy of a task stays in L2 and
 // the whole packed W never exists. A is rounded to bf16 as it is packed (as in sgemmBf16).
@@ -513,6 +609,11 @@ void gemmW16(bool transW, int M, int N, int K, float alpha, const float* A, int 
   }
 #ifdef SFX_BF16
   if (bf16Unit() != Bf16Unit::None && simdLevel() == Simd::Avx512) {
+    // AMX's tiles keep their own kernel for every M, so that a row's values never depend on M there either
+    if (bf16Unit() == Bf16Unit::Avx512Bf16 && transW && M <= kStreamMaxRows && !std::getenv("SINKFLEX_NO_STREAM_W16")) {
+      streamW16Rows(g, W, ldw, true);
+      return;
+    }
     gemmW16Unit(g, transW, W, ldw, true);
     return;
   }
