@@ -6,7 +6,7 @@
   "targets": [
     {
       "target_name": "sinkflex_native",
-      "sources": ["src/addon.cc", "src/threadpool.cc", "src/gemm.cc", "src/gemm_neon.cc", "src/gemm_bf16.cc", "src/ops.cc", "src/attention.cc", "src/attention_neon.cc", "src/attention_bf16.cc", "src/peak.cc"],
+      "sources": ["src/addon.cc", "src/threadpool.cc", "src/gemm.cc", "src/gemm_neon.cc", "src/gemm_bf16.cc", "src/gemm_q8.cc", "src/ops.cc", "src/attention.cc", "src/attention_neon.cc", "src/attention_bf16.cc", "src/peak.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],

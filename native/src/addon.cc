@@ -59,6 +59,9 @@ struct Args {
   uint16_t* u16(size_t i, const char* name, size_t need, bool nullable = false) const {
     return typed<uint16_t, napi_uint16_array>(i, name, need, "Uint16Array", nullable);
   }
+  int8_t* i8(size_t i, const char* name, size_t need) const {
+    return typed<int8_t, napi_int8_array>(i, name, need, "Int8Array", false);
+  }
   uint8_t* u8(size_t i, const char* name, size_t need, bool nullable = false) const {
     return typed<uint8_t, napi_uint8_array>(i, name, need, "Uint8Array", nullable);
   }
@@ -102,6 +105,40 @@ Napi::Value GemmW16(const Napi::CallbackInfo& info) {
   float beta = static_cast<float>(a.num(9, "beta"));
   float* C = a.f32(10, "C", span(M, N, ldc));
   sfx::gemmW16(tw, M, N, K, alpha, A, lda, W, ldw, beta, C, ldc);
+  return info.Env().Undefined();
+}
+
+// quantizeQ8(N, K, W (Float32Array, or Uint16Array of bfloat16 bits) [N, K] with row stride ldw, ldw, q (Int8Array
+// [N, Kp]), scales (Float32Array [N, Kp / 32])), Kp = K rounded up to a multiple of 32 (gemm_q8.cc)
+Napi::Value QuantizeQ8(const Napi::CallbackInfo& info) {
+  Args a{info, "quantizeQ8"};
+  int N = a.count(0, "N"), K = a.count(1, "K"), ldw = a.count(3, "ldw");
+  if (ldw < K && K > 0) a.range("ldw is smaller than K");
+  const bool bf16 = info[2].IsTypedArray() && info[2].As<Napi::TypedArray>().TypedArrayType() == napi_uint16_array;
+  const float* wf = bf16 ? nullptr : a.f32(2, "W", span(N, K, ldw));
+  const uint16_t* wb = bf16 ? a.u16(2, "W", span(N, K, ldw)) : nullptr;
+  const int Kp = sfx::q8PaddedDepth(K);
+  int8_t* q = a.i8(4, "q", static_cast<size_t>(N) * Kp);
+  float* scales = a.f32(5, "scales", static_cast<size_t>(N) * (Kp / 32));
+  sfx::quantizeQ8(N, K, wf, wb, ldw, q, scales);
+  return info.Env().Undefined();
+}
+
+// gemmQ8(M, N, K, alpha, A, lda, q, scales, beta, C, ldc): C = alpha A W^T + beta C, W as quantizeQ8 wrote it
+Napi::Value GemmQ8(const Napi::CallbackInfo& info) {
+  Args a{info, "gemmQ8"};
+  int M = a.count(0, "M"), N = a.count(1, "N"), K = a.count(2, "K");
+  float alpha = static_cast<float>(a.num(3, "alpha"));
+  int lda = a.count(5, "lda"), ldc = a.count(10, "ldc");
+  if (lda < K && K > 0) a.range("lda is smaller than K");
+  if (ldc < N) a.range("ldc is smaller than N");
+  const float* A = a.f32(4, "A", span(M, K, lda));
+  const int Kp = sfx::q8PaddedDepth(K);
+  const int8_t* q = a.i8(6, "q", static_cast<size_t>(N) * Kp);
+  const float* scales = a.f32(7, "scales", static_cast<size_t>(N) * (Kp / 32));
+  float beta = static_cast<float>(a.num(8, "beta"));
+  float* C = a.f32(9, "C", span(M, N, ldc));
+  sfx::gemmQ8(M, N, K, alpha, A, lda, q, scales, beta, C, ldc);
   return info.Env().Undefined();
 }
 
@@ -473,6 +510,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sgemm", Napi::Function::New(env, WithFlushToZero<Sgemm>));
   exports.Set("sgemv", Napi::Function::New(env, WithFlushToZero<Sgemv>));
   exports.Set("gemmW16", Napi::Function::New(env, WithFlushToZero<GemmW16>));
+  exports.Set("quantizeQ8", Napi::Function::New(env, WithFlushToZero<QuantizeQ8>));
+  exports.Set("gemmQ8", Napi::Function::New(env, WithFlushToZero<GemmQ8>));
   exports.Set("packedWeightSize", Napi::Function::New(env, WithFlushToZero<PackedWeightSize>));
   exports.Set("packWeight", Napi::Function::New(env, WithFlushToZero<PackWeight>));
   exports.Set("sgemmPacked", Napi::Function::New(env, WithFlushToZero<SgemmPacked>));

@@ -610,7 +610,7 @@ void gemmW16(bool transW, int M, int N, int K, float alpha, const float* A, int 
 #ifdef SFX_BF16
   if (bf16Unit() != Bf16Unit::None && simdLevel() == Simd::Avx512) {
     // AMX's tiles keep their own kernel for every M, so that a row's values never depend on M there either
-    if (bf16Unit() == Bf16Unit::Avx512Bf16 && transW && M <= kStreamMaxRows && !std::getenv("SINKFLEX_NO_STREAM_W16")) {
+    if (bf16Unit() == Bf16Unit::Avx512Bf16 && transW && M <= kStreamMaxRows) {
       streamW16Rows(g, W, ldw, true);
       return;
     }

@@ -41,6 +41,14 @@ void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const
 // blocks of W are widened to fp32 for the fp32 kernels. Parallel over the pool.
 void gemmW16(bool transW, int M, int N, int K, float alpha, const float* A, int lda, const uint16_t* W, int ldw,
              float beta, float* C, int ldc);
+// Products with weights quantized to int8 for sampling (gemm_q8.cc): W [N, K] held by rows in blocks of 32
+// depth, int8 values q [N, Kp] (Kp = q8PaddedDepth(K), zero past K) and one fp32 scale per block
+// (scales [N, Kp / 32]). quantizeQ8 writes them from fp32 values (wf) or bf16 bits (wb), row stride ldw;
+// gemmQ8 computes C = alpha A W^T + beta C (A [M, K] fp32), each element in an order that does not depend on M.
+int q8PaddedDepth(int K);
+void quantizeQ8(int N, int K, const float* wf, const uint16_t* wb, int ldw, int8_t* q, float* scales);
+void gemmQ8(int M, int N, int K, float alpha, const float* A, int lda, const int8_t* q, const float* scales, float beta,
+            float* C, int ldc);
 
 void axpy(size_t n, float alpha, const float* x, float* y);
 void scale(size_t n, float alpha, float* x);

@@ -40,7 +40,7 @@ import { AdamW } from "../model/index.js";
 import {
   isLoraAdapterDir, loadLoraAdapter, loraBaseDir, LoraGrads, mergeLora, saveLoraAdapter, type LoraAdapter,
 } from "../model/index.js";
-import { PackedWeights } from "../model/index.js";
+import { PackedWeights, QuantizedWeights, SAMPLING_WEIGHTS, type SamplingWeights } from "../model/index.js";
 import { bindParams, type ModelParams } from "../model/index.js";
 import { Rng } from "../core/index.js";
 import { readSafetensors, writeSafetensors, type StDtype } from "../model/index.js";
@@ -125,6 +125,14 @@ export interface EmbeddedEngineOptions {
    * native kernels (the reference kernels gain nothing from them).
    */
   packWeights?: boolean;
+  /**
+   * What sampling sessions multiply by: "same" (the weights themselves, the default) or "int8" (copies
+   * quantized to int8 in blocks of 32, about half the bytes of bf16 to read per token; made on first use and
+   * again after every weight change). Training and teacher-forced scoring always use the weights, so with
+   * int8 the sampler's log-probs differ a little from the trainer's (GRPO's truncated importance weights
+   * correct for it; the run logs the gap).
+   */
+  samplingWeights?: SamplingWeights;
   /**
    * The most new tokens one forward computes (pending tokens of many sessions are batched up to this; a
    * longer prefill is split). Bounds the activation buffers. Default 2048.
@@ -215,6 +223,7 @@ export class EmbeddedEngine implements Engine {
     this.weights = convertWeights(weights, opts.dtype ?? weightDtype(weights));
     this.model = buildModel(this.weights, opts.kernels ?? getKernels(), opts.attention ?? FULL_ATTENTION);
     if (opts.packWeights ?? this.model.kernels.name === "native") this.model.packed = new PackedWeights(this.model.kernels);
+    if (opts.samplingWeights) this.useSamplingWeights(opts.samplingWeights);
     const cfg = weights.cfg;
     const eviction = opts.evictKv === false ? null : evictionFor(this.model.attention, opts.kvRewind ?? 0);
     this.pool = new KvBlockPool(cfg.numLayers, cfg.numKvHeads * cfg.headDim, opts.blockSize ?? 16, 64, eviction);
@@ -563,11 +572,27 @@ export class EmbeddedEngine implements Engine {
   }
 
   /**
-   * Says the weights changed: drops the packed copies that batched decoding reuses. optimStep and load call
+   * Says the weights changed: drops the packed and int8 copies that sampling reuses. optimStep and load call
    * it; code that writes `weights.data` (or a parameter view) directly must call it before sampling again.
    */
   weightsChanged(): void {
     this.model.packed?.clear();
+    this.model.sampling?.clear();
+  }
+
+  /** What sampling sessions multiply by: the weights ("same") or int8 copies of them ("int8"). */
+  get samplingWeights(): SamplingWeights {
+    return this.model.sampling ? "int8" : "same";
+  }
+
+  /**
+   * Sets what sampling sessions multiply by from their next forward on (see the samplingWeights option). Open
+   * sessions keep the keys they cached; switching mid-session mixes the two in one sequence.
+   */
+  useSamplingWeights(kind: SamplingWeights): void {
+    if (!SAMPLING_WEIGHTS.includes(kind)) throw new Error(`samplingWeights must be one of ${SAMPLING_WEIGHTS.join(", ")}, got ${JSON.stringify(kind)}`);
+    if (kind === "int8") this.model.sampling ??= new QuantizedWeights(this.model.kernels);
+    else this.model.sampling = undefined;
   }
 
   /** Drops accumulated gradients without stepping. */
@@ -734,6 +759,7 @@ export class EmbeddedEngine implements Engine {
     if (!this.disposed) EmbeddedEngine.liveCount--;
     this.disposed = true;
     this.model.packed?.clear();
+    this.model.sampling?.clear();
     for (const s of [...this.sessions]) {
       s.busy = false;
       s.close();

@@ -8,7 +8,7 @@ import type { Kernels } from "./kernels.js";
 import { loadNativeKernels, nativeLoadError } from "./native.js";
 import { referenceKernels } from "./reference.js";
 
-export type { AttentionMask, AttentionShape, CachedAttentionShape, CachedPinned, Kernels, PackedWeight, SinkWindow, Trans } from "./kernels.js";
+export type { AttentionMask, AttentionShape, CachedAttentionShape, CachedPinned, Kernels, PackedWeight, Q8Weight, SinkWindow, Trans } from "./kernels.js";
 export { SHARED_DOC } from "./kernels.js";
 export { referenceKernels } from "./reference.js";
 export { bf16Available, bf16Unit, loadNativeKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "./native.js";

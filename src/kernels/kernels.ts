@@ -149,6 +149,19 @@ export interface PackedWeight {
   readonly data: Float32Array;
 }
 
+/**
+ * A weight matrix W [N, K] quantized to int8 for sampling (quantizeWeight): by rows, in blocks of 32 depth,
+ * each block 32 int8 values `q` and one fp32 scale (w ~ q * scale, scale = max |w| / 127 of the block). Rows
+ * are zero-padded to Kp = 32 * ceil(K / 32): q is [N, Kp], scales [N, Kp / 32]. 1.125 bytes per weight.
+ */
+export interface Q8Weight {
+  readonly kernels: "reference" | "native";
+  readonly N: number;
+  readonly K: number;
+  readonly q: Int8Array;
+  readonly scales: Float32Array;
+}
+
 export interface Kernels {
   /** "reference" or "native". */
   readonly name: "reference" | "native";
@@ -195,6 +208,16 @@ export interface Kernels {
   sgemmPacked(
     M: number, alpha: number, A: Float32Array, lda: number, W: PackedWeight, beta: number, C: Float32Array, ldc: number,
   ): void;
+
+  /** Quantizes W [N, K] (fp32 values, or bf16 bits; row stride ldw) to int8 blocks (see Q8Weight). */
+  quantizeWeight(N: number, K: number, W: Float32Array | Uint16Array, ldw: number): Q8Weight;
+
+  /**
+   * C [M, N] = alpha * A [M, K] @ W^T + beta * C with W quantized by `quantizeWeight`. Each element is one
+   * dot product summed in a fixed order (16 lanes over the depth, then a fixed tree), so a row of C is the
+   * same whatever M is. Throws on a weight quantized by another kernel set.
+   */
+  gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Weight, beta: number, C: Float32Array, ldc: number): void;
 
   /**
    * y = alpha * op(A) @ x + beta * y, A stored [M, N] with row stride lda.

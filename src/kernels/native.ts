@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Kernels, PackedWeight } from "./kernels.js";
+import type { Kernels, PackedWeight, Q8Weight } from "./kernels.js";
 
 /** How the native matrix products compute (setMatmulPrecision). */
 export const MATMUL_PRECISIONS = ["fp32", "bf16"] as const;
@@ -24,6 +24,8 @@ export interface NativeAddon {
   packedWeightSize(N: number, K: number): number;
   packWeight(...args: unknown[]): void;
   sgemmPacked(...args: unknown[]): void;
+  quantizeQ8?(...args: unknown[]): void;
+  gemmQ8?(...args: unknown[]): void;
   axpy(...args: unknown[]): void;
   scale(...args: unknown[]): void;
   add(...args: unknown[]): void;
@@ -145,6 +147,18 @@ export function nativeKernelsFrom(a: NativeAddon): Kernels {
       const data = new Float32Array(a.packedWeightSize(N, K));
       a.packWeight(N, K, W, ldw, data);
       return { kernels: "native", N, K, data };
+    },
+    quantizeWeight(N, K, W, ldw): Q8Weight {
+      if (!a.quantizeQ8) throw new Error("quantizeWeight: the native addon predates int8 sampling weights; rebuild it with `npx sinkflex build-native`");
+      const Kp = Math.ceil(K / 32) * 32;
+      const q = new Int8Array(N * Kp);
+      const scales = new Float32Array(N * (Kp / 32));
+      a.quantizeQ8(N, K, W, ldw, q, scales);
+      return { kernels: "native", N, K, q, scales };
+    },
+    gemmQ8(M, alpha, A, lda, W, beta, C, ldc) {
+      if (W.kernels !== "native") throw new Error(`gemmQ8: this weight was quantized by the ${W.kernels} kernels; quantize it with the native kernels`);
+      a.gemmQ8!(M, W.N, W.K, alpha, A, lda, W.q, W.scales, beta, C, ldc);
     },
     sgemmPacked(M, alpha, A, lda, W, beta, C, ldc) {
       if (W.kernels !== "native") throw new Error(`sgemmPacked: this weight was packed by the ${W.kernels} kernels; pack it with the native kernels`);

@@ -5,7 +5,7 @@
  * built, so it favours being obviously right over being fast (sums are accumulated in double precision).
  * It is not tuned: no blocking, no SIMD, no threads.
  */
-import { documentPositions, maskKeeps, type AttentionMask, type AttentionShape, type CachedAttentionShape, type CachedPinned, type Kernels, type PackedWeight, type Trans } from "./kernels.js";
+import { documentPositions, maskKeeps, type AttentionMask, type AttentionShape, type CachedAttentionShape, type CachedPinned, type Kernels, type PackedWeight, type Q8Weight, type Trans } from "./kernels.js";
 
 function windowOf(w: number): number {
   return w > 0 && Number.isFinite(w) ? w : 0;
@@ -273,6 +273,65 @@ function sgemmPacked(
   sgemm(false, true, M, W.N, W.K, alpha, A, lda, W.data, W.K, beta, C, ldc);
 }
 
+/** Q8Weight's block depth. */
+const Q8_BLOCK = 32;
+
+/** The reference int8 quantization (the native kernels' rule: scale = max |w| / 127, round to nearest even). */
+function quantizeWeight(N: number, K: number, W: Float32Array | Uint16Array, ldw: number): Q8Weight {
+  if (ldw < K && N > 0) throw new RangeError(`quantizeWeight: ldw ${ldw} is smaller than K ${K}`);
+  if (N > 0 && K > 0 && W.length < (N - 1) * ldw + K) throw new RangeError(`quantizeWeight: W has ${W.length} elements, needs ${(N - 1) * ldw + K}`);
+  const values = W instanceof Uint16Array ? widenBf16(W) : W;
+  const Kp = Math.ceil(K / Q8_BLOCK) * Q8_BLOCK;
+  const nb = Kp / Q8_BLOCK;
+  const q = new Int8Array(N * Kp);
+  const scales = new Float32Array(N * nb);
+  for (let n = 0; n < N; n++) {
+    for (let b = 0; b < nb; b++) {
+      let amax = 0;
+      for (let i = 0; i < Q8_BLOCK; i++) {
+        const k = b * Q8_BLOCK + i;
+        if (k < K) amax = Math.max(amax, Math.abs(values[n * ldw + k]!));
+      }
+      const s = Math.fround(amax / 127);
+      scales[n * nb + b] = s;
+      for (let i = 0; i < Q8_BLOCK; i++) {
+        const k = b * Q8_BLOCK + i;
+        if (k >= K || s === 0) continue;
+        const x = Math.fround(values[n * ldw + k]! / s);
+        const r = Math.round(x);
+        const even = Math.abs(x - Math.trunc(x)) === 0.5 ? 2 * Math.round(x / 2) : r; // ties to even
+        q[n * Kp + k] = Math.max(-127, Math.min(127, even));
+      }
+    }
+  }
+  return { kernels: "reference", N, K, q, scales };
+}
+
+/** The reference int8 product, in the native portable order (16 lanes, multiply then add, a fixed tree). */
+function gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Weight, beta: number, C: Float32Array, ldc: number): void {
+  if (W.kernels !== "reference") throw new Error(`gemmQ8: this weight was quantized by the ${W.kernels} kernels; quantize it with the reference kernels`);
+  const { N, K, q, scales } = W;
+  const Kp = Math.ceil(K / Q8_BLOCK) * Q8_BLOCK;
+  const nb = Kp / Q8_BLOCK;
+  const f = Math.fround;
+  const lanes = new Float32Array(16);
+  for (let m = 0; m < M; m++) {
+    for (let n = 0; n < N; n++) {
+      lanes.fill(0);
+      for (let k = 0; k < K; k++) {
+        const w = f(q[n * Kp + k]! * scales[n * nb + Math.floor(k / Q8_BLOCK)]!);
+        lanes[k % 16] = f(lanes[k % 16]! + f(A[m * lda + k]! * w));
+      }
+      const a8 = Array.from({ length: 8 }, (_, l) => f(lanes[l]! + lanes[l + 8]!));
+      const a4 = Array.from({ length: 4 }, (_, l) => f(a8[l]! + a8[l + 4]!));
+      const a2 = [f(a4[0]! + a4[2]!), f(a4[1]! + a4[3]!)];
+      const dot = f(a2[0]! + a2[1]!);
+      const i = m * ldc + n;
+      C[i] = beta === 0 ? f(alpha * dot) : f(f(alpha * dot) + f(beta * C[i]!));
+    }
+  }
+}
+
 /** The reference implementation of every kernel. */
 export const referenceKernels: Kernels = {
   name: "reference",
@@ -282,6 +341,8 @@ export const referenceKernels: Kernels = {
   sgemv,
   packWeight,
   sgemmPacked,
+  quantizeWeight,
+  gemmQ8,
 
   axpy(n, alpha, x, y) {
     for (let i = 0; i < n; i++) y[i] += alpha * x[i];

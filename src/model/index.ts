@@ -17,6 +17,7 @@ export { type ModelConfig, ModelConfigError, parameterCount, parseHfConfig, type
 export { AdamW, type OptimHparams, OptimizerError, resolveHparams } from "./optimizer.js";
 export { createLoraAdapter, isLoraAdapterDir, loadLoraAdapter, LORA_TARGETS, type LoraAdapter, loraBaseDir, type LoraConfig, LoraError, LoraGrads, loraParamCount, type LoraTarget, mergeLora, saveLoraAdapter, validateLoraConfig } from "./lora.js";
 export { PackedWeights } from "./packed-weights.js";
+export { QuantizedWeights, SAMPLING_WEIGHTS, type SamplingWeights } from "./quantized-weights.js";
 export { readSafetensors, readSafetensorsDir, SafetensorsError, type StDtype, writeSafetensors, writeSafetensorsDir } from "./safetensors.js";
 export { mergeAdapterCheckpoint } from "./lora-merge.js";
 export { formatBytes, MODEL_SHAPES, shapeFromPath, sizeModel, type Sizing, sizingConfig, SizingError, type SizingRequest } from "./sizing.js";

@@ -21,6 +21,7 @@
 import { documentPositions, SHARED_DOC, type AttentionMask, type CachedPinned, type Kernels, type SinkWindow } from "../kernels/index.js";
 import type { ModelConfig } from "./config.js";
 import type { PackedWeights } from "./packed-weights.js";
+import type { QuantizedWeights } from "./quantized-weights.js";
 import type { LoraGrads, LoraProjection } from "./lora.js";
 import { hasQkNorm, type ModelParams, type WeightMatrix } from "./params.js";
 import { RopeTable } from "./rope.js";
@@ -44,6 +45,12 @@ export interface Model {
    * reads the weights as stored. Must be cleared whenever the weights change.
    */
   packed?: PackedWeights;
+  /**
+   * int8 copies of the weight matrices that `cachedForward` (sampling sessions) multiplies by instead of the
+   * weights, the LM head included; absent = sessions use the weights. Must be cleared whenever the weights
+   * change. Training and teacher-forced scoring never read them.
+   */
+  sampling?: QuantizedWeights;
   /**
    * A LoRA adapter run beside the weights rather than merged into them (over bf16 weights, which cannot
    * hold a merged update): every adapted projection adds s B A x in the forward passes, and its input
@@ -734,14 +741,18 @@ export function cachedForward(m: Model, ws: CachedWorkspace, kv: KvStorage, step
   // matrix-vector product.
   // A bf16 weight is read as held (never packed: a packed copy would be fp32, twice its size); its
   // products give a row the same values whatever else is in the call too.
+  // With int8 sampling copies (m.sampling) every product reads those instead: they too give a row the same
+  // values whatever else is in the call.
   const pk = m.packed;
+  const q8 = m.sampling;
   const lora = m.lora;
   const proj = (
     rows: number, outDim: number, inDim: number, xin: Float32Array, W: WeightMatrix, bias: Float32Array | null, y: Float32Array, beta: 0 | 1,
     layer = -1, target?: LoraProjection,
   ) => {
     if (rows === 0) return;
-    if (W instanceof Uint16Array) k.gemmW16(true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
+    if (q8) k.gemmQ8(rows, 1, xin, inDim, q8.get(W, outDim, inDim), beta, y, outDim);
+    else if (W instanceof Uint16Array) k.gemmW16(true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);
     else if (pk) k.sgemmPacked(rows, 1, xin, inDim, pk.get(W, outDim, inDim), beta, y, outDim);
     else if (rows === 1) k.sgemv(false, outDim, inDim, 1, W, inDim, xin, beta, y);
     else k.sgemm(false, true, rows, outDim, inDim, 1, xin, inDim, W, inDim, beta, y, outDim);

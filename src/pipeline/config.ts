@@ -18,7 +18,7 @@ import { z } from "zod";
 import type { AgentFunction } from "../gateway/index.js";
 import { ATTENTION_INITS, TOOL_FORMATS } from "../model/index.js";
 import { LORA_TARGETS, type LoraTarget } from "../engine/index.js";
-import { ATTENTION_MODES, WEIGHT_DTYPES } from "../model/index.js";
+import { ATTENTION_MODES, SAMPLING_WEIGHTS, WEIGHT_DTYPES } from "../model/index.js";
 import { MATMUL_PRECISIONS, type MatmulPrecision } from "../kernels/index.js";
 import { ADVANTAGE_ESTIMATORS } from "../rl/index.js";
 import { resolveModule } from "./user-modules.js";
@@ -251,6 +251,12 @@ const EngineSection = z
     tokenEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name like SINKFLEX_WORKER_TOKEN").optional(),
     /** torch CPU threads of a started worker (0 = torch's default). */
     threads: z.number().int().min(0).max(1024, atMost(1024)).default(0),
+    /**
+     * What the embedded engine's sampling sessions multiply by: "same" (the weights) or "int8" (copies
+     * quantized in blocks of 32, re-made after every step; about half the memory traffic of bf16 per
+     * decoded token). Training and scoring keep the weights; truncated IS corrects the gap. Default "same".
+     */
+    samplingWeights: z.enum(SAMPLING_WEIGHTS).optional(),
   })
   .strict();
 export type EngineConfig = z.infer<typeof EngineSection>;
@@ -527,7 +533,11 @@ export const TrainConfigSchema = z
       for (const k of ["url", "device", "python", "tokenEnv"] as const) {
         if (cfg.engine[k] !== undefined) ctx.addIssue({ code: "custom", path: ["engine", k], message: 'only applies to engine.backend "torch"; set the backend, or drop it' });
       }
+      if (cfg.engine.samplingWeights === "int8" && g.enabled && g.tisCap === 0) {
+        ctx.addIssue({ code: "custom", path: ["grpo", "tisCap"], message: 'engine.samplingWeights "int8" samples with other weights than the trainer scores with: truncated importance sampling must correct for it; set grpo.tisCap above 0 (default 2)' });
+      }
     } else {
+      if ((cfg.engine.samplingWeights ?? "same") !== "same") ctx.addIssue({ code: "custom", path: ["engine", "samplingWeights"], message: 'int8 sampling copies are the embedded engine\'s; the torch worker samples with its own weights: drop engine.samplingWeights with engine.backend "torch"' });
       // LoRA trains through peft in the worker; the weights' dtype is the embedded engine's setting.
       if (cfg.model.dtype !== "fp32") ctx.addIssue({ code: "custom", path: ["model", "dtype"], message: 'holds the embedded engine\'s weights in bf16; the torch worker holds fp32 weights (bf16 autocast on CUDA): drop model.dtype with engine.backend "torch"' });
       // The torch worker runs the embedded engine's mask (sink window, packed documents, pinned positions,

@@ -4,6 +4,7 @@
  * system turn, `<tool_call>` blocks in a reply come back as `tool_calls`, tool results reach the model as
  * `<tool_response>` user turns, and a reply ends at `<|end|>`, not at the eos_token `<|endoftext|>`.
  * `toolFormat` names another format, as `rollout.toolFormat` does, and an unknown one is refused.
+ * `samplingWeights: "int8"` samples from int8 copies of the weights and keeps the trained reply.
  * On a Llama 3.1 checkpoint whose template declares no format, the family's llama3-json: a streamed
  * call (the whole reply is one JSON object) comes back as tool_calls only, never as content.
  * The server is the real HTTP server `openServer` starts; the model is trained, not scripted.
@@ -11,7 +12,7 @@
 import { rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openServer } from "../../src/cli/commands/serve.js";
-import { loadServedCheckpoint } from "../../src/cli/commands/served-checkpoint.js";
+import { loadServedCheckpoint, parseSamplingWeights } from "../../src/cli/commands/served-checkpoint.js";
 import { endTokens } from "../../src/serve/openai-server.js";
 import { ANSWER, CALL_ARGUMENTS, familyCheckpoint, LLAMA31, OPENING, PHI3, QUESTION, SYSTEM, TOOL, TOOL_RESULT } from "./family-checkpoint.js";
 
@@ -122,6 +123,37 @@ describe("sinkflex serve on a Phi-3 checkpoint", () => {
       await other.close();
     }
     await expect(openServer(dir, { maxContextTokens: 1024, toolFormat: "mistral" })).rejects.toThrow('unknown tool format "mistral"; choose one of "hermes", "llama3-json", "phi3-hermes"');
+  });
+
+  it("samples from int8 copies with samplingWeights int8 (--sampling-weights): the trained reply, log-probs near the weights'", async () => {
+    const int8 = await openServer(dir, { modelName: "phi3", apiKey: KEY, maxTokens: 64, maxContextTokens: 1024, samplingWeights: "int8" });
+    try {
+      expect(int8.engine.samplingWeights).toBe("int8");
+      expect(served.engine.samplingWeights).toBe("same");
+      const { prompt_token_ids: prompt } = await chat({ messages: opening, tools, max_tokens: 1 });
+      const complete = async (url: string, temperature: number) => {
+        const r = await fetch(`${url}/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "phi3", prompt, temperature, seed: 4, max_tokens: 48, return_token_ids: true, logprobs: 1 }),
+        });
+        expect(r.status).toBe(200);
+        return ((await r.json()) as { choices: { text: string; token_ids: number[]; logprobs: { token_logprobs: number[] } }[] }).choices[0]!;
+      };
+      // the trained model's greedy reply survives int8
+      expect((await complete(int8.url, 0)).text).toBe((await complete(served.url, 0)).text);
+      // sampled at temperature 1 with one seed: the log-probs of the tokens both drew move a little, not nothing
+      const [a, b] = [await complete(served.url, 1), await complete(int8.url, 1)];
+      let same = 0;
+      while (same < a.token_ids.length && a.token_ids[same] === b.token_ids[same]) same++;
+      expect(same).toBeGreaterThan(4);
+      const gaps = a.logprobs.token_logprobs.slice(0, same).map((l, i) => Math.abs(l - b.logprobs.token_logprobs[i]!));
+      expect(Math.max(...gaps)).toBeGreaterThan(0);
+      expect(Math.max(...gaps)).toBeLessThan(0.1);
+    } finally {
+      await int8.close();
+    }
+    expect(() => parseSamplingWeights("int4")).toThrow('--sampling-weights must be same or int8, got "int4"');
   });
 
   it("loads the checkpoint's template with the family's tool format", () => {

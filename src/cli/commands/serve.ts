@@ -10,13 +10,15 @@
 import { basename } from "node:path";
 import type { Command } from "commander";
 import type { EmbeddedEngine } from "../../engine/index.js";
-import type { ToolFormat, WeightDtype } from "../../model/index.js";
+import type { SamplingWeights, ToolFormat, WeightDtype } from "../../model/index.js";
 import { OpenAIServer, type ServeOptions } from "../../serve/index.js";
-import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype, parseToolFormat, TOOL_FORMAT_HELP } from "./served-checkpoint.js";
+import { DTYPE_HELP, exposure, intAtLeast, loadServedCheckpoint, parseDtype, parseSamplingWeights, parseToolFormat, SAMPLING_WEIGHTS_HELP, TOOL_FORMAT_HELP } from "./served-checkpoint.js";
 
 export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" | "codec" | "template">> {
   /** How the weights are held in memory (default fp32). */
   dtype?: WeightDtype;
+  /** What completions sample from: the weights ("same", the default) or int8 copies ("int8"). */
+  samplingWeights?: SamplingWeights;
   port?: number;
   host?: string;
   /** Answer vLLM's weight-update routes (load a checkpoint or a LoRA adapter folder named by a client): `--allow-reload`. */
@@ -31,7 +33,7 @@ export interface OpenServerOptions extends Partial<Omit<ServeOptions, "sampler" 
 export async function openServer(checkpoint: string, opts: OpenServerOptions = {}): Promise<{ server: OpenAIServer; url: string; engine: EmbeddedEngine; close: () => Promise<void> }> {
   const host = opts.host ?? "127.0.0.1";
   exposure(host, opts.apiKey, opts.insecure);
-  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype);
+  const { dir, engine, codec, template, maxContextTokens } = loadServedCheckpoint(checkpoint, opts.maxContextTokens, opts.dtype, opts.samplingWeights);
   let server: OpenAIServer;
   let url: string;
   try {
@@ -68,12 +70,13 @@ export function registerServeCommands(program: Command): void {
     .option("--max-context <n>", "largest prompt + completion in tokens (default and maximum: the model's max_position_embeddings)", intAtLeast("--max-context", 1))
     .option("--max-body <bytes>", "largest request body in bytes (default: 64 KiB + 32 bytes per context token, at most 4 MiB)", intAtLeast("--max-body", 1))
     .option("--dtype <dtype>", DTYPE_HELP, parseDtype, "fp32")
+    .option("--sampling-weights <kind>", SAMPLING_WEIGHTS_HELP, parseSamplingWeights, "same")
     .option("--tool-format <format>", TOOL_FORMAT_HELP, parseToolFormat)
     .option("--allow-reload", "accept weight updates from a trainer (vLLM's routes: /update_weights with a checkpoint folder, /v1/load_lora_adapter; docs/serve.md)", false)
     .action(
       async (
         checkpoint: string,
-        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype; allowReload: boolean; toolFormat?: ToolFormat },
+        o: { port: number; host: string; modelName?: string; apiKey?: string; insecure: boolean; maxTokens: number; maxContext?: number; maxBody?: number; dtype: WeightDtype; samplingWeights: SamplingWeights; allowReload: boolean; toolFormat?: ToolFormat },
       ) => {
         const apiKey = o.apiKey ?? (process.env.SINKFLEX_API_KEY || undefined);
         const warning = exposure(o.host, apiKey, o.insecure);
@@ -87,6 +90,7 @@ export function registerServeCommands(program: Command): void {
           maxTokens: o.maxTokens,
           maxContextTokens: o.maxContext,
           dtype: o.dtype,
+          samplingWeights: o.samplingWeights,
           maxBodyBytes: o.maxBody,
           allowReload: o.allowReload,
           toolFormat: o.toolFormat,

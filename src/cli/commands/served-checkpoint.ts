@@ -10,7 +10,7 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { loadEngine, type EmbeddedEngine } from "../../engine/index.js";
-import { ChatTemplate, checkpointFamily, TOOL_FORMATS, type ToolFormat, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
+import { ChatTemplate, checkpointFamily, SAMPLING_WEIGHTS, type SamplingWeights, TOOL_FORMATS, type ToolFormat, WEIGHT_DTYPES, type WeightDtype } from "../../model/index.js";
 import { Tokenizer } from "../../model/index.js";
 import { tokenCodec, TrimmedVocab, type TokenCodec } from "../../model/index.js";
 import { checkExposure } from "../../serve/index.js";
@@ -35,17 +35,18 @@ export interface ServedCheckpoint {
 }
 
 /**
- * Loads `checkpoint` for serving, its weights held as `dtype` (default fp32; bf16 halves their memory);
- * the engine is disposed again if anything after loading the weights fails (a check, the tokenizer, the
- * vocabulary, the chat template).
+ * Loads `checkpoint` for serving, its weights held as `dtype` (default fp32; bf16 halves their memory),
+ * sampling from `samplingWeights` (default "same": the weights; "int8": int8 copies of them); the engine is
+ * disposed again if anything after loading the weights fails (a check, the tokenizer, the vocabulary, the
+ * chat template).
  */
-export function loadServedCheckpoint(checkpoint: string, maxContext?: number, dtype?: WeightDtype): ServedCheckpoint {
+export function loadServedCheckpoint(checkpoint: string, maxContext?: number, dtype?: WeightDtype, samplingWeights?: SamplingWeights): ServedCheckpoint {
   const dir = resolve(checkpoint);
   if (!existsSync(dir)) throw new UsageError(`no checkpoint folder at ${dir}; pass a folder with config.json, safetensors and tokenizer files`);
   if (!existsSync(resolve(dir, "tokenizer.json"))) {
     throw new UsageError(`${dir} has no tokenizer.json; copy the model's tokenizer.json and tokenizer_config.json into the checkpoint folder`);
   }
-  const engine = loadEngine(dir, { dtype });
+  const engine = loadEngine(dir, { dtype, samplingWeights });
   try {
     const positions = engine.config.maxPositionEmbeddings;
     const maxContextTokens = maxContext ?? positions;
@@ -77,6 +78,16 @@ export function parseDtype(v: string): WeightDtype {
   if (!(WEIGHT_DTYPES as readonly string[]).includes(v)) throw new UsageError(`--dtype must be ${WEIGHT_DTYPES.join(" or ")}, got "${v}"`);
   return v as WeightDtype;
 }
+
+/** The commander parser of `--sampling-weights`: same or int8. */
+export function parseSamplingWeights(v: string): SamplingWeights {
+  if (!(SAMPLING_WEIGHTS as readonly string[]).includes(v)) throw new UsageError(`--sampling-weights must be ${SAMPLING_WEIGHTS.join(" or ")}, got "${v}"`);
+  return v as SamplingWeights;
+}
+
+/** The help of `--sampling-weights`. */
+export const SAMPLING_WEIGHTS_HELP =
+  "what completions sample from: same (the weights) or int8 (copies quantized in blocks of 32: about half the bytes of bf16 read per token; sampled log-probs then differ slightly from the echoed, teacher-forced ones, which read the weights)";
 
 /** The commander parser of `--tool-format`: one of the tool-call formats the families use. */
 export function parseToolFormat(v: string): ToolFormat {

@@ -121,6 +121,10 @@ export async function preparePolicy(ctx: RunContext, data: RunData, resumed: { d
   setUpAttention(ctx, data, start, resumed?.dir ?? cfg.model.checkpoint);
   if (setUpFirst) start.policy = await onBackend(start.policy, cfg.engine, join(ctx.run.path, "initial-model"));
   const { engine } = start.policy;
+  if (cfg.engine.samplingWeights === "int8" && engine instanceof EmbeddedEngine) {
+    engine.useSamplingWeights("int8");
+    ctx.log("sampling from int8 copies of the weights (engine.samplingWeights), re-made after every step; training and scoring use the weights");
+  }
   const params = engine instanceof EmbeddedEngine ? (engine.weights.data16 ?? engine.weights.data).length : engine.parameters;
   const runsOn = engine instanceof EmbeddedEngine
     ? `kernels ${engine.kernels.describe()}`
