@@ -606,6 +606,8 @@ static inline int blockDepth(int K) {
   return std::max(1, (d + 7) / 8 * 8);
 }
 
+int gemmBlockDepth(int K) { return blockDepth(K); }
+
 // Packs the blocks of op(B) at depths [p0, p1) (p0 a multiple of the block depth) into dst, across the pool.
 static void packBPanels(const GemmArgs& g, int NR, int p0, int p1, float* dst) {
   const int Npad = padN(g.N, NR);

@@ -573,6 +573,117 @@ SFX_CLONES static void widenBf16(const uint16_t* __restrict src, uint32_t* __res
   for (int i = 0; i < n; i++) dst[i] = static_cast<uint32_t>(src[i]) << 16;
 }
 
+// ---- products of a few rows with bf16 weights, without a bf16 unit (AVX2 and FMA)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SFX_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+// Sums over the fp32 kernels' depth blocks for R rows of A against groups of 32 rows of W (bf16, [N, K]),
+// the values gemmW16Widen gives (the fp32 micro-kernels' order: per element of C, a chain of fused
+// multiply-adds from zero over each depth block of gemmBlockDepth(K), added to C after the block, the
+// first block storing it where beta is 0; A times alpha as the packing rounds it). W streams from memory
+// once: 8 rows x 8 depth at a time, widened and transposed in registers so that lane j holds row j, with
+// the next group prefetched into L2 in address order; x broadcast one depth at a time. Four strips of 8
+// rows make four independent chains per row of A.
+template <int R>
+SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, int ldw, const float* xs, int gr0, int gr1) {
+  const int K = g.K, kcMax = gemmBlockDepth(K);
+  for (int gr = gr0; gr < gr1; gr++) {
+    const int n0 = gr * 32;
+    int nv[4];
+    for (int s = 0; s < 4; s++) nv[s] = std::max(0, std::min(8, g.N - n0 - 8 * s));
+    const int nextRows = std::max(0, std::min(32, g.N - n0 - 32));
+    const char* next = reinterpret_cast<const char*>(W + static_cast<size_t>(n0 + 32) * ldw);
+    const size_t nextLines = nextRows > 0 ? ((static_cast<size_t>(nextRows - 1) * ldw + K) * sizeof(uint16_t) + 63) / 64 : 0;
+    const size_t perStep = (nextLines + (K + 7) / 8 - 1) / ((K + 7) / 8);
+    size_t step = 0;
+    for (int pc = 0; pc < K; pc += kcMax) {
+      const int kc = std::min(kcMax, K - pc);
+      __m256 acc[4][R];
+      for (int s = 0; s < 4; s++)
+        for (int r = 0; r < R; r++) acc[s][r] = _mm256_setzero_ps();
+      for (int k0 = pc; k0 < pc + kc; k0 += 8, step++) {
+        const int kv = std::min(8, pc + kc - k0);
+        for (size_t i = step * perStep; i < std::min(nextLines, (step + 1) * perStep); i++) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+        for (int s = 0; s < 4; s++) {
+          if (nv[s] == 0) continue;
+          // rows n0 + 8s + j, depth k0 .. k0 + 7, widened to fp32 (zero past K and past N)
+          __m256 t[8];
+          for (int j = 0; j < 8; j++) {
+            __m128i h = _mm_setzero_si128();
+            if (j < nv[s]) {
+              const uint16_t* w = W + static_cast<size_t>(n0 + 8 * s + j) * ldw + k0;
+              if (kv == 8) h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+              else {
+                alignas(16) uint16_t tail[8] = {};
+                std::memcpy(tail, w, sizeof(uint16_t) * kv);
+                h = _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
+              }
+            }
+            t[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+          }
+          // transpose: t[k] lane j = W[n0 + 8s + j][k0 + k]
+          __m256 u[8], v[8];
+          for (int i = 0; i < 4; i++) {
+            u[2 * i] = _mm256_unpacklo_ps(t[2 * i], t[2 * i + 1]);
+            u[2 * i + 1] = _mm256_unpackhi_ps(t[2 * i], t[2 * i + 1]);
+          }
+          for (int i = 0; i < 2; i++) {
+            v[4 * i + 0] = _mm256_shuffle_ps(u[4 * i + 0], u[4 * i + 2], 0x44);
+            v[4 * i + 1] = _mm256_shuffle_ps(u[4 * i + 0], u[4 * i + 2], 0xee);
+            v[4 * i + 2] = _mm256_shuffle_ps(u[4 * i + 1], u[4 * i + 3], 0x44);
+            v[4 * i + 3] = _mm256_shuffle_ps(u[4 * i + 1], u[4 * i + 3], 0xee);
+          }
+          for (int i = 0; i < 4; i++) {
+            t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
+            t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
+          }
+          for (int k = 0; k < kv; k++)
+            for (int r = 0; r < R; r++)
+              acc[s][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(xs + static_cast<size_t>(r) * K + k0 + k), t[k], acc[s][r]);
+        }
+      }
+      // C = acc (the first block, beta 0) or C + acc, as the micro-kernels store
+      const bool first = pc == 0 && g.beta == 0.f;
+      for (int s = 0; s < 4; s++) {
+        if (nv[s] == 0) continue;
+        for (int r = 0; r < R; r++) {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, acc[s][r]);
+          float* c = g.C + static_cast<size_t>(r) * g.ldc + n0 + 8 * s;
+          for (int j = 0; j < nv[s]; j++) c[j] = first ? lanes[j] : c[j] + lanes[j];
+        }
+      }
+    }
+  }
+}
+
+// gemmW16 of M <= kStreamMaxRowsAvx2 rows with W stored [N, K] where the products widen W to fp32: A times
+// alpha (as packA rounds it), then the groups of 32 rows of W, one contiguous range per thread.
+template <int R>
+void streamW16Avx2(const GemmArgs& g, const uint16_t* W, int ldw) {
+  static thread_local std::vector<float> scaled;
+  scaled.resize(static_cast<size_t>(R) * g.K);
+  for (int r = 0; r < R; r++)
+    for (int k = 0; k < g.K; k++) scaled[static_cast<size_t>(r) * g.K + k] = g.A[static_cast<size_t>(r) * g.lda + k] * g.alpha;
+  const float* xs = scaled.data();
+  const int groups = (g.N + 31) / 32, threads = std::min(poolThreads(), groups);
+  if (threads <= 1) return streamGroupsW16Avx2<R>(g, W, ldw, xs, 0, groups);
+  parallelFor(threads, [&](int t) { streamGroupsW16Avx2<R>(g, W, ldw, xs, groups * t / threads, groups * (t + 1) / threads); });
+}
+
+constexpr int kStreamMaxRowsAvx2 = 4;
+
+static void streamW16RowsAvx2(const GemmArgs& g, const uint16_t* W, int ldw) {
+  switch (g.M) {
+    case 1: return streamW16Avx2<1>(g, W, ldw);
+    case 2: return streamW16Avx2<2>(g, W, ldw);
+    case 3: return streamW16Avx2<3>(g, W, ldw);
+    default: return streamW16Avx2<4>(g, W, ldw);
+  }
+}
+#endif
+
 // Without a bf16 unit (or with SINKFLEX_SIMD below AVX-512): blocks of op(W), a few hundred KiB each, widened
 // to fp32 and multiplied by the fp32 kernels (gemm.cc, at the SIMD level in effect); A stays fp32.
 static void gemmW16Widen(const GemmArgs& g, bool transW, const uint16_t* W, int ldw, bool parallel) {
@@ -615,6 +726,13 @@ void gemmW16(bool transW, int M, int N, int K, float alpha, const float* A, int 
       return;
     }
     gemmW16Unit(g, transW, W, ldw, true);
+    return;
+  }
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+  // few rows on the fp32 kernels (AVX2 or AVX-512 with FMA): W streamed, the same values as widening it
+  if (transW && M <= kStreamMaxRowsAvx2 && (simdLevel() == Simd::Avx2 || simdLevel() == Simd::Avx512)) {
+    streamW16RowsAvx2(g, W, ldw);
     return;
   }
 #endif

@@ -35,6 +35,9 @@ void packWeight(int N, int K, const float* W, int ldw, float* dst);
 void sgemmPacked(int M, int N, int K, float alpha, const float* A, int lda, const float* Wp, float beta, float* C,
                  int ldc);
 void sgemv(bool trans, int M, int N, float alpha, const float* A, int lda, const float* x, float beta, float* y);
+// The depth of the blocks the fp32 micro-kernels sum over (each element of C: a chain of fused multiply-adds
+// from zero over one block, then added to C): a kernel that must give the same values computes in these.
+int gemmBlockDepth(int K);
 // Products with a weight matrix held as bfloat16 (gemm_bf16.cc): C = alpha A op(W) + beta C, A [M, K] fp32,
 // op(W) = W^T with W stored [N, K] (transW: y = x W^T) or W stored [K, N] (dX = dY W), accumulated in fp32.
 // With a bf16 unit (and SIMD at AVX-512) A is rounded to bf16 and the unit's dot products compute, else
