@@ -538,9 +538,33 @@ function llamaCppDecode(gguf: string, threads: number, batch: number, prompt: nu
 }
 
 /**
+ * The sampler/trainer log-prob gap of int8 sampling: one session of `engine` (sampling from int8 copies)
+ * samples `newTokens` at temperature 1 after `prompt`, and the same engine scores the sequence teacher-forced
+ * with its weights (what GRPO's trainer computes); mean and largest |sampler - trainer| over the sampled
+ * tokens, and the same for a session sampling from the weights themselves (the gap without int8).
+ */
+async function int8Gap(engine: EmbeddedEngine, prompt: number[], newTokens: number): Promise<{ meanAbs: number; maxAbs: number; meanAbsSame: number; tokens: number }> {
+  const gapOf = async (): Promise<number[]> => {
+    const session = await engine.session(prompt);
+    const res = await session.sample({ temperature: 1, maxTokens: newTokens, seed: 3 });
+    session.close();
+    const seq = [...prompt, ...res.tokens];
+    const [lp] = await engine.logprobs([seq]);
+    return res.tokens.map((_, j) => Math.abs(res.logprobs[j]! - lp![prompt.length - 1 + j]!));
+  };
+  engine.useSamplingWeights("int8");
+  const int8 = await gapOf();
+  engine.useSamplingWeights("same");
+  const same = await gapOf();
+  const mean = (a: number[]) => a.reduce((x, y) => x + y, 0) / Math.max(a.length, 1);
+  return { meanAbs: mean(int8), maxAbs: Math.max(...int8), meanAbsSame: mean(same), tokens: int8.length };
+}
+
+/**
  * Greedy decoding of the Qwen2.5-0.5B shape, one checkpoint of random weights for every contender:
- * sinkflex with the weights in fp32 and in bf16, llama.cpp on an F16 GGUF written from the checkpoint
- * (bench/peers/gguf_qwen2.py), and Hugging Face generate (fp32), at batch 1 and 32.
+ * sinkflex with the weights in fp32, in bf16, and in bf16 sampling from int8 copies; llama.cpp on an F16
+ * and a Q8_0 GGUF written from the checkpoint (bench/peers/gguf_qwen2.py); Hugging Face generate (fp32);
+ * at batch 1 and 32. Then the int8 sampler's log-prob gap to the bf16 trainer (int8Gap).
  */
 async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>, out: Record<string, unknown>) {
   const prompt = o.quick ? 32 : 128;
@@ -548,23 +572,29 @@ async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>
   const dir = mkdtempSync(join(tmpdir(), "sinkflex-bench-05b-"));
   try {
     const ckpt = join(dir, "ckpt");
-    const gguf = join(dir, "model-f16.gguf");
     {
       const engine = createRandomModel(parseHfConfig(QWEN25_05B), 1, { kernels: k });
       engine.saveSync(ckpt);
       engine.dispose();
     }
-    const conv = spawnSync(o.python, [join(here, "peers", "gguf_qwen2.py"), ckpt, gguf], { encoding: "utf8", maxBuffer: 1 << 20 });
-    const ggufError = conv.status === 0 ? null : `gguf_qwen2.py failed (status ${conv.status}): ${(conv.stderr || conv.stdout).trim().split("\n").pop()}`;
+    const ggufs: Record<"f16" | "q8_0", { path: string; error: string | null }> = { f16: { path: "", error: null }, q8_0: { path: "", error: null } };
+    for (const kind of ["f16", "q8_0"] as const) {
+      const path = join(dir, `model-${kind}.gguf`);
+      const conv = spawnSync(o.python, [join(here, "peers", "gguf_qwen2.py"), ckpt, path, kind], { encoding: "utf8", maxBuffer: 1 << 20 });
+      ggufs[kind] = { path, error: conv.status === 0 ? null : `gguf_qwen2.py failed (status ${conv.status}): ${(conv.stderr || conv.stdout).trim().split("\n").pop()}` };
+    }
+    const llama = (kind: "f16" | "q8_0", batch: number) =>
+      ggufs[kind].error ? { error: ggufs[kind].error } : llamaCppDecode(ggufs[kind].path, o.threads, batch, prompt, newTokens, QWEN25_05B.vocab_size);
     const rows: Record<string, unknown>[] = [];
     for (const batch of [1, 32]) {
       const row: Record<string, any> = { batch, prompt, newTokens };
-      for (const dtype of ["fp32", "bf16"] as const) {
-        const engine = loadEngine(ckpt, { kernels: k, dtype });
-        row[dtype] = await sinkflexDecode(engine, batch, prompt, newTokens);
+      for (const variant of ["fp32", "bf16", "int8"] as const) {
+        const engine = loadEngine(ckpt, { kernels: k, dtype: variant === "fp32" ? "fp32" : "bf16", samplingWeights: variant === "int8" ? "int8" : "same" });
+        row[variant] = await sinkflexDecode(engine, batch, prompt, newTokens);
         engine.dispose();
       }
-      row.llamaCpp = ggufError ? { error: ggufError } : llamaCppDecode(gguf, o.threads, batch, prompt, newTokens, QWEN25_05B.vocab_size);
+      row.llamaCpp = llama("f16", batch);
+      row.llamaCppQ8 = llama("q8_0", batch);
       const peer = peers.get("torch");
       row.hf = peer ? await peer.request({ op: "decode", checkpoint: ckpt, batch, prompt, new_tokens: newTokens }, 1_800_000) : { error: "torch peer not started" };
       rows.push(row);
@@ -572,12 +602,14 @@ async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>
     const tps = (r: any) => (r && !r.error ? (r.tokens_per_s as number) : null);
     const cell = (r: any) => (tps(r) === null ? `peer unavailable${r?.error ? ` (${String(r.error).slice(0, 120)})` : ""}` : fmt(tps(r), 1));
     const best = (r: any) => Math.max(r.fp32.tokensPerS, r.bf16.tokensPerS);
+    const ratio = (a: number | null, b: number | null) => (a !== null && b ? fmt(a / b, 2) : "-");
+    const columns = ["batch", "sinkflex fp32", "sinkflex bf16", "sinkflex int8", "llama.cpp F16", "llama.cpp Q8_0", "HF generate fp32", "bf16 / llama.cpp F16", "int8 / llama.cpp Q8_0", "best fp32/bf16 / HF"];
     printTable(
       `KV-cache greedy decoding, Qwen2.5-0.5B shape (one checkpoint of random weights), prompt ${prompt} + ${newTokens} new tokens per sequence, prefill included, new tokens/s`,
-      ["batch", "sinkflex fp32", "sinkflex bf16", "llama.cpp F16", "HF generate fp32", "best sinkflex / llama.cpp", "best sinkflex / HF"],
+      columns,
       rows.map((r: any) => [
-        String(r.batch), fmt(r.fp32.tokensPerS, 1), fmt(r.bf16.tokensPerS, 1), cell(r.llamaCpp), cell(r.hf),
-        tps(r.llamaCpp) ? fmt(best(r) / tps(r.llamaCpp)!, 2) : "-", tps(r.hf) ? fmt(best(r) / tps(r.hf)!, 2) : "-",
+        String(r.batch), fmt(r.fp32.tokensPerS, 1), fmt(r.bf16.tokensPerS, 1), fmt(r.int8.tokensPerS, 1), cell(r.llamaCpp), cell(r.llamaCppQ8), cell(r.hf),
+        ratio(r.bf16.tokensPerS, tps(r.llamaCpp)), ratio(r.int8.tokensPerS, tps(r.llamaCppQ8)), ratio(best(r), tps(r.hf)),
       ]),
     );
     // The same runs in new tokens per CPU second of each contender's process (other load does not count).
@@ -585,17 +617,31 @@ async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>
     const bestCpu = (r: any) => Math.max(r.fp32.tokensPerCpuS, r.bf16.tokensPerCpuS);
     printTable(
       "The same decoding, new tokens per CPU second",
-      ["batch", "sinkflex fp32", "sinkflex bf16", "llama.cpp F16", "HF generate fp32", "best sinkflex / llama.cpp", "best sinkflex / HF"],
+      columns,
       rows.map((r: any) => [
-        String(r.batch), fmt(r.fp32.tokensPerCpuS, 1), fmt(r.bf16.tokensPerCpuS, 1), fmt(perCpu(r.llamaCpp), 1), fmt(perCpu(r.hf), 1),
-        perCpu(r.llamaCpp) ? fmt(bestCpu(r) / perCpu(r.llamaCpp)!, 2) : "-", perCpu(r.hf) ? fmt(bestCpu(r) / perCpu(r.hf)!, 2) : "-",
+        String(r.batch), fmt(r.fp32.tokensPerCpuS, 1), fmt(r.bf16.tokensPerCpuS, 1), fmt(r.int8.tokensPerCpuS, 1), fmt(perCpu(r.llamaCpp), 1), fmt(perCpu(r.llamaCppQ8), 1), fmt(perCpu(r.hf), 1),
+        ratio(r.bf16.tokensPerCpuS, perCpu(r.llamaCpp)), ratio(r.int8.tokensPerCpuS, perCpu(r.llamaCppQ8)), ratio(bestCpu(r), perCpu(r.hf)),
       ]),
     );
-    console.log("targets: batch 1 >= llama.cpp F16; batch 32 >= 2x HF generate");
+    console.log("targets: batch 1 bf16 >= llama.cpp F16; batch 32 >= 2x HF generate; int8 (optional) reported against Q8_0");
+    // int8's sampler/trainer gap, on the same checkpoint held in bf16
+    const engine = loadEngine(ckpt, { kernels: k, dtype: "bf16" });
+    const gap = await int8Gap(engine, randomTokens(prompt, QWEN25_05B.vocab_size, 900), newTokens);
+    engine.dispose();
+    console.log(
+      `int8 sampling vs the bf16 trainer, ${gap.tokens} tokens sampled at temperature 1: mean |log-prob gap| ${gap.meanAbs.toExponential(2)} (largest ${gap.maxAbs.toExponential(2)}); ` +
+        `sampling from the bf16 weights themselves: ${gap.meanAbsSame.toExponential(2)}`,
+    );
     out.decode05b = rows.map((r: any) => ({
-      ...r, ratioVsLlamaCpp: tps(r.llamaCpp) ? best(r) / tps(r.llamaCpp)! : null, ratioVsHf: tps(r.hf) ? best(r) / tps(r.hf)! : null,
-      ratioVsLlamaCppCpu: perCpu(r.llamaCpp) ? bestCpu(r) / perCpu(r.llamaCpp)! : null, ratioVsHfCpu: perCpu(r.hf) ? bestCpu(r) / perCpu(r.hf)! : null,
+      ...r,
+      ratioVsLlamaCpp: tps(r.llamaCpp) ? r.bf16.tokensPerS / tps(r.llamaCpp)! : null,
+      ratioInt8VsQ8: tps(r.llamaCppQ8) ? r.int8.tokensPerS / tps(r.llamaCppQ8)! : null,
+      ratioVsHf: tps(r.hf) ? best(r) / tps(r.hf)! : null,
+      ratioVsLlamaCppCpu: perCpu(r.llamaCpp) ? r.bf16.tokensPerCpuS / perCpu(r.llamaCpp)! : null,
+      ratioInt8VsQ8Cpu: perCpu(r.llamaCppQ8) ? r.int8.tokensPerCpuS / perCpu(r.llamaCppQ8)! : null,
+      ratioVsHfCpu: perCpu(r.hf) ? bestCpu(r) / perCpu(r.hf)! : null,
     }));
+    out.decode05bInt8Gap = gap;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

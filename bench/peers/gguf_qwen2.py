@@ -1,9 +1,11 @@
-"""Writes an F16 GGUF of a Hugging Face Qwen2 checkpoint, for llama.cpp as a decoding peer in the engine benchmark.
+"""Writes an F16 or Q8_0 GGUF of a Hugging Face Qwen2 checkpoint, for llama.cpp as a decoding peer in the engine benchmark.
 
-Usage: gguf_qwen2.py CHECKPOINT_DIR OUT.gguf
+Usage: gguf_qwen2.py CHECKPOINT_DIR OUT.gguf [f16|q8_0]
 
 CHECKPOINT_DIR holds config.json and *.safetensors (a Qwen2ForCausalLM checkpoint, such as one the engine
-saves from random weights). The matrices are written as F16, norms and biases as F32, under llama.cpp's
+saves from random weights). The matrices are written as F16 (the default) or Q8_0 (llama.cpp's int8: blocks
+of 32 values with one fp16 scale, quantized by the gguf package as llama.cpp's converter does), norms and
+biases as F32, under llama.cpp's
 qwen2 tensor names. It is not a general converter: no tokenizer is read; the GGUF gets a stand-in
 byte-level vocabulary of the checkpoint's size (the benchmark feeds token ids, never text), so the file
 decodes the same ids as the checkpoint but cannot tokenize text. Needs the `gguf` package (PyPI),
@@ -60,9 +62,10 @@ def byte_tokens():
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gguf_qwen2.py CHECKPOINT_DIR OUT.gguf")
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] not in ("f16", "q8_0")):
+        sys.exit("usage: gguf_qwen2.py CHECKPOINT_DIR OUT.gguf [f16|q8_0]")
     src, out = sys.argv[1], sys.argv[2]
+    kind = sys.argv[3] if len(sys.argv) == 4 else "f16"
     try:
         import gguf
         import numpy as np
@@ -93,7 +96,7 @@ def main():
     w.add_head_count_kv(cfg.get("num_key_value_heads", cfg["num_attention_heads"]))
     w.add_rope_freq_base(float(cfg.get("rope_theta", 1000000.0)))
     w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if kind == "q8_0" else gguf.LlamaFileType.MOSTLY_F16)
     # A stand-in byte-level vocabulary of V tokens: the 256 bytes, then one placeholder per other id.
     tokens = byte_tokens() + ["<id%d>" % i for i in range(256, V)]
     w.add_tokenizer_model("gpt2")
@@ -108,15 +111,20 @@ def main():
     tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in tensors
     for name in sorted(tensors):
         t = tensors[name].to(torch.float32).numpy()
-        a = t.astype(np.float16) if t.ndim == 2 else t.astype(np.float32)
-        w.add_tensor(gguf_name(name), a)
+        if t.ndim != 2:
+            w.add_tensor(gguf_name(name), t.astype(np.float32))
+        elif kind == "q8_0":
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(gguf_name(name), gguf.quants.quantize(t, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(gguf_name(name), t.astype(np.float16))
     if not tied and "lm_head.weight" not in tensors:
         sys.exit("%s: tie_word_embeddings is false but lm_head.weight is missing" % src)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(json.dumps({"gguf": out, "tensors": len(tensors), "vocab": V, "tied": tied}))
+    print(json.dumps({"gguf": out, "type": kind, "tensors": len(tensors), "vocab": V, "tied": tied}))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,17 @@
 // each block q[32] int8 with one fp32 scale s (w ~ q * s, s = max |w| / 127 of the block, q rounded to
 // nearest even), the rows zero-padded to a whole number of blocks (Kp = 32 * ceil(K / 32)).
 //
-// Every element of C is one dot product in one fixed order, whatever M is: 16 lanes, lane l summing
-// x[16j + l] * (q[16j + l] * s) for j = 0, 1, ... with a fused multiply-add each, then the lanes added in a
-// fixed tree (l + 8, then + 4, + 2, + 1). So a row of C does not depend on what else is in the call (a
-// sequence samples the same alone as beside others). AVX-512 holds the 16 lanes in one register, AVX2 in
-// two, with the same values; the portable code sums the same lanes without fused multiply-adds.
+// Every element of C is one dot product in one fixed order, whatever M is: 16 lanes; for each block b of
+// 32, lane l forms t = x[32b + l] q[32b + l] + x[32b + 16 + l] q[32b + 16 + l] and adds t * s[b] to its
+// sum (fused multiply-adds), then the lanes are added in a fixed tree (l + 8, then + 4, + 2, + 1). So a row
+// of C does not depend on what else is in the call (a sequence samples the same alone as beside others).
+// AVX-512 holds the 16 lanes in one register, AVX2 in two, with the same values; the portable code sums
+// the same lanes without fused multiply-adds, as the reference kernels do.
 //
-// Four rows of W are multiplied at a time (four independent sums). With one row of A (decoding one
-// sequence) the int8 blocks are widened as they stream from memory; with several, a group's four rows are
-// widened once into fp32 (the same values: int8 to fp32 is exact and the scale product is the same
-// rounding) and every row of A reads them from cache.
+// Four rows of W are multiplied at a time (four independent sums), by two rows of A at a time where there
+// are several. With one row of A (decoding one sequence) the int8 values are widened as they stream from
+// memory; with several, a group's four rows are widened once into fp32 (the same numbers: int8 to fp32 is
+// exact) and every row of A reads them from cache.
 // Not here: choosing when int8 runs (src/model/quantized-weights.ts), the bf16 and fp32 products.
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@
 
 #include "cpu.h"
 #include "kernels.h"
+#include "simd_math.h"
 #include "threadpool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -37,6 +39,7 @@ namespace {
 
 constexpr int kBlock = 32;
 constexpr int kRowsAtOnce = 4;
+constexpr size_t kPrefetchBytes = 16384;  // how far ahead of the group being multiplied W is prefetched
 
 // ---- quantizing
 
@@ -68,7 +71,7 @@ void quantizeRow(const float* wf, const uint16_t* wb, int K, int8_t* q, float* s
   }
 }
 
-// ---- the dot products, one per SIMD level; each writes out[r] = sum for R rows of W against x
+// ---- the dot products, one per SIMD level: out[m][r] for MX rows of A against R rows of W
 
 // Lane sums in the fixed tree: 16 -> 8 -> 4 -> 2 -> 1.
 inline float reduce16(const float* lanes) {
@@ -79,21 +82,31 @@ inline float reduce16(const float* lanes) {
   return c[0] + c[1];
 }
 
-// Portable: the same lanes, multiply then add.
-void dotsPortable(int R, const float* x, int Kp, const int8_t* const* q, const float* const* s, const float* const* wf,
-                  float* out) {
-  for (int r = 0; r < R; r++) {
-    float lanes[16] = {};
-    for (int j = 0; j < Kp / 16; j++) {
-      const float scale = wf ? 0.f : s[r][j / 2];
-      for (int l = 0; l < 16; l++) {
-        const int k = 16 * j + l;
-        const float w = wf ? wf[r][k] : static_cast<float>(q[r][k]) * scale;
-        lanes[l] = lanes[l] + x[k] * w;
+// A row of W as the dot products read it: int8 values and block scales, or the values already widened to
+// fp32 (the same numbers: int8 to fp32 is exact) with the same scales.
+struct Q8Rows {
+  const int8_t* q[kRowsAtOnce];
+  const float* wide[kRowsAtOnce];  // null: widen q as it streams
+  const float* s[kRowsAtOnce];
+};
+
+// Portable: the same lanes and order without fused multiply-adds (the reference kernels' arithmetic).
+void dotsPortable(int MX, int R, const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+  for (int m = 0; m < MX; m++)
+    for (int r = 0; r < R; r++) {
+      float lanes[16] = {};
+      for (int b = 0; b < Kp / kBlock; b++) {
+        const int k = b * kBlock;
+        for (int l = 0; l < 16; l++) {
+          const float w0 = w.wide[r] ? w.wide[r][k + l] : static_cast<float>(w.q[r][k + l]);
+          const float w1 = w.wide[r] ? w.wide[r][k + 16 + l] : static_cast<float>(w.q[r][k + 16 + l]);
+          float t = x[m][k + l] * w0;
+          t = t + x[m][k + 16 + l] * w1;
+          lanes[l] = lanes[l] + t * w.s[r][b];
+        }
       }
+      out[m][r] = reduce16(lanes);
     }
-    out[r] = reduce16(lanes);
-  }
 }
 
 #ifdef SFX_Q8_X86
@@ -103,48 +116,55 @@ SFX_Q8_AVX512 inline float reduce512(__m512 v) {
   return reduce16(lanes);
 }
 
-// AVX-512: lane l of a register is lane l of the sum.
-template <int R>
-SFX_Q8_AVX512 void dotsAvx512(const float* x, int Kp, const int8_t* const* q, const float* const* s, const float* const* wf,
-                              float* out) {
-  __m512 acc[R];
-  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-  for (int j = 0; j < Kp / 16; j++) {
-    const __m512 xv = _mm512_loadu_ps(x + 16 * j);
+// AVX-512: lane l of a register is lane l of the sum; per block of 32, t = x[0:16] w[0:16], t += x[16:32]
+// w[16:32], sum += t * scale.
+template <int MX, int R>
+SFX_Q8_AVX512 void dotsAvx512(const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+  __m512 acc[MX][R];
+  for (int m = 0; m < MX; m++)
+    for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
+  for (int b = 0; b < Kp / kBlock; b++) {
+    const int k = b * kBlock;
+    __m512 x0[MX], x1[MX];
+    for (int m = 0; m < MX; m++) {
+      x0[m] = _mm512_loadu_ps(x[m] + k);
+      x1[m] = _mm512_loadu_ps(x[m] + k + 16);
+    }
     for (int r = 0; r < R; r++) {
-      __m512 w;
-      if (wf) w = _mm512_loadu_ps(wf[r] + 16 * j);
-      else {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + 16 * j));
-        w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(s[r][j / 2]));
+      __m512 w0, w1;
+      if (w.wide[r]) {
+        w0 = _mm512_loadu_ps(w.wide[r] + k);
+        w1 = _mm512_loadu_ps(w.wide[r] + k + 16);
+      } else {
+        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q[r] + k))));
+        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q[r] + k + 16))));
       }
-      acc[r] = _mm512_fmadd_ps(xv, w, acc[r]);
+      const __m512 scale = _mm512_set1_ps(w.s[r][b]);
+      for (int m = 0; m < MX; m++) acc[m][r] = _mm512_fmadd_ps(_mm512_fmadd_ps(x1[m], w1, _mm512_mul_ps(x0[m], w0)), scale, acc[m][r]);
     }
   }
-  for (int r = 0; r < R; r++) out[r] = reduce512(acc[r]);
+  for (int m = 0; m < MX; m++)
+    for (int r = 0; r < R; r++) out[m][r] = reduce512(acc[m][r]);
 }
 
-// AVX2: lanes 0-7 in one register, 8-15 in another.
+// AVX2: lanes 0-7 in one register, 8-15 in another; one row of A at a time (16 registers).
 template <int R>
-SFX_Q8_AVX2 void dotsAvx2(const float* x, int Kp, const int8_t* const* q, const float* const* s, const float* const* wf,
-                          float* out) {
+SFX_Q8_AVX2 void dotsAvx2(const float* x, int Kp, const Q8Rows& w, float* out) {
   __m256 lo[R], hi[R];
   for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_ps();
-  for (int j = 0; j < Kp / 16; j++) {
-    const __m256 x0 = _mm256_loadu_ps(x + 16 * j), x1 = _mm256_loadu_ps(x + 16 * j + 8);
+  for (int b = 0; b < Kp / kBlock; b++) {
+    const int k = b * kBlock;
     for (int r = 0; r < R; r++) {
-      __m256 w0, w1;
-      if (wf) {
-        w0 = _mm256_loadu_ps(wf[r] + 16 * j);
-        w1 = _mm256_loadu_ps(wf[r] + 16 * j + 8);
-      } else {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + 16 * j));
-        const __m256 sv = _mm256_set1_ps(s[r][j / 2]);
-        w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), sv);
-        w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), sv);
+      __m256 v[4];
+      for (int h = 0; h < 4; h++) {
+        if (w.wide[r]) v[h] = _mm256_loadu_ps(w.wide[r] + k + 8 * h);
+        else v[h] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q[r] + k + 8 * h))));
       }
-      lo[r] = _mm256_fmadd_ps(x0, w0, lo[r]);
-      hi[r] = _mm256_fmadd_ps(x1, w1, hi[r]);
+      const __m256 scale = _mm256_set1_ps(w.s[r][b]);
+      const __m256 t0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), v[2], _mm256_mul_ps(_mm256_loadu_ps(x + k), v[0]));
+      const __m256 t1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), v[3], _mm256_mul_ps(_mm256_loadu_ps(x + k + 8), v[1]));
+      lo[r] = _mm256_fmadd_ps(t0, scale, lo[r]);
+      hi[r] = _mm256_fmadd_ps(t1, scale, hi[r]);
     }
   }
   for (int r = 0; r < R; r++) {
@@ -154,36 +174,54 @@ SFX_Q8_AVX2 void dotsAvx2(const float* x, int Kp, const int8_t* const* q, const 
     out[r] = reduce16(lanes);
   }
 }
+
+template <int MX>
+SFX_Q8_AVX512 void dotsAvx512Rows(int R, const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+  switch (R) {
+    case 4: return dotsAvx512<MX, 4>(x, Kp, w, out);
+    case 3: return dotsAvx512<MX, 3>(x, Kp, w, out);
+    case 2: return dotsAvx512<MX, 2>(x, Kp, w, out);
+    default: return dotsAvx512<MX, 1>(x, Kp, w, out);
+  }
+}
 #endif
 
-// out[r] = the dot product of x (Kp values) with row r of W (R <= 4 rows: int8 q[r] and scales s[r], or,
-// with wf, the same row already widened), at the process's SIMD level.
-void dots(int R, const float* x, int Kp, const int8_t* const* q, const float* const* s, const float* const* wf, float* out) {
+// out[m][r] = the dot product of row m of A (MX <= 2 rows of Kp values) with row r of W (R <= 4), at the
+// process's SIMD level; every (m, r) is computed by the same instructions whatever MX and R are.
+void dots(int MX, int R, const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
 #ifdef SFX_Q8_X86
   const Simd level = simdLevel();
-  if (level == Simd::Avx512) {
-    switch (R) {
-      case 4: return dotsAvx512<4>(x, Kp, q, s, wf, out);
-      case 3: return dotsAvx512<3>(x, Kp, q, s, wf, out);
-      case 2: return dotsAvx512<2>(x, Kp, q, s, wf, out);
-      default: return dotsAvx512<1>(x, Kp, q, s, wf, out);
-    }
-  }
+  if (level == Simd::Avx512) return MX == 2 ? dotsAvx512Rows<2>(R, x, Kp, w, out) : dotsAvx512Rows<1>(R, x, Kp, w, out);
   if (level == Simd::Avx2) {
-    switch (R) {
-      case 4: return dotsAvx2<4>(x, Kp, q, s, wf, out);
-      case 3: return dotsAvx2<3>(x, Kp, q, s, wf, out);
-      case 2: return dotsAvx2<2>(x, Kp, q, s, wf, out);
-      default: return dotsAvx2<1>(x, Kp, q, s, wf, out);
+    for (int m = 0; m < MX; m++) {
+      switch (R) {
+        case 4: dotsAvx2<4>(x[m], Kp, w, out[m]); break;
+        case 3: dotsAvx2<3>(x[m], Kp, w, out[m]); break;
+        case 2: dotsAvx2<2>(x[m], Kp, w, out[m]); break;
+        default: dotsAvx2<1>(x[m], Kp, w, out[m]); break;
+      }
     }
+    return;
   }
 #endif
-  dotsPortable(R, x, Kp, q, s, wf, out);
+  dotsPortable(MX, R, x, Kp, w, out);
 }
 
-// Row r of W widened: wf[k] = q[k] * s[k / 32] (the products dots computes from q, bit for bit).
-void widenRow(const int8_t* q, const float* s, int Kp, float* wf) {
-  for (int k = 0; k < Kp; k++) wf[k] = static_cast<float>(q[k]) * s[k / kBlock];
+// Row r of W widened to fp32 (exact).
+SFX_CLONES void widenRow(const int8_t* __restrict q, int Kp, float* __restrict wf) {
+#pragma omp simd
+  for (int k = 0; k < Kp; k++) wf[k] = static_cast<float>(q[k]);
+}
+
+// Prefetches [p, p + bytes) into L2, a cache line at a time in address order.
+inline void prefetchL2(const void* p, size_t bytes) {
+#ifdef SFX_Q8_X86
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 }  // namespace
@@ -217,21 +255,32 @@ void gemmQ8(int M, int N, int K, float alpha, const float* A, int lda, const int
     std::vector<float> wide(M > 1 ? static_cast<size_t>(kRowsAtOnce) * Kp : 0);
     for (int g = static_cast<int>(static_cast<int64_t>(groups) * t / tasks); g < static_cast<int64_t>(groups) * (t + 1) / tasks; g++) {
       const int n0 = g * kRowsAtOnce, R = std::min(kRowsAtOnce, N - n0);
-      const int8_t* qr[kRowsAtOnce];
-      const float* sr[kRowsAtOnce];
-      const float* wr[kRowsAtOnce];
+      // a group's rows are read side by side, too short a stream each for the CPU's own prefetching: the
+      // values and scales of the group about kPrefetchBytes ahead are prefetched, in address order
+      const int groupsAhead = std::max(1, static_cast<int>(kPrefetchBytes / (static_cast<size_t>(kRowsAtOnce) * Kp)));
+      const int ahead = n0 + groupsAhead * kRowsAtOnce;
+      if (ahead < N) {
+        const int rows = std::min(kRowsAtOnce, N - ahead);
+        prefetchL2(q + static_cast<size_t>(ahead) * Kp, static_cast<size_t>(rows) * Kp);
+        prefetchL2(scales + static_cast<size_t>(ahead) * nb, static_cast<size_t>(rows) * nb * sizeof(float));
+      }
+      Q8Rows w{};
       for (int r = 0; r < R; r++) {
-        qr[r] = q + static_cast<size_t>(n0 + r) * Kp;
-        sr[r] = scales + static_cast<size_t>(n0 + r) * nb;
+        w.q[r] = q + static_cast<size_t>(n0 + r) * Kp;
+        w.s[r] = scales + static_cast<size_t>(n0 + r) * nb;
         if (M > 1) {
-          wr[r] = wide.data() + static_cast<size_t>(r) * Kp;
-          widenRow(qr[r], sr[r], Kp, wide.data() + static_cast<size_t>(r) * Kp);
+          float* row = wide.data() + static_cast<size_t>(r) * Kp;
+          widenRow(w.q[r], Kp, row);
+          w.wide[r] = row;
         }
       }
-      float out[kRowsAtOnce];
-      for (int m = 0; m < M; m++) {
-        dots(R, xs.data() + static_cast<size_t>(m) * Kp, Kp, qr, sr, M > 1 ? wr : nullptr, out);
-        for (int r = 0; r < R; r++) store(m, n0 + r, out[r]);
+      float out[2][kRowsAtOnce];
+      for (int m = 0; m < M; m += 2) {
+        const int MX = std::min(2, M - m);
+        const float* x[2] = {xs.data() + static_cast<size_t>(m) * Kp, xs.data() + static_cast<size_t>(m + MX - 1) * Kp};
+        dots(MX, R, x, Kp, w, out);
+        for (int i = 0; i < MX; i++)
+          for (int r = 0; r < R; r++) store(m + i, n0 + r, out[i][r]);
       }
     }
   });

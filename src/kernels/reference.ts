@@ -307,7 +307,10 @@ function quantizeWeight(N: number, K: number, W: Float32Array | Uint16Array, ldw
   return { kernels: "reference", N, K, q, scales };
 }
 
-/** The reference int8 product, in the native portable order (16 lanes, multiply then add, a fixed tree). */
+/**
+ * The reference int8 product, in the native portable order: 16 lanes; per block of 32, lane l forms
+ * t = x[l] q[l] + x[16 + l] q[16 + l] and adds t * scale; then a fixed tree over the lanes.
+ */
 function gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Weight, beta: number, C: Float32Array, ldc: number): void {
   if (W.kernels !== "reference") throw new Error(`gemmQ8: this weight was quantized by the ${W.kernels} kernels; quantize it with the reference kernels`);
   const { N, K, q, scales } = W;
@@ -315,12 +318,18 @@ function gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Wei
   const nb = Kp / Q8_BLOCK;
   const f = Math.fround;
   const lanes = new Float32Array(16);
+  const xAt = (m: number, k: number) => (k < K ? A[m * lda + k]! : 0);
   for (let m = 0; m < M; m++) {
     for (let n = 0; n < N; n++) {
       lanes.fill(0);
-      for (let k = 0; k < K; k++) {
-        const w = f(q[n * Kp + k]! * scales[n * nb + Math.floor(k / Q8_BLOCK)]!);
-        lanes[k % 16] = f(lanes[k % 16]! + f(A[m * lda + k]! * w));
+      for (let b = 0; b < nb; b++) {
+        const k = b * Q8_BLOCK;
+        const s = scales[n * nb + b]!;
+        for (let l = 0; l < 16; l++) {
+          let t = f(xAt(m, k + l) * q[n * Kp + k + l]!);
+          t = f(t + f(xAt(m, k + 16 + l) * q[n * Kp + k + 16 + l]!));
+          lanes[l] = f(lanes[l]! + f(t * s));
+        }
       }
       const a8 = Array.from({ length: 8 }, (_, l) => f(lanes[l]! + lanes[l + 8]!));
       const a4 = Array.from({ length: 4 }, (_, l) => f(a8[l]! + a8[l + 4]!));

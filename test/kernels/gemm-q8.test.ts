@@ -3,11 +3,11 @@
  * path, the quantization error against the unquantized product, a row's values bit for bit the same
  * whatever the call's row count, and the argument checks.
  */
-import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadNativeKernels, referenceKernels } from "../../src/kernels/index.js";
 import { checkGemmQ8, type Q8Check } from "./gemm-q8-check.js";
+import { checkAtSimdLevel, SIMD_LEVELS } from "./simd-child.js";
 
 const native = loadNativeKernels();
 
@@ -27,18 +27,9 @@ describe.skipIf(!native)("gemmQ8 (native)", () => {
     expectSound(checkGemmQ8());
   });
 
-  for (const level of ["avx512", "avx2", "portable"]) {
+  for (const level of SIMD_LEVELS) {
     it(`SINKFLEX_SIMD=${level} matches the reference`, () => {
-      const res = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "gemm-q8-check.ts")], {
-        env: { ...process.env, SINKFLEX_SIMD: level, SINKFLEX_THREADS: "2" },
-        encoding: "utf8",
-        timeout: 120_000,
-      });
-      expect(res.status, res.stderr).toBe(0);
-      const out = JSON.parse(res.stdout) as Q8Check;
-      const order = ["portable", "avx2", "avx512"];
-      expect(order.indexOf(out.simd)).toBeLessThanOrEqual(order.indexOf(level));
-      expectSound(out);
+      expectSound(checkAtSimdLevel<Q8Check>(join(import.meta.dirname, "gemm-q8-check.ts"), level));
     }, 150_000);
   }
 

@@ -4,11 +4,11 @@
  * bit for bit the same whatever the call's row count (decoding streams W for a few rows), and its argument
  * checks.
  */
-import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadNativeKernels, referenceKernels } from "../../src/kernels/index.js";
 import { checkGemmW16 } from "./gemm-w16-check.js";
+import { checkAtSimdLevel, SIMD_LEVELS } from "./simd-child.js";
 
 const native = loadNativeKernels();
 
@@ -19,17 +19,9 @@ describe.skipIf(!native)("gemmW16 (native)", () => {
     expect(out.batchMismatches).toBe(0);
   });
 
-  for (const level of ["avx512", "avx2", "portable"]) {
+  for (const level of SIMD_LEVELS) {
     it(`SINKFLEX_SIMD=${level} matches the reference`, () => {
-      const res = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "gemm-w16-check.ts")], {
-        env: { ...process.env, SINKFLEX_SIMD: level, SINKFLEX_THREADS: "2" },
-        encoding: "utf8",
-        timeout: 120_000,
-      });
-      expect(res.status, res.stderr).toBe(0);
-      const out = JSON.parse(res.stdout) as { simd: string; bf16Unit: string; err: number; batchMismatches: number };
-      const order = ["portable", "avx2", "avx512"];
-      expect(order.indexOf(out.simd)).toBeLessThanOrEqual(order.indexOf(level));
+      const out = checkAtSimdLevel<{ simd: string; bf16Unit: string; err: number; batchMismatches: number }>(join(import.meta.dirname, "gemm-w16-check.ts"), level);
       if (level !== "avx512") expect(out.bf16Unit).toBe("none");
       expect(out.err).toBeLessThan(1e-5);
       expect(out.batchMismatches).toBe(0);

@@ -5,7 +5,6 @@
  * (loaded without an fp32 step, saved as BF16), full training of bf16 weights through an fp32 master copy
  * (against fp32 training; the master saved with the optimizer state), and model.dtype in a run config.
  */
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,6 +16,7 @@ import { widenBf16 } from "../../src/model/params.js";
 import { readSafetensorsHeader } from "../../src/model/safetensors.js";
 import { validateConfig } from "../../src/pipeline/config.js";
 import { BF16_TEST_CONFIG, compareBf16, type Bf16Comparison } from "./bf16-compare.js";
+import { checkAtSimdLevel, SIMD_LEVELS } from "../kernels/simd-child.js";
 import { expectSameValues, meanCrossEntropy, randomTokens } from "../engine/helpers.js";
 
 const native = loadNativeKernels();
@@ -60,17 +60,9 @@ describe.skipIf(!native)("bf16 weights: log-probs against fp32", () => {
     expectWithin(r, r.bf16Unit === "none");
   });
 
-  for (const level of ["avx512", "avx2", "portable"]) {
+  for (const level of SIMD_LEVELS) {
     it(`SINKFLEX_SIMD=${level}`, () => {
-      const res = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "bf16-compare.ts")], {
-        env: { ...process.env, SINKFLEX_SIMD: level, SINKFLEX_THREADS: "2" },
-        encoding: "utf8",
-        timeout: 120_000,
-      });
-      expect(res.status, res.stderr).toBe(0);
-      const r = JSON.parse(res.stdout) as Bf16Comparison;
-      const order = ["portable", "avx2", "avx512"];
-      expect(order.indexOf(r.simd)).toBeLessThanOrEqual(order.indexOf(level));
+      const r = checkAtSimdLevel<Bf16Comparison>(join(import.meta.dirname, "bf16-compare.ts"), level);
       if (level !== "avx512") expect(r.bf16Unit).toBe("none");
       expectWithin(r, r.bf16Unit === "none");
     }, 150_000);
