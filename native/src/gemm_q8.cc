@@ -3,17 +3,20 @@
 // each block q[32] int8 with one fp32 scale s (w ~ q * s, s = max |w| / 127 of the block, q rounded to
 // nearest even), the rows zero-padded to a whole number of blocks (Kp = 32 * ceil(K / 32)).
 //
-// Every element of C is one dot product in one fixed order, whatever M is: 16 lanes; for each block b of
-// 32, lane l forms t = x[32b + l] q[32b + l] + x[32b + 16 + l] q[32b + 16 + l] and adds t * s[b] to its
-// sum (fused multiply-adds), then the lanes are added in a fixed tree (l + 8, then + 4, + 2, + 1). So a row
-// of C does not depend on what else is in the call (a sequence samples the same alone as beside others).
-// AVX-512 holds the 16 lanes in one register, AVX2 in two, with the same values; the portable code sums
-// the same lanes without fused multiply-adds, as the reference kernels do.
+// Each row of A is quantized the same way, per block of 32 (x ~ xq * sx, as llama.cpp's Q8_0 products
+// quantize theirs), and each element of C is one dot product in one fixed order, whatever M is: the 32
+// integer products of a block fall into 8 lanes of 4 consecutive ones, summed exactly in int32; lane l of
+// block b adds its sum times (s[b] * sx[b]) into float lane l + 8 (b % 2) with a fused multiply-add; then
+// the 16 float lanes are added in a fixed tree (l + 8, then + 4, + 2, + 1). So a row of C does not depend on
+// what else is in the call (a sequence samples the same alone as beside others). With AVX512-VNNI one
+// vpdpbusd multiplies two blocks (|xq| unsigned times q with xq's sign); with AVX2, vpmaddubsw and vpmaddwd
+// give the same int32 lanes (|xq| and |q| are at most 127, so the 16-bit pair sums cannot saturate): the
+// two paths agree bit for bit. The portable code sums the same lanes without fused multiply-adds, as the
+// reference kernels do.
 //
 // Four rows of W are multiplied at a time (four independent sums), by two rows of A at a time where there
-// are several. With one row of A (decoding one sequence) the int8 values are widened as they stream from
-// memory; with several, a group's four rows are widened once into fp32 (the same numbers: int8 to fp32 is
-// exact) and every row of A reads them from cache.
+// are several; the group of rows about 16 KiB ahead is prefetched into L2, since four rows read side by
+// side are too short a stream each for the CPU's own prefetching.
 // Not here: choosing when int8 runs (src/model/quantized-weights.ts), the bf16 and fp32 products.
 #include <algorithm>
 #include <cmath>
@@ -23,13 +26,14 @@
 
 #include "cpu.h"
 #include "kernels.h"
-#include "simd_math.h"
 #include "threadpool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SFX_Q8_X86 1
+#include <cpuid.h>
 #define SFX_Q8_AVX512 __attribute__((target("avx512f,avx512bw")))
+#define SFX_Q8_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni")))
 #define SFX_Q8_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
@@ -71,6 +75,40 @@ void quantizeRow(const float* wf, const uint16_t* wb, int K, int8_t* q, float* s
   }
 }
 
+// ---- a row of A, quantized
+
+// Row m of A quantized by blocks of 32 (zero past K): xq (int8, rounded to nearest even), its magnitudes
+// xa (unsigned), and each block's scale sx = max |x| / 127 (x times alpha first, as in C = alpha A W^T).
+struct Q8Row {
+  std::vector<int8_t> xq;
+  std::vector<uint8_t> xa;
+  std::vector<float> sx;
+};
+
+void quantizeActivations(const float* a, int K, int Kp, float alpha, Q8Row& row) {
+  const int nb = Kp / kBlock;
+  row.xq.assign(Kp, 0);
+  row.xa.assign(Kp, 0);
+  row.sx.assign(nb, 0.f);
+  float block[kBlock];
+  for (int b = 0; b < nb; b++) {
+    float amax = 0.f;
+    for (int i = 0; i < kBlock; i++) {
+      const int k = b * kBlock + i;
+      block[i] = k < K ? a[k] * alpha : 0.f;
+      amax = std::max(amax, std::fabs(block[i]));
+    }
+    const float s = amax / 127.f;
+    row.sx[b] = s;
+    if (s == 0.f) continue;
+    for (int i = 0; i < kBlock; i++) {
+      const float r = std::max(-127.f, std::min(127.f, std::nearbyint(block[i] / s)));
+      row.xq[b * kBlock + i] = static_cast<int8_t>(r);
+      row.xa[b * kBlock + i] = static_cast<uint8_t>(std::fabs(r));
+    }
+  }
+}
+
 // ---- the dot products, one per SIMD level: out[m][r] for MX rows of A against R rows of W
 
 // Lane sums in the fixed tree: 16 -> 8 -> 4 -> 2 -> 1.
@@ -82,27 +120,27 @@ inline float reduce16(const float* lanes) {
   return c[0] + c[1];
 }
 
-// A row of W as the dot products read it: int8 values and block scales, or the values already widened to
-// fp32 (the same numbers: int8 to fp32 is exact) with the same scales.
+// R <= 4 rows of W as the dot products read them: int8 values and block scales.
 struct Q8Rows {
   const int8_t* q[kRowsAtOnce];
-  const float* wide[kRowsAtOnce];  // null: widen q as it streams
   const float* s[kRowsAtOnce];
 };
 
 // Portable: the same lanes and order without fused multiply-adds (the reference kernels' arithmetic).
-void dotsPortable(int MX, int R, const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+void dotsPortable(int MX, int R, const Q8Row* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
   for (int m = 0; m < MX; m++)
     for (int r = 0; r < R; r++) {
       float lanes[16] = {};
       for (int b = 0; b < Kp / kBlock; b++) {
-        const int k = b * kBlock;
-        for (int l = 0; l < 16; l++) {
-          const float w0 = w.wide[r] ? w.wide[r][k + l] : static_cast<float>(w.q[r][k + l]);
-          const float w1 = w.wide[r] ? w.wide[r][k + 16 + l] : static_cast<float>(w.q[r][k + 16 + l]);
-          float t = x[m][k + l] * w0;
-          t = t + x[m][k + 16 + l] * w1;
-          lanes[l] = lanes[l] + t * w.s[r][b];
+        const float scale = w.s[r][b] * x[m]->sx[b];
+        for (int l = 0; l < 8; l++) {
+          int32_t p = 0;
+          for (int i = 0; i < 4; i++) {
+            const int k = b * kBlock + 4 * l + i;
+            p += static_cast<int32_t>(x[m]->xq[k]) * w.q[r][k];
+          }
+          float& lane = lanes[l + 8 * (b % 2)];
+          lane = lane + static_cast<float>(p) * scale;
         }
       }
       out[m][r] = reduce16(lanes);
@@ -110,107 +148,109 @@ void dotsPortable(int MX, int R, const float* const* x, int Kp, const Q8Rows& w,
 }
 
 #ifdef SFX_Q8_X86
+// cpuid reports AVX512-VNNI (with AVX-512 F and BW in use: simdLevel() is Avx512).
+bool detectVnni() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return c & (1u << 11);
+}
+
 SFX_Q8_AVX512 inline float reduce512(__m512 v) {
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, v);
   return reduce16(lanes);
 }
 
-// AVX-512: lane l of a register is lane l of the sum; per block of 32, t = x[0:16] w[0:16], t += x[16:32]
-// w[16:32], sum += t * scale.
+// AVX512-VNNI: blocks b, b + 1 in one register (lanes 0-7, 8-15), as the float lanes are laid out.
 template <int MX, int R>
-SFX_Q8_AVX512 void dotsAvx512(const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+SFX_Q8_VNNI void dotsVnni(const Q8Row* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
   __m512 acc[MX][R];
   for (int m = 0; m < MX; m++)
     for (int r = 0; r < R; r++) acc[m][r] = _mm512_setzero_ps();
-  for (int b = 0; b < Kp / kBlock; b++) {
+  const int nb = Kp / kBlock;
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);  // s[b] x 8, s[b + 1] x 8
+  for (int b = 0; b < nb; b += 2) {
     const int k = b * kBlock;
-    __m512 x0[MX], x1[MX];
+    const bool pair = b + 1 < nb;
+    const __mmask64 bytes = pair ? ~0ull : 0xffffffffull;
+    __m512i xa[MX];
+    __mmask64 neg[MX];
+    __m512 sx[MX];
     for (int m = 0; m < MX; m++) {
-      x0[m] = _mm512_loadu_ps(x[m] + k);
-      x1[m] = _mm512_loadu_ps(x[m] + k + 16);
+      xa[m] = _mm512_maskz_loadu_epi8(bytes, x[m]->xa.data() + k);
+      neg[m] = _mm512_movepi8_mask(_mm512_maskz_loadu_epi8(bytes, x[m]->xq.data() + k));
+      sx[m] = _mm512_insertf32x8(_mm512_set1_ps(x[m]->sx[b]), _mm256_set1_ps(pair ? x[m]->sx[b + 1] : 0.f), 1);
     }
     for (int r = 0; r < R; r++) {
-      __m512 w0, w1;
-      if (w.wide[r]) {
-        w0 = _mm512_loadu_ps(w.wide[r] + k);
-        w1 = _mm512_loadu_ps(w.wide[r] + k + 16);
-      } else {
-        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q[r] + k))));
-        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q[r] + k + 16))));
+      const __m512i q = _mm512_maskz_loadu_epi8(bytes, w.q[r] + k);
+      const __m512 sw = pair ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(w.s[r] + b)))))
+                             : _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(w.s[r][b]));
+      for (int m = 0; m < MX; m++) {
+        const __m512i qs = _mm512_mask_sub_epi8(q, neg[m], _mm512_setzero_si512(), q);
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xa[m], qs);
+        acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, sx[m]), acc[m][r]);
       }
-      const __m512 scale = _mm512_set1_ps(w.s[r][b]);
-      for (int m = 0; m < MX; m++) acc[m][r] = _mm512_fmadd_ps(_mm512_fmadd_ps(x1[m], w1, _mm512_mul_ps(x0[m], w0)), scale, acc[m][r]);
     }
   }
   for (int m = 0; m < MX; m++)
     for (int r = 0; r < R; r++) out[m][r] = reduce512(acc[m][r]);
 }
 
-// AVX2: lanes 0-7 in one register, 8-15 in another; one row of A at a time (16 registers).
+// AVX2: float lanes 0-7 (even blocks) in one register, 8-15 (odd blocks) in another; one row of A at a time.
 template <int R>
-SFX_Q8_AVX2 void dotsAvx2(const float* x, int Kp, const Q8Rows& w, float* out) {
-  __m256 lo[R], hi[R];
-  for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+SFX_Q8_AVX2 void dotsAvx2(const Q8Row& x, int Kp, const Q8Rows& w, float* out) {
+  __m256 acc[2][R];
+  for (int h = 0; h < 2; h++)
+    for (int r = 0; r < R; r++) acc[h][r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < Kp / kBlock; b++) {
     const int k = b * kBlock;
+    const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.xa.data() + k));
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.xq.data() + k));
     for (int r = 0; r < R; r++) {
-      __m256 v[4];
-      for (int h = 0; h < 4; h++) {
-        if (w.wide[r]) v[h] = _mm256_loadu_ps(w.wide[r] + k + 8 * h);
-        else v[h] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q[r] + k + 8 * h))));
-      }
-      const __m256 scale = _mm256_set1_ps(w.s[r][b]);
-      const __m256 t0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), v[2], _mm256_mul_ps(_mm256_loadu_ps(x + k), v[0]));
-      const __m256 t1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), v[3], _mm256_mul_ps(_mm256_loadu_ps(x + k + 8), v[1]));
-      lo[r] = _mm256_fmadd_ps(t0, scale, lo[r]);
-      hi[r] = _mm256_fmadd_ps(t1, scale, hi[r]);
+      const __m256i qs = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[r] + k)), xq);
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(xa, qs), ones);
+      acc[b % 2][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(w.s[r][b] * x.sx[b]), acc[b % 2][r]);
     }
   }
   for (int r = 0; r < R; r++) {
     alignas(32) float lanes[16];
-    _mm256_store_ps(lanes, lo[r]);
-    _mm256_store_ps(lanes + 8, hi[r]);
+    _mm256_store_ps(lanes, acc[0][r]);
+    _mm256_store_ps(lanes + 8, acc[1][r]);
     out[r] = reduce16(lanes);
   }
 }
 
 template <int MX>
-SFX_Q8_AVX512 void dotsAvx512Rows(int R, const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+SFX_Q8_VNNI void dotsVnniRows(int R, const Q8Row* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
   switch (R) {
-    case 4: return dotsAvx512<MX, 4>(x, Kp, w, out);
-    case 3: return dotsAvx512<MX, 3>(x, Kp, w, out);
-    case 2: return dotsAvx512<MX, 2>(x, Kp, w, out);
-    default: return dotsAvx512<MX, 1>(x, Kp, w, out);
+    case 4: return dotsVnni<MX, 4>(x, Kp, w, out);
+    case 3: return dotsVnni<MX, 3>(x, Kp, w, out);
+    case 2: return dotsVnni<MX, 2>(x, Kp, w, out);
+    default: return dotsVnni<MX, 1>(x, Kp, w, out);
   }
 }
 #endif
 
-// out[m][r] = the dot product of row m of A (MX <= 2 rows of Kp values) with row r of W (R <= 4), at the
+// out[m][r] = the dot product of row m of A (MX <= 2 quantized rows) with row r of W (R <= 4), at the
 // process's SIMD level; every (m, r) is computed by the same instructions whatever MX and R are.
-void dots(int MX, int R, const float* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
+void dots(int MX, int R, const Q8Row* const* x, int Kp, const Q8Rows& w, float out[][kRowsAtOnce]) {
 #ifdef SFX_Q8_X86
-  const Simd level = simdLevel();
-  if (level == Simd::Avx512) return MX == 2 ? dotsAvx512Rows<2>(R, x, Kp, w, out) : dotsAvx512Rows<1>(R, x, Kp, w, out);
-  if (level == Simd::Avx2) {
+  static const bool vnni = simdLevel() == Simd::Avx512 && detectVnni();
+  if (vnni) return MX == 2 ? dotsVnniRows<2>(R, x, Kp, w, out) : dotsVnniRows<1>(R, x, Kp, w, out);
+  if (simdLevel() == Simd::Avx2 || simdLevel() == Simd::Avx512) {
     for (int m = 0; m < MX; m++) {
       switch (R) {
-        case 4: dotsAvx2<4>(x[m], Kp, w, out[m]); break;
-        case 3: dotsAvx2<3>(x[m], Kp, w, out[m]); break;
-        case 2: dotsAvx2<2>(x[m], Kp, w, out[m]); break;
-        default: dotsAvx2<1>(x[m], Kp, w, out[m]); break;
+        case 4: dotsAvx2<4>(*x[m], Kp, w, out[m]); break;
+        case 3: dotsAvx2<3>(*x[m], Kp, w, out[m]); break;
+        case 2: dotsAvx2<2>(*x[m], Kp, w, out[m]); break;
+        default: dotsAvx2<1>(*x[m], Kp, w, out[m]); break;
       }
     }
     return;
   }
 #endif
   dotsPortable(MX, R, x, Kp, w, out);
-}
-
-// Row r of W widened to fp32 (exact).
-SFX_CLONES void widenRow(const int8_t* __restrict q, int Kp, float* __restrict wf) {
-#pragma omp simd
-  for (int k = 0; k < Kp; k++) wf[k] = static_cast<float>(q[k]);
 }
 
 // Prefetches [p, p + bytes) into L2, a cache line at a time in address order.
@@ -242,21 +282,17 @@ void gemmQ8(int M, int N, int K, float alpha, const float* A, int lda, const int
             float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   const int Kp = q8PaddedDepth(K), nb = Kp / kBlock;
-  // A's rows zero-padded to Kp
-  std::vector<float> xs(static_cast<size_t>(M) * Kp, 0.f);
-  for (int m = 0; m < M; m++) std::memcpy(xs.data() + static_cast<size_t>(m) * Kp, A + static_cast<size_t>(m) * lda, sizeof(float) * K);
+  std::vector<Q8Row> xs(M);
+  for (int m = 0; m < M; m++) quantizeActivations(A + static_cast<size_t>(m) * lda, K, Kp, alpha, xs[m]);
   const int groups = (N + kRowsAtOnce - 1) / kRowsAtOnce;
   const int tasks = std::min(groups, M == 1 ? poolThreads() : 4 * poolThreads());
   auto store = [&](int m, int n, float dot) {
     float& c = C[static_cast<size_t>(m) * ldc + n];
-    c = beta == 0.f ? alpha * dot : alpha * dot + beta * c;
+    c = beta == 0.f ? dot : dot + beta * c;
   };
   parallelFor(tasks, [&](int t) {
-    std::vector<float> wide(M > 1 ? static_cast<size_t>(kRowsAtOnce) * Kp : 0);
     for (int g = static_cast<int>(static_cast<int64_t>(groups) * t / tasks); g < static_cast<int64_t>(groups) * (t + 1) / tasks; g++) {
       const int n0 = g * kRowsAtOnce, R = std::min(kRowsAtOnce, N - n0);
-      // a group's rows are read side by side, too short a stream each for the CPU's own prefetching: the
-      // values and scales of the group about kPrefetchBytes ahead are prefetched, in address order
       const int groupsAhead = std::max(1, static_cast<int>(kPrefetchBytes / (static_cast<size_t>(kRowsAtOnce) * Kp)));
       const int ahead = n0 + groupsAhead * kRowsAtOnce;
       if (ahead < N) {
@@ -268,16 +304,11 @@ void gemmQ8(int M, int N, int K, float alpha, const float* A, int lda, const int
       for (int r = 0; r < R; r++) {
         w.q[r] = q + static_cast<size_t>(n0 + r) * Kp;
         w.s[r] = scales + static_cast<size_t>(n0 + r) * nb;
-        if (M > 1) {
-          float* row = wide.data() + static_cast<size_t>(r) * Kp;
-          widenRow(w.q[r], Kp, row);
-          w.wide[r] = row;
-        }
       }
       float out[2][kRowsAtOnce];
       for (int m = 0; m < M; m += 2) {
         const int MX = std::min(2, M - m);
-        const float* x[2] = {xs.data() + static_cast<size_t>(m) * Kp, xs.data() + static_cast<size_t>(m + MX - 1) * Kp};
+        const Q8Row* x[2] = {&xs[m], &xs[m + MX - 1]};
         dots(MX, R, x, Kp, w, out);
         for (int i = 0; i < MX; i++)
           for (int r = 0; r < R; r++) store(m + i, n0 + r, out[i][r]);

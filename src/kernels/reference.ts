@@ -297,19 +297,23 @@ function quantizeWeight(N: number, K: number, W: Float32Array | Uint16Array, ldw
       for (let i = 0; i < Q8_BLOCK; i++) {
         const k = b * Q8_BLOCK + i;
         if (k >= K || s === 0) continue;
-        const x = Math.fround(values[n * ldw + k]! / s);
-        const r = Math.round(x);
-        const even = Math.abs(x - Math.trunc(x)) === 0.5 ? 2 * Math.round(x / 2) : r; // ties to even
-        q[n * Kp + k] = Math.max(-127, Math.min(127, even));
+        q[n * Kp + k] = Math.max(-127, Math.min(127, roundEven(Math.fround(values[n * ldw + k]! / s))));
       }
     }
   }
   return { kernels: "reference", N, K, q, scales };
 }
 
+/** Rounds v to the nearest integer, ties to even (C's nearbyint in the default rounding mode). */
+function roundEven(v: number): number {
+  const r = Math.round(v);
+  return Math.abs(v - Math.trunc(v)) === 0.5 ? 2 * Math.round(v / 2) : r;
+}
+
 /**
- * The reference int8 product, in the native portable order: 16 lanes; per block of 32, lane l forms
- * t = x[l] q[l] + x[16 + l] q[16 + l] and adds t * scale; then a fixed tree over the lanes.
+ * The reference int8 product, in the native portable order: each row of A (times alpha) quantized by
+ * blocks of 32 (scale max |x| / 127); per block, 8 lanes of 4 exact integer products each, lane l adding
+ * its sum times (s_w * s_x) into float lane l + 8 (b % 2); then a fixed tree over the 16 lanes.
  */
 function gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Weight, beta: number, C: Float32Array, ldc: number): void {
   if (W.kernels !== "reference") throw new Error(`gemmQ8: this weight was quantized by the ${W.kernels} kernels; quantize it with the reference kernels`);
@@ -318,17 +322,28 @@ function gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Wei
   const nb = Kp / Q8_BLOCK;
   const f = Math.fround;
   const lanes = new Float32Array(16);
-  const xAt = (m: number, k: number) => (k < K ? A[m * lda + k]! : 0);
+  const xq = new Int8Array(Kp);
+  const sx = new Float32Array(nb);
   for (let m = 0; m < M; m++) {
+    xq.fill(0);
+    for (let b = 0; b < nb; b++) {
+      const block = Array.from({ length: Q8_BLOCK }, (_, i) => (b * Q8_BLOCK + i < K ? f(A[m * lda + b * Q8_BLOCK + i]! * alpha) : 0));
+      const s = f(Math.max(...block.map(Math.abs)) / 127);
+      sx[b] = s;
+      if (s !== 0) block.forEach((v, i) => (xq[b * Q8_BLOCK + i] = Math.max(-127, Math.min(127, roundEven(f(v / s))))));
+    }
     for (let n = 0; n < N; n++) {
       lanes.fill(0);
       for (let b = 0; b < nb; b++) {
-        const k = b * Q8_BLOCK;
-        const s = scales[n * nb + b]!;
-        for (let l = 0; l < 16; l++) {
-          let t = f(xAt(m, k + l) * q[n * Kp + k + l]!);
-          t = f(t + f(xAt(m, k + 16 + l) * q[n * Kp + k + 16 + l]!));
-          lanes[l] = f(lanes[l]! + f(t * s));
+        const scale = f(scales[n * nb + b]! * sx[b]!);
+        for (let l = 0; l < 8; l++) {
+          let p = 0;
+          for (let i = 0; i < 4; i++) {
+            const k = b * Q8_BLOCK + 4 * l + i;
+            p += xq[k]! * q[n * Kp + k]!;
+          }
+          const L = l + 8 * (b % 2);
+          lanes[L] = f(lanes[L]! + f(p * scale));
         }
       }
       const a8 = Array.from({ length: 8 }, (_, l) => f(lanes[l]! + lanes[l + 8]!));
@@ -336,7 +351,7 @@ function gemmQ8(M: number, alpha: number, A: Float32Array, lda: number, W: Q8Wei
       const a2 = [f(a4[0]! + a4[2]!), f(a4[1]! + a4[3]!)];
       const dot = f(a2[0]! + a2[1]!);
       const i = m * ldc + n;
-      C[i] = beta === 0 ? f(alpha * dot) : f(f(alpha * dot) + f(beta * C[i]!));
+      C[i] = beta === 0 ? dot : f(dot + f(beta * C[i]!));
     }
   }
 }
