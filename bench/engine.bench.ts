@@ -13,9 +13,12 @@
  *            (rank 16 on every projection) on an fp32 base and on a bf16 base, as step time vs the full step
  *   decode   KV-cache greedy decoding, batch 1 and 32: tokens/s vs Hugging Face generate
  *   decode-05b  the same decoding on a Qwen2.5-0.5B shape, one checkpoint of random weights for all:
- *            sinkflex with the weights in fp32 and in bf16 vs llama.cpp (node-llama-cpp, an F16 GGUF
- *            written by bench/peers/gguf_qwen2.py; node-llama-cpp is no dependency: see bench/README.md)
- *            vs Hugging Face generate in fp32
+ *            sinkflex with the weights in fp32, in bf16 and in bf16 sampling from int8 copies vs llama.cpp
+ *            (node-llama-cpp, F16 and Q8_0 GGUFs written by bench/peers/gguf_qwen2.py; node-llama-cpp is
+ *            no dependency: see bench/README.md) vs Hugging Face generate in fp32; and the int8 sampler's
+ *            log-prob gap to the bf16 trainer
+ *   stream-05b  (not in the default run) GB/s at which one decoded row reads each weight matrix of that
+ *            shape from memory in bf16, int8 and fp32, beside a plain sequential read
  *   memory   peak resident memory of a Qwen2.5-0.5B-shaped training step at sequence 1024, and of sampling
  *            from that shape with its weights held in fp32 and in bf16, side by side (a child process each;
  *            `--only memory-sample` runs the sampling lines alone); and of a LoRA training step of that shape
@@ -28,7 +31,7 @@
  * AVX2-only machine): sinkflex's kernels (SINKFLEX_SIMD=avx2, no bf16 unit), numpy's OpenBLAS on its Haswell
  * kernel (OPENBLAS_CORETYPE=Haswell) and PyTorch at CPU capability AVX2 (ATEN_CPU_CAPABILITY=avx2, MKL and
  * oneDNN capped at AVX2). The default, --simd native, lets each pick its own code for the CPU.
- * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,decode-05b,memory,memory-sample,memory-lora] [--json FILE]
+ * Usage: npm run bench:engine -- [--quick] [--threads N] [--only gemm,train,decode,decode-05b,stream-05b,memory,memory-sample,memory-lora] [--json FILE]
  *        [--simd native|avx2] [--python PATH]   (default: $SINKFLEX_BENCH_PYTHON, else python3)
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -42,7 +45,7 @@ import type { TokenLoss } from "../src/engine/types.js";
 import { bf16Unit, getKernels, measurePeakGflops, nativeLoadError, setMatmulPrecision, setNativeThreads } from "../src/kernels/index.js";
 import type { Kernels } from "../src/kernels/kernels.js";
 import { parseHfConfig } from "../src/model/config.js";
-import { createLoraAdapter, type LoraConfig, loraParamCount, weightBytes, type WeightDtype } from "../src/model/index.js";
+import { createLoraAdapter, type LoraConfig, loraParamCount, roundToBf16, weightBytes, type WeightDtype } from "../src/model/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -73,7 +76,7 @@ interface Options {
   memoryChild: boolean;
 }
 
-const SECTIONS = ["gemm", "train", "decode", "decode-05b", "memory", "memory-sample", "memory-lora"];
+const SECTIONS = ["gemm", "train", "decode", "decode-05b", "stream-05b", "memory", "memory-sample", "memory-lora"];
 
 function parseArgs(argv: string[]): Options {
   const o: Options = {
@@ -647,6 +650,56 @@ async function decode05bSection(o: Options, k: Kernels, peers: Map<string, Peer>
   }
 }
 
+/**
+ * How fast one decoded row reads each weight matrix of the Qwen2.5-0.5B shape from memory: y = x W^T with
+ * W in bf16 (gemmW16), in int8 (gemmQ8) and in fp32 (sgemv), in GB/s of the weights' own bytes, beside a
+ * plain sequential read of as many bytes (sumSquares over fp32) in the same run. Each kind rotates through
+ * enough copies of W to pass 64 MB (so none stays in cache); rounds alternate the kinds; medians of 3.
+ */
+function stream05bSection(o: Options, k: Kernels, out: Record<string, unknown>) {
+  const C = QWEN25_05B.hidden_size;
+  const F = QWEN25_05B.intermediate_size;
+  const shapes: [string, number, number][] = [["q, o", C, C], ["k, v", 128, C], ["gate, up", F, C], ["down", C, F], ["LM head", QWEN25_05B.vocab_size, C]];
+  if (o.quick) shapes.pop(); // the head's copies alone are 1.4 GB
+  const budget = o.quick ? 16 << 20 : 64 << 20;
+  const rounds = o.quick ? 1 : 3;
+  const median = (a: number[]) => a.slice().sort((x, y) => x - y)[a.length >> 1]!;
+  const rows: Record<string, unknown>[] = [];
+  for (const [name, N, K] of shapes) {
+    const copies = Math.max(2, Math.ceil(budget / (N * K * 2)));
+    const rnd = (n: number) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37));
+    const wf = rnd(N * K);
+    const bf16 = Array.from({ length: copies }, () => roundToBf16(wf));
+    const int8 = Array.from({ length: copies }, () => k.quantizeWeight(N, K, wf, K));
+    const fp32 = Array.from({ length: Math.max(2, Math.ceil(budget / (N * K * 4))) }, () => wf.slice());
+    const x = rnd(K);
+    const y = new Float32Array(N);
+    const kinds = {
+      bf16: { bytes: N * K * 2, run: (i: number) => k.gemmW16(true, 1, N, K, 1, x, K, bf16[i % bf16.length]!, K, 0, y, N) },
+      int8: { bytes: N * (Math.ceil(K / 32) * 32) * 1.125, run: (i: number) => k.gemmQ8(1, 1, x, K, int8[i % int8.length]!, 0, y, N) },
+      fp32: { bytes: N * K * 4, run: (i: number) => k.sgemv(false, N, K, 1, fp32[i % fp32.length]!, K, x, 0, y) },
+      read: { bytes: N * K * 4, run: (i: number) => k.sumSquares(N * K, fp32[i % fp32.length]!) },
+    };
+    const rates: Record<string, number[]> = { bf16: [], int8: [], fp32: [], read: [] };
+    for (let r = 0; r < rounds; r++) {
+      for (const [kind, { bytes, run }] of Object.entries(kinds)) {
+        const reps = Math.max(4, Math.ceil((o.quick ? 2e8 : 1e9) / bytes));
+        run(0);
+        const t0 = performance.now();
+        for (let i = 0; i < reps; i++) run(i + 1);
+        rates[kind]!.push((reps * bytes) / ((performance.now() - t0) / 1000) / 1e9);
+      }
+    }
+    rows.push({ matrix: name, N, K, ...Object.fromEntries(Object.entries(rates).map(([kind, v]) => [kind, median(v)])) });
+  }
+  printTable(
+    `One decoded row, y = x W^T, Qwen2.5-0.5B shape: GB/s of W's bytes read from memory (median of ${rounds}), beside a plain sequential read`,
+    ["matrix", "N x K", "bf16 (gemmW16)", "int8 (gemmQ8)", "fp32 (sgemv)", "sequential read", "bf16 / read", "int8 / read"],
+    rows.map((r: any) => [r.matrix, `${r.N} x ${r.K}`, fmt(r.bf16, 1), fmt(r.int8, 1), fmt(r.fp32, 1), fmt(r.read, 1), fmt(r.bf16 / r.read, 2), fmt(r.int8 / r.read, 2)]),
+  );
+  out.stream05b = rows;
+}
+
 /** Which run a memory child makes (SFX_BENCH_MEMORY): the training step, or sampling in a dtype. */
 const MEMORY_RUNS = {
   train: null,
@@ -869,6 +922,7 @@ async function main(): Promise<void> {
     if (o.only.has("train")) await trainSection(o, k, peers, out);
     if (o.only.has("decode")) await decodeSection(o, k, peers, out);
     if (o.only.has("decode-05b")) await decode05bSection(o, k, peers, out);
+    if (o.only.has("stream-05b")) stream05bSection(o, k, out);
   } finally {
     for (const p of peers.values()) p.close();
   }
