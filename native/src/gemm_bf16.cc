@@ -587,7 +587,7 @@ SFX_CLONES static void widenBf16(const uint16_t* __restrict src, uint32_t* __res
 // rows make four independent chains per row of A.
 template <int R>
 SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, int ldw, const float* xs, int gr0, int gr1) {
-  const int K = g.K, kcMax = gemmBlockDepth(K);
+  const int K = g.K, Kx = (K + 7) / 8 * 8, kcMax = gemmBlockDepth(K);  // xs: rows of Kx, zero past K
   for (int gr = gr0; gr < gr1; gr++) {
     const int n0 = gr * 32;
     int nv[4];
@@ -605,6 +605,9 @@ SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, i
       for (int k0 = pc; k0 < pc + kc; k0 += 8, step++) {
         const int kv = std::min(8, pc + kc - k0);
         for (size_t i = step * perStep; i < std::min(nextLines, (step + 1) * perStep); i++) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+        // unrolled, so that the four strips' sums stay in registers (an array indexed at run time is kept
+        // in memory and stored on every tile)
+#pragma GCC unroll 4
         for (int s = 0; s < 4; s++) {
           if (nv[s] == 0) continue;
           // rows n0 + 8s + j, depth k0 .. k0 + 7, widened to fp32 (zero past K and past N)
@@ -638,9 +641,12 @@ SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, i
             t[i] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x20);
             t[i + 4] = _mm256_permute2f128_ps(v[i], v[i + 4], 0x31);
           }
-          for (int k = 0; k < kv; k++)
+          // a whole tile, past K too: there x and W are zero, and adding an exact zero leaves a sum as it
+          // is (a sum that starts at +0 is never -0), so the values are the micro-kernels' all the same
+#pragma GCC unroll 8
+          for (int k = 0; k < 8; k++)
             for (int r = 0; r < R; r++)
-              acc[s][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(xs + static_cast<size_t>(r) * K + k0 + k), t[k], acc[s][r]);
+              acc[s][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(xs + static_cast<size_t>(r) * Kx + k0 + k), t[k], acc[s][r]);
         }
       }
       // C = acc (the first block, beta 0) or C + acc, as the micro-kernels store
@@ -663,9 +669,10 @@ SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, i
 template <int R>
 void streamW16Avx2(const GemmArgs& g, const uint16_t* W, int ldw) {
   static thread_local std::vector<float> scaled;
-  scaled.resize(static_cast<size_t>(R) * g.K);
+  const int Kx = (g.K + 7) / 8 * 8;
+  scaled.assign(static_cast<size_t>(R) * Kx, 0.f);
   for (int r = 0; r < R; r++)
-    for (int k = 0; k < g.K; k++) scaled[static_cast<size_t>(r) * g.K + k] = g.A[static_cast<size_t>(r) * g.lda + k] * g.alpha;
+    for (int k = 0; k < g.K; k++) scaled[static_cast<size_t>(r) * Kx + k] = g.A[static_cast<size_t>(r) * g.lda + k] * g.alpha;
   const float* xs = scaled.data();
   const int groups = (g.N + 31) / 32, threads = std::min(poolThreads(), groups);
   if (threads <= 1) return streamGroupsW16Avx2<R>(g, W, ldw, xs, 0, groups);
