@@ -25,6 +25,7 @@
 #include "cpu.h"
 #include "gemm_args.h"
 #include "kernels.h"
+#include "prefetch.h"
 #include "simd_math.h"
 #include "threadpool.h"
 
@@ -428,12 +429,8 @@ SFX_BF16_TARGET void streamGroupsW16(const GemmArgs& g, const uint16_t* W, int l
     const int n0 = gr * 32;
     const int nv[2] = {std::min(16, g.N - n0), std::max(0, std::min(16, g.N - n0 - 16))};
     const __mmask16 mask[2] = {columnMask(g, n0), columnMask(g, n0 + 16)};
-    // the next group's memory, nextLines cache lines from `next`: perBlock of them prefetched into L2 at each
-    // depth block, in address order (a single stream the memory system runs ahead on)
-    const int nextRows = std::max(0, std::min(32, g.N - n0 - 32));
-    const char* next = reinterpret_cast<const char*>(W + static_cast<size_t>(n0 + 32) * ldw);
-    const size_t nextLines = nextRows > 0 ? ((static_cast<size_t>(nextRows - 1) * ldw + g.K) * sizeof(uint16_t) + 63) / 64 : 0;
-    const size_t perBlock = (nextLines + nkb - 1) / nkb;
+    // the next group's rows, prefetched into L2 a share at each depth block
+    const PrefetchAhead next(W + static_cast<size_t>(n0 + 32) * ldw, rowSpanBytes(n0 + 32, 32, g.N, g.K, ldw, sizeof(uint16_t)), nkb);
     __m512 acc[2][R];
     for (int s = 0; s < 2; s++)
       for (int r = 0; r < R; r++)
@@ -441,7 +438,7 @@ SFX_BF16_TARGET void streamGroupsW16(const GemmArgs& g, const uint16_t* W, int l
     for (int kb = 0; kb < nkb; kb++) {
       const int k0 = kb * 32, kv = g.K - k0;
       const __mmask32 depth = kv >= 32 ? 0xffffffffu : static_cast<__mmask32>((1u << kv) - 1);
-      for (size_t i = kb * perBlock; i < std::min(nextLines, (kb + 1) * perBlock); i++) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+      next.step(kb);
       for (int s = 0; s < 2; s++) {
         if (nv[s] == 0) continue;
         const uint16_t* w = W + static_cast<size_t>(n0 + 16 * s) * ldw + k0;
@@ -592,10 +589,7 @@ SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, i
     const int n0 = gr * 32;
     int nv[4];
     for (int s = 0; s < 4; s++) nv[s] = std::max(0, std::min(8, g.N - n0 - 8 * s));
-    const int nextRows = std::max(0, std::min(32, g.N - n0 - 32));
-    const char* next = reinterpret_cast<const char*>(W + static_cast<size_t>(n0 + 32) * ldw);
-    const size_t nextLines = nextRows > 0 ? ((static_cast<size_t>(nextRows - 1) * ldw + K) * sizeof(uint16_t) + 63) / 64 : 0;
-    const size_t perStep = (nextLines + (K + 7) / 8 - 1) / ((K + 7) / 8);
+    const PrefetchAhead next(W + static_cast<size_t>(n0 + 32) * ldw, rowSpanBytes(n0 + 32, 32, g.N, K, ldw, sizeof(uint16_t)), Kx / 8);
     size_t step = 0;
     for (int pc = 0; pc < K; pc += kcMax) {
       const int kc = std::min(kcMax, K - pc);
@@ -604,7 +598,7 @@ SFX_AVX2_TARGET void streamGroupsW16Avx2(const GemmArgs& g, const uint16_t* W, i
         for (int r = 0; r < R; r++) acc[s][r] = _mm256_setzero_ps();
       for (int k0 = pc; k0 < pc + kc; k0 += 8, step++) {
         const int kv = std::min(8, pc + kc - k0);
-        for (size_t i = step * perStep; i < std::min(nextLines, (step + 1) * perStep); i++) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+        next.step(step);
         // unrolled, so that the four strips' sums stay in registers (an array indexed at run time is kept
         // in memory and stored on every tile)
 #pragma GCC unroll 4

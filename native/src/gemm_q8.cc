@@ -26,6 +26,7 @@
 
 #include "cpu.h"
 #include "kernels.h"
+#include "prefetch.h"
 #include "threadpool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -253,17 +254,6 @@ void dots(int MX, int R, const Q8Row* const* x, int Kp, const Q8Rows& w, float o
   dotsPortable(MX, R, x, Kp, w, out);
 }
 
-// Prefetches [p, p + bytes) into L2, a cache line at a time in address order.
-inline void prefetchL2(const void* p, size_t bytes) {
-#ifdef SFX_Q8_X86
-  const char* c = static_cast<const char*>(p);
-  for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 }  // namespace
 
 int q8PaddedDepth(int K) { return (K + kBlock - 1) / kBlock * kBlock; }
@@ -297,8 +287,8 @@ void gemmQ8(int M, int N, int K, float alpha, const float* A, int lda, const int
       const int ahead = n0 + groupsAhead * kRowsAtOnce;
       if (ahead < N) {
         const int rows = std::min(kRowsAtOnce, N - ahead);
-        prefetchL2(q + static_cast<size_t>(ahead) * Kp, static_cast<size_t>(rows) * Kp);
-        prefetchL2(scales + static_cast<size_t>(ahead) * nb, static_cast<size_t>(rows) * nb * sizeof(float));
+        PrefetchAhead(q + static_cast<size_t>(ahead) * Kp, static_cast<size_t>(rows) * Kp, 1).step(0);
+        PrefetchAhead(scales + static_cast<size_t>(ahead) * nb, static_cast<size_t>(rows) * nb * sizeof(float), 1).step(0);
       }
       Q8Rows w{};
       for (int r = 0; r < R; r++) {
